@@ -1,0 +1,34 @@
+package config
+
+// Config is mageguard's whole configuration: one section per package that
+// owns it. `configs/*.yaml` files and `--set section.key=value` overrides
+// address these sections by their yaml keys.
+type Config struct {
+	// Sections are added here as the packages that own them land, one line
+	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
+}
+
+// Default returns the configuration with every section at its defaults.
+func Default() *Config {
+	return &Config{}
+}
+
+// Load builds a configuration: defaults, then the YAML file (when path is not
+// empty), then each `key=value` of sets in order. The result is validated.
+func Load(path string, sets []string) (*Config, error) {
+	cfg := Default()
+	if path != "" {
+		if err := LoadFile(path, cfg); err != nil {
+			return nil, err
+		}
+	}
+	for _, kv := range sets {
+		if err := Set(cfg, kv); err != nil {
+			return nil, err
+		}
+	}
+	if err := Validate(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}

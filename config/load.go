@@ -1,0 +1,208 @@
+// Package config loads mageguard's YAML configuration: defaults, then a file,
+// then repeatable `--set key=value` overrides with dotted keys, then flags.
+//
+// Every section of the configuration is a struct owned by the package that
+// uses it (rewards.Config, grpo.Config, …); Config composes them. Keys are the
+// structs' yaml tags. An unknown key or a value of the wrong type is an error
+// that names the dotted key (and the file and line when it came from a file).
+package config
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Validator is implemented by config sections that can check their values.
+// Validate returns an error naming the offending key relative to the section
+// (e.g. "gamma must be in [0, 1)"); the caller prefixes the section name.
+type Validator interface {
+	Validate() error
+}
+
+// LoadFile decodes the YAML file path into dst (a pointer to a struct that
+// already holds the defaults). Keys absent from the file keep their values.
+func LoadFile(path string, dst any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(doc.Content) == 0 { // empty file
+		return nil
+	}
+	if err := apply(doc.Content[0], reflect.ValueOf(dst).Elem(), ""); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// Set applies one `key=value` override, where key is dotted
+// (e.g. "rewards.gamma=0.25") and value is a YAML scalar, list or map.
+func Set(dst any, kv string) error {
+	key, value, ok := strings.Cut(kv, "=")
+	key = strings.TrimSpace(key)
+	if !ok || key == "" {
+		return fmt.Errorf("--set %q: want key=value", kv)
+	}
+	var valNode yaml.Node
+	if err := yaml.Unmarshal([]byte(value), &valNode); err != nil {
+		return fmt.Errorf("--set %s: bad value %q: %w", key, value, err)
+	}
+	var val *yaml.Node
+	if len(valNode.Content) == 0 {
+		val = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: ""}
+	} else {
+		val = valNode.Content[0]
+	}
+	zeroLines(val) // errors from --set name the key, not a line
+	// Build the nested mapping a: {b: {c: value}} and apply it like a file.
+	parts := strings.Split(key, ".")
+	node := val
+	for i := len(parts) - 1; i >= 0; i-- {
+		node = &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+			{Kind: yaml.ScalarNode, Tag: "!!str", Value: parts[i]}, node}}
+	}
+	if err := apply(node, reflect.ValueOf(dst).Elem(), ""); err != nil {
+		return fmt.Errorf("--set %s: %w", key, err)
+	}
+	return nil
+}
+
+// apply decodes node into v, walking struct fields by their yaml tags so that
+// unknown keys are reported with their full dotted name.
+func apply(node *yaml.Node, v reflect.Value, prefix string) error {
+	if v.Kind() == reflect.Struct && node.Kind == yaml.MappingNode && !hasUnmarshaler(v) {
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			k, val := node.Content[i], node.Content[i+1]
+			name := join(prefix, k.Value)
+			f, ok := fieldByTag(v, k.Value)
+			if !ok {
+				return fmt.Errorf("%sunknown key %q", at(k), name)
+			}
+			if err := apply(val, f, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if v.Kind() == reflect.Struct && node.Kind != yaml.MappingNode && !hasUnmarshaler(v) {
+		return fmt.Errorf("%skey %q is a section: want a mapping, got %q", at(node), prefix, node.Value)
+	}
+	if v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct && node.Kind == yaml.MappingNode {
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		return apply(node, v.Elem(), prefix)
+	}
+	// Decode into a fresh value so a failed decode leaves the old value intact.
+	fresh := reflect.New(v.Type())
+	if v.Kind() == reflect.Map || v.Kind() == reflect.Slice {
+		// replace, do not merge
+	} else {
+		fresh.Elem().Set(v)
+	}
+	if err := node.Decode(fresh.Interface()); err != nil {
+		return fmt.Errorf("%skey %q: bad value %q: %s", at(node), prefix, node.Value, cleanYAMLError(err))
+	}
+	v.Set(fresh.Elem())
+	return nil
+}
+
+// at returns "line N: " for nodes read from a file and "" for --set nodes.
+func at(n *yaml.Node) string {
+	if n.Line == 0 {
+		return ""
+	}
+	return fmt.Sprintf("line %d: ", n.Line)
+}
+
+func zeroLines(n *yaml.Node) {
+	n.Line, n.Column = 0, 0
+	for _, c := range n.Content {
+		zeroLines(c)
+	}
+}
+
+func hasUnmarshaler(v reflect.Value) bool {
+	_, ok := v.Addr().Interface().(yaml.Unmarshaler)
+	return ok
+}
+
+// fieldByTag finds the struct field whose yaml tag (or lower-cased name) is key,
+// descending into inlined structs.
+func fieldByTag(v reflect.Value, key string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		tag := sf.Tag.Get("yaml")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		if strings.Contains(opts, "inline") {
+			if f, ok := fieldByTag(v.Field(i), key); ok {
+				return f, true
+			}
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(sf.Name)
+		}
+		if name == key {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+func join(prefix, k string) string {
+	if prefix == "" {
+		return k
+	}
+	return prefix + "." + k
+}
+
+func cleanYAMLError(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "yaml: unmarshal errors:\n")
+	return strings.TrimSpace(s)
+}
+
+// Validate calls Validate on every section of cfg (fields of the struct
+// cfg points to that implement Validator) and prefixes errors with the
+// section's key.
+func Validate(cfg any) error {
+	v := reflect.ValueOf(cfg).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		if name == "" {
+			name = strings.ToLower(sf.Name)
+		}
+		if val, ok := v.Field(i).Addr().Interface().(Validator); ok {
+			if err := val.Validate(); err != nil {
+				return fmt.Errorf("config: %s.%w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Marshal renders cfg as YAML (the fully resolved configuration of a run).
+func Marshal(cfg any) ([]byte, error) {
+	return yaml.Marshal(cfg)
+}

@@ -1,0 +1,127 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type inner struct {
+	Gamma float64  `yaml:"gamma"`
+	Steps int      `yaml:"steps"`
+	Name  string   `yaml:"name"`
+	Keys  []string `yaml:"keys"`
+}
+
+func (c *inner) Validate() error {
+	if c.Gamma < 0 || c.Gamma >= 1 {
+		return errors.New("gamma must be in [0, 1)")
+	}
+	return nil
+}
+
+type root struct {
+	A inner `yaml:"a"`
+	B struct {
+		Flag bool `yaml:"flag"`
+	} `yaml:"b"`
+}
+
+func defaults() *root {
+	r := &root{}
+	r.A = inner{Gamma: 0.5, Steps: 10, Name: "x", Keys: []string{"k"}}
+	return r
+}
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPrecedence(t *testing.T) {
+	r := defaults()
+	p := writeFile(t, "a:\n  gamma: 0.25\n  steps: 3\n")
+	if err := LoadFile(p, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := Set(r, "a.steps=7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Set(r, "b.flag=true"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Set(r, "a.keys=[p, q]"); err != nil {
+		t.Fatal(err)
+	}
+	// file beats default; --set beats file; untouched keys keep defaults.
+	if r.A.Gamma != 0.25 || r.A.Steps != 7 || r.A.Name != "x" || !r.B.Flag {
+		t.Fatalf("got %+v", r)
+	}
+	if strings.Join(r.A.Keys, ",") != "p,q" {
+		t.Fatalf("keys: got %v, want [p q] (lists replace, not merge)", r.A.Keys)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	cases := []struct {
+		name, file, set, want string
+	}{
+		{"unknown key in file", "a:\n  gama: 0.1\n", "", `line 2: unknown key "a.gama"`},
+		{"unknown section in file", "zz: 1\n", "", `line 1: unknown key "zz"`},
+		{"bad value in file", "a:\n  steps: many\n", "", `line 2: key "a.steps": bad value "many"`},
+		{"section given a scalar", "a: 3\n", "", `key "a" is a section`},
+		{"unknown key in --set", "", "a.nope=1", `--set a.nope: unknown key "a.nope"`},
+		{"bad value in --set", "", "a.gamma=abc", `--set a.gamma: key "a.gamma": bad value "abc"`},
+		{"no equals", "", "a.gamma", `want key=value`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := defaults()
+			var err error
+			if c.file != "" {
+				err = LoadFile(writeFile(t, c.file), r)
+			} else {
+				err = Set(r, c.set)
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want it to contain %q", err, c.want)
+			}
+			if r.A.Gamma != 0.5 || r.A.Steps != 10 {
+				t.Fatalf("a failed load changed values: %+v", r.A)
+			}
+		})
+	}
+}
+
+func TestValidateNamesSection(t *testing.T) {
+	r := defaults()
+	if err := Set(r, "a.gamma=1.5"); err != nil {
+		t.Fatal(err)
+	}
+	err := Validate(r)
+	if err == nil || err.Error() != "config: a.gamma must be in [0, 1)" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	r := defaults()
+	r.A.Steps = 42
+	out, err := Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := &root{}
+	if err := LoadFile(writeFile(t, string(out)), back); err != nil {
+		t.Fatal(err)
+	}
+	if back.A.Steps != 42 || back.A.Gamma != 0.5 || back.A.Name != "x" {
+		t.Fatalf("round trip: %+v", back)
+	}
+}
