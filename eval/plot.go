@@ -42,6 +42,7 @@ func noData(p *plot.Plot) {
 // horizons where a metric is undefined.
 func plotHorizon(r Report) ([]byte, error) {
 	p := plot.New()
+	p.Title.Padding = vg.Points(6)
 	p.Title.Text = "ASR and BU by horizon"
 	p.X.Label.Text = "horizon (malicious actions in the run)"
 	p.Y.Label.Text = "%"
@@ -145,6 +146,7 @@ func (plainTicks) Ticks(min, max float64) []plot.Tick {
 // latency from the smallest to the largest seen.
 func plotLatency(hist []LatencyCount) ([]byte, error) {
 	p := plot.New()
+	p.Title.Padding = vg.Points(6)
 	p.Title.Text = "Detection latency (first reject − first malicious turn)"
 	p.X.Label.Text = "latency (turns; negative = early warning)"
 	p.Y.Label.Text = "attack runs"
@@ -207,6 +209,7 @@ func meanByX(xys plotter.XYs) plotter.XYs {
 // given, the baseline (judge-only grows quadratically, MAGE linearly).
 func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 	p := plot.New()
+	p.Title.Padding = vg.Points(6)
 	p.Title.Text = "Guard tokens per task (all turns, both roles, system prompts included)"
 	p.X.Label.Text = "turns in the task"
 	p.Y.Label.Text = "guard tokens"

@@ -18,10 +18,13 @@ const (
 )
 
 // heatmaps are the metrics drawn as heatmaps, file heatmap_<name>.png.
-var heatmaps = []struct{ name, title string }{
-	{"asr", "ASR"},
-	{"bu", "BU"},
-	{"token_cost_online", "Guard tokens per run (online)"},
+var heatmaps = []struct {
+	name, title    string
+	higherIsBetter bool
+}{
+	{"asr", "ASR", false},
+	{"bu", "BU", true},
+	{"token_cost_online", "Guard tokens per run (online)", false},
 }
 
 // HeatmapFile is the file name of the heatmap of a report.json metric.
@@ -72,7 +75,7 @@ func Collect(outDir string, plan *Plan) (*Summary, error) {
 		SummaryMarkdown: []byte(s.Markdown()),
 	}
 	for _, h := range heatmaps {
-		png, err := s.heatmap(h.name, h.title)
+		png, err := s.heatmap(h.name, h.title, h.higherIsBetter)
 		if err != nil {
 			return nil, fmt.Errorf("sweep: heatmap of %s: %w", h.name, err)
 		}

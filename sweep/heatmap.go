@@ -104,7 +104,9 @@ func (s *Summary) cells(metric string) (z [][]float64, colKey, rowKey int, kind 
 
 // heatmap draws cells(metric) as a PNG heatmap with each cell's value
 // written on it; cells without a value are grey and say "not run".
-func (s *Summary) heatmap(metric, title string) ([]byte, error) {
+// Colours run from light yellow to red, red where the metric is worst
+// (higherIsBetter reverses the scale).
+func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, error) {
 	p := s.Plan
 	vals := axisValues(p)
 	z, colKey, rowKey, kind := s.cells(metric)
@@ -128,7 +130,13 @@ func (s *Summary) heatmap(metric, title string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	hm := plotter.NewHeatMap(g, colors(pal.Colors()[:7])) // the lighter 7 of 9: labels stay readable
+	cols := append(colors{}, pal.Colors()[:7]...) // the lighter 7 of 9: labels stay readable
+	if higherIsBetter {
+		for i, j := 0, len(cols)-1; i < j; i, j = i+1, j-1 {
+			cols[i], cols[j] = cols[j], cols[i]
+		}
+	}
+	hm := plotter.NewHeatMap(g, cols)
 	hm.NaN = color.Gray{Y: 0xd8}
 	switch {
 	case kind == eval.Rate:
@@ -142,6 +150,7 @@ func (s *Summary) heatmap(metric, title string) ([]byte, error) {
 	}
 
 	pl := plot.New()
+	pl.Title.Padding = vg.Points(6)
 	pl.Title.Text = title + " by " + p.ShortKeys[colKey]
 	if rowKey >= 0 {
 		pl.Title.Text = title + " by " + p.ShortKeys[rowKey] + " × " + p.ShortKeys[colKey]
