@@ -57,7 +57,11 @@ func Collect(outDir string, plan *Plan) (*Summary, error) {
 	s := &Summary{Plan: plan, Reports: make([]*eval.Report, len(plan.Points))}
 	for i, pt := range plan.Points {
 		dir := filepath.Join(outDir, pt.Name)
-		if !Done(dir) {
+		ok, err := finished(outDir, pt)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
 			continue
 		}
 		r, err := eval.ReadReport(filepath.Join(dir, eval.ReportJSON))

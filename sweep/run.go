@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -38,6 +39,29 @@ var now = time.Now
 func Done(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, DoneFile))
 	return err == nil
+}
+
+// finished reports whether pt is finished in outDir. A DONE written for
+// other overrides (the grid's keys changed but kept their short names) is
+// an error rather than a result silently reused.
+func finished(outDir string, pt Point) (bool, error) {
+	dir := filepath.Join(outDir, pt.Name)
+	data, err := os.ReadFile(filepath.Join(dir, DoneFile))
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sweep: point %d: %w", pt.Index, err)
+	}
+	var rec doneRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return false, fmt.Errorf("sweep: point %d: %s: %w", pt.Index, filepath.Join(dir, DoneFile), err)
+	}
+	if fmt.Sprint(rec.Sets) != fmt.Sprint(pt.Sets) {
+		return false, fmt.Errorf("sweep: point %d: %s holds a run with overrides %v, not %v: use another output folder",
+			pt.Index, dir, rec.Sets, pt.Sets)
+	}
+	return true, nil
 }
 
 // readDone returns the runner's recorded duration of a finished point (0 if unknown).
@@ -96,15 +120,20 @@ func (pr *progress) eta() string {
 // again resumes from there.
 func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progressW io.Writer) error {
 	pr := &progress{w: progressW, total: len(plan.Points)}
-	for _, pt := range plan.Points {
-		if dir := filepath.Join(outDir, pt.Name); Done(dir) {
-			pr.add(readDone(dir))
+	done := make([]bool, len(plan.Points))
+	for i, pt := range plan.Points {
+		ok, err := finished(outDir, pt)
+		if err != nil {
+			return err
+		}
+		if done[i] = ok; ok {
+			pr.add(readDone(filepath.Join(outDir, pt.Name)))
 		}
 	}
-	pr.printf("sweep: %d points over %v, %d already finished, %d to run\n",
-		pr.total, plan.Keys, pr.finished, pr.total-pr.finished)
-	for _, pt := range plan.Points {
-		if Done(filepath.Join(outDir, pt.Name)) {
+	pr.printf("sweep: %d points over %s, %d already finished, %d to run\n",
+		pr.total, strings.Join(plan.Keys, " × "), pr.finished, pr.total-pr.finished)
+	for i, pt := range plan.Points {
+		if done[i] {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -115,7 +144,7 @@ func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progress
 			return err
 		}
 		pr.add(d)
-		pr.printf("sweep: point %d/%d %s: done in %s; %s\n", pt.Index, pr.total-1, pt.Name, d.Round(time.Second), pr.eta())
+		pr.printf("sweep: point %d (of 0..%d) %s: done in %s; %s\n", pt.Index, pr.total-1, pt.Name, d.Round(time.Second), pr.eta())
 	}
 	sum, err := Collect(outDir, plan)
 	if err != nil {
@@ -135,15 +164,19 @@ func RunPoint(ctx context.Context, plan *Plan, outDir string, n int, runner Runn
 		return err
 	}
 	pr := &progress{w: progressW, total: len(plan.Points)}
-	if Done(filepath.Join(outDir, pt.Name)) {
-		pr.printf("sweep: point %d/%d %s: already finished\n", pt.Index, pr.total-1, pt.Name)
+	ok, err := finished(outDir, pt)
+	if err != nil {
+		return err
+	}
+	if ok {
+		pr.printf("sweep: point %d (of 0..%d) %s: already finished\n", pt.Index, pr.total-1, pt.Name)
 		return nil
 	}
 	d, err := runOne(ctx, plan, outDir, pt, runner, pr)
 	if err != nil {
 		return err
 	}
-	pr.printf("sweep: point %d/%d %s: done in %s\n", pt.Index, pr.total-1, pt.Name, d.Round(time.Second))
+	pr.printf("sweep: point %d (of 0..%d) %s: done in %s\n", pt.Index, pr.total-1, pt.Name, d.Round(time.Second))
 	return nil
 }
 
@@ -153,7 +186,7 @@ func runOne(ctx context.Context, plan *Plan, outDir string, pt Point, runner Run
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
 	}
-	pr.printf("sweep: point %d/%d %s: running (%s)\n", pt.Index, pr.total-1, pt.Name, plan.Label(pt))
+	pr.printf("sweep: point %d (of 0..%d) %s: running (%s)\n", pt.Index, pr.total-1, pt.Name, plan.Label(pt))
 	start := now()
 	if err := runner(ctx, pt, dir); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)

@@ -86,10 +86,10 @@ func TestRunResumesAfterKill(t *testing.T) {
 		t.Fatal("summary written by a failed sweep")
 	}
 	for _, s := range []string{
-		"sweep: 4 points over [rewards.gamma rewards.lambda], 0 already finished, 4 to run\n",
-		"sweep: point 0/3 gamma=0,lambda=0: running (gamma=0, lambda=0)\n",
-		"sweep: point 0/3 gamma=0,lambda=0: done in 10s; 3 left, ETA 30s\n",
-		"sweep: point 1/3 gamma=0,lambda=2: done in 10s; 2 left, ETA 20s\n",
+		"sweep: 4 points over rewards.gamma × rewards.lambda, 0 already finished, 4 to run\n",
+		"sweep: point 0 (of 0..3) gamma=0,lambda=0: running (gamma=0, lambda=0)\n",
+		"sweep: point 0 (of 0..3) gamma=0,lambda=0: done in 10s; 3 left, ETA 30s\n",
+		"sweep: point 1 (of 0..3) gamma=0,lambda=2: done in 10s; 2 left, ETA 20s\n",
 	} {
 		if !strings.Contains(log.String(), s) {
 			t.Errorf("progress lacks %q:\n%s", s, log.String())
@@ -109,8 +109,8 @@ func TestRunResumesAfterKill(t *testing.T) {
 	}
 	for _, s := range []string{
 		"2 already finished, 2 to run\n",
-		"sweep: point 2/3 gamma=0.5,lambda=0: done in 10s; 1 left, ETA 10s\n", // mean of the earlier 10 s points
-		"sweep: point 3/3 gamma=0.5,lambda=2: done in 10s; all finished\n",
+		"sweep: point 2 (of 0..3) gamma=0.5,lambda=0: done in 10s; 1 left, ETA 10s\n", // mean of the earlier 10 s points
+		"sweep: point 3 (of 0..3) gamma=0.5,lambda=2: done in 10s; all finished\n",
 		"summary.csv",
 	} {
 		if !strings.Contains(log.String(), s) {
@@ -222,6 +222,12 @@ func TestCollectPartial(t *testing.T) {
 	md := string(mustRead(t, filepath.Join(out, SummaryMarkdown)))
 	if !strings.Contains(md, "2 finished, **2 not finished**: 1 (`gamma=0,lambda=2`), 2 (`gamma=0.5,lambda=0`).") {
 		t.Errorf("summary.md:\n%s", md)
+	}
+	// A DONE left by other overrides (a renamed key with the same short name) is not reused.
+	other, _ := NewPlan(Config{Grid: Grid{{"grpo.gamma", []string{"0", "0.5"}}, {"rewards.lambda", []string{"0", "2"}}}})
+	if err := Run(context.Background(), other, out, fakeRunner(&ran, -1), nil); err == nil ||
+		!strings.Contains(err.Error(), "holds a run with overrides [rewards.gamma=0 rewards.lambda=0], not [grpo.gamma=0 rewards.lambda=0]") {
+		t.Errorf("reused another plan's point: %v", err)
 	}
 	// A point marked done without report.json is an error naming it.
 	os.Remove(filepath.Join(out, "gamma=0,lambda=0", eval.ReportJSON))
