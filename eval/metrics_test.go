@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -315,5 +316,18 @@ func TestReportFollowsFromFile(t *testing.T) {
 	j3, _ := MarshalReport(r3)
 	if string(j3) != string(j1) {
 		t.Fatalf("ReadReport round trip differs:\n%s\n---\n%s", j1, j3)
+	}
+}
+
+// BenchmarkCompute: a report over 5,000 trajectories of 10 turns (about the
+// size of the whole AgentDojo set).
+func BenchmarkCompute(b *testing.B) {
+	var ds []Decision
+	for i := 0; i < 5000; i++ {
+		ds = append(ds, traj(strconv.Itoa(i), []string{"banking", "slack"}[i%2], ptr("ii"), i%4 != 0, nil, "0001100011", "AAAARAAAAR")...)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		Compute(ds, 0)
 	}
 }
