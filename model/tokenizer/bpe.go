@@ -8,8 +8,9 @@ import "unicode/utf8"
 // space, …) are mapped in order to U+0100 and up, so " " is "Ġ" (U+0120).
 var byteRune [256]rune
 
-// runeByte is the inverse of byteRune.
-var runeByte = map[rune]byte{}
+// runeByte is the inverse of byteRune: runeByte[r] is the byte r stands
+// for plus one, or 0 when r stands for no byte.
+var runeByte [512]int16
 
 func init() {
 	printable := func(b int) bool {
@@ -23,7 +24,7 @@ func init() {
 			byteRune[b] = next
 			next++
 		}
-		runeByte[byteRune[b]] = byte(b)
+		runeByte[byteRune[b]] = int16(b) + 1
 	}
 }
 
@@ -33,8 +34,8 @@ func init() {
 func byteLevelDecode(tok string) []byte {
 	out := make([]byte, 0, len(tok))
 	for _, r := range tok {
-		if b, ok := runeByte[r]; ok {
-			out = append(out, b)
+		if r < rune(len(runeByte)) && runeByte[r] > 0 {
+			out = append(out, byte(runeByte[r]-1))
 		} else {
 			out = utf8.AppendRune(out, r)
 		}

@@ -146,7 +146,7 @@ func build(f *fileJSON) (*Tokenizer, error) {
 
 	t := &Tokenizer{
 		normalize: len(f.Normalizer) > 0 && string(f.Normalizer) != "null",
-		vocab:     make(map[string]int, len(m.Vocab)),
+		vocab:     m.Vocab,
 		merges:    make(map[[2]int32]merge, len(merges)),
 		addedID:   make(map[string]int, len(f.AddedTokens)),
 		cache:     make(map[string][]int),
@@ -169,26 +169,26 @@ func build(f *fileJSON) (*Tokenizer, error) {
 	t.idKind = make([]kind, size)
 
 	for tok, id := range m.Vocab {
-		raw := byteLevelDecode(tok)
 		if t.idKind[id] != kindNone {
 			return nil, fmt.Errorf("model.vocab %q: id %d is used twice", tok, id)
 		}
 		t.idKind[id] = kindBPE
 		t.idToken[id] = tok
-		t.idBytes[id] = raw
-		t.vocab[string(raw)] = id
+		t.idBytes[id] = byteLevelDecode(tok)
 	}
 	for b := range 256 {
-		id, ok := t.vocab[string([]byte{byte(b)})]
+		id, ok := m.Vocab[string(byteRune[b])]
 		if !ok {
 			return nil, fmt.Errorf("model.vocab lacks the byte-level token for byte 0x%02x", b)
 		}
 		t.byteID[b] = int32(id)
 	}
+	var buf []byte
 	for rank, pair := range merges {
 		left, okL := m.Vocab[pair[0]]
 		right, okR := m.Vocab[pair[1]]
-		merged, okM := m.Vocab[pair[0]+pair[1]]
+		buf = append(append(buf[:0], pair[0]...), pair[1]...)
+		merged, okM := m.Vocab[string(buf)]
 		if !okL || !okR || !okM {
 			return nil, fmt.Errorf("model.merges[%d] %q %q: token not in the vocabulary", rank, pair[0], pair[1])
 		}

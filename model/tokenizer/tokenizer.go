@@ -69,7 +69,7 @@ const maxCachedPiece = 256
 // Tokenizer encodes text to token ids and decodes ids to text.
 type Tokenizer struct {
 	normalize bool               // apply NFC before pre-tokenization
-	vocab     map[string]int     // raw bytes of a BPE token -> id
+	vocab     map[string]int     // BPE token in byte-level form ("Ġworld") -> id
 	merges    map[[2]int32]merge // (left id, right id) -> merge
 	byteID    [256]int32         // id of the BPE token of each single byte
 	idToken   []string           // id -> token as written in tokenizer.json
@@ -230,11 +230,8 @@ func (t *Tokenizer) TokenID(tok string) (int, bool) {
 	if id, ok := t.addedID[tok]; ok {
 		return id, true
 	}
-	id, ok := t.vocab[string(byteLevelDecode(tok))]
-	if !ok || t.idToken[id] != tok {
-		return 0, false
-	}
-	return id, true
+	id, ok := t.vocab[tok]
+	return id, ok
 }
 
 // VocabSize returns the number of token ids, added tokens included: one more
