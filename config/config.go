@@ -1,16 +1,21 @@
 package config
 
+import "github.com/mageguard/mageguard/model"
+
 // Config is mageguard's whole configuration: one section per package that
 // owns it. `configs/*.yaml` files and `--set section.key=value` overrides
 // address these sections by their yaml keys.
 type Config struct {
 	// Sections are added here as the packages that own them land, one line
 	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
+	Model model.Settings `yaml:"model"`
 }
 
 // Default returns the configuration with every section at its defaults.
 func Default() *Config {
-	return &Config{}
+	return &Config{
+		Model: model.DefaultSettings(),
+	}
 }
 
 // Load builds a configuration: defaults, then the YAML file (when path is not
