@@ -1,6 +1,9 @@
 package config
 
-import "github.com/mageguard/mageguard/sweep"
+import (
+	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/sweep"
+)
 
 // Config is mageguard's whole configuration: one section per package that
 // owns it. `configs/*.yaml` files and `--set section.key=value` overrides
@@ -9,12 +12,14 @@ type Config struct {
 	// Sections are added here as the packages that own them land, one line
 	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
 	Sweep sweep.Config `yaml:"sweep"`
+	Model model.Settings `yaml:"model"`
 }
 
 // Default returns the configuration with every section at its defaults.
 func Default() *Config {
 	return &Config{
 		Sweep: sweep.DefaultConfig(),
+		Model: model.DefaultSettings(),
 	}
 }
 
