@@ -11,7 +11,7 @@ import (
 type Config struct {
 	// Sections are added here as the packages that own them land, one line
 	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
-	Sweep sweep.Config `yaml:"sweep"`
+	Sweep sweep.Config   `yaml:"sweep"`
 	Model model.Settings `yaml:"model"`
 }
 
