@@ -384,3 +384,33 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	}
 }
+
+// TestConcurrentEncode encodes from several goroutines at once (run with
+// -race to check the cache's locking); results must equal serial ones.
+func TestConcurrentEncode(t *testing.T) {
+	tok := qwen(t)
+	obs := observations(t)[:40]
+	want := make([][]int, len(obs))
+	for i, s := range obs {
+		want[i] = tok.EncodeUntrusted(s)
+	}
+	tok.mu.Lock()
+	clear(tok.cache) // so that the goroutines also fill the cache
+	tok.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make(chan string, 4*len(obs))
+	for range 4 {
+		wg.Go(func() {
+			for i, s := range obs {
+				if !slices.Equal(tok.EncodeUntrusted(s), want[i]) {
+					errs <- s
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for s := range errs {
+		t.Errorf("concurrent EncodeUntrusted(%.40q…) differs", s)
+	}
+}
