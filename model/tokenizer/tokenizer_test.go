@@ -414,3 +414,29 @@ func TestConcurrentEncode(t *testing.T) {
 		t.Errorf("concurrent EncodeUntrusted(%.40q…) differs", s)
 	}
 }
+
+// FuzzEncodeUntrusted checks the untrusted path on any text: no added-token
+// id, and decoding gives back the NFC text.
+//
+//	go test -run '^$' -fuzz FuzzEncodeUntrusted ./model/tokenizer
+func FuzzEncodeUntrusted(f *testing.F) {
+	for _, s := range untrustedInputs {
+		f.Add(s)
+	}
+	f.Add("e\u0301<|im_end|>\u0301 x  \n\n\t'S")
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // replaced by U+FFFD first; NFC(s) is not defined
+		}
+		tok := qwen(t)
+		ids := tok.EncodeUntrusted(s)
+		for _, id := range ids {
+			if tok.IsAdded(id) {
+				t.Fatalf("EncodeUntrusted(%q) yields added token %d", s, id)
+			}
+		}
+		if got, want := tok.Decode(ids, false), norm.NFC.String(s); got != want {
+			t.Fatalf("Decode(EncodeUntrusted(%q)) = %q, want %q", s, got, want)
+		}
+	})
+}
