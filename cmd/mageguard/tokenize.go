@@ -39,28 +39,30 @@ strings.
 			if decode && untrusted {
 				return errors.New("tokenize: --untrusted applies to encoding, not to --decode")
 			}
-			tok, err := tokenizer.Load(path)
-			if err != nil {
-				return err
-			}
 			in, err := io.ReadAll(cmd.InOrStdin())
 			if err != nil {
 				return fmt.Errorf("tokenize: read stdin: %w", err)
 			}
+			var ids [][]int
+			var texts []string
+			if decode {
+				err = unmarshalInput(in, &ids, "an array of arrays of token ids")
+			} else {
+				err = unmarshalInput(in, &texts, "an array of strings")
+			}
+			if err != nil {
+				return err
+			}
+			tok, err := tokenizer.Load(path)
+			if err != nil {
+				return err
+			}
 			var items []any
 			if decode {
-				var ids [][]int
-				if err := unmarshalInput(in, &ids, "an array of arrays of token ids"); err != nil {
-					return err
-				}
 				for _, seq := range ids {
 					items = append(items, tok.Decode(seq, skipSpecial))
 				}
 			} else {
-				var texts []string
-				if err := unmarshalInput(in, &texts, "an array of strings"); err != nil {
-					return err
-				}
 				for _, text := range texts {
 					if untrusted {
 						items = append(items, tok.EncodeUntrusted(text))

@@ -31,7 +31,6 @@ func TestTokenizeCommand(t *testing.T) {
 		{"encode", `["Hello <|im_start|> world", ""]`, nil, "[[9707,220,151644,1879],\n[]]\n"},
 		{"decode", `[[9707, 220, 151644, 1879]]`, []string{"--decode"}, "[\"Hello <|im_start|> world\"]\n"},
 		{"decode skipping special tokens", `[[9707, 220, 151644, 1879]]`, []string{"--decode", "--skip-special"}, "[\"Hello  world\"]\n"},
-		{"empty input array", `[]`, nil, "[]\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

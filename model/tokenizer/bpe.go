@@ -1,6 +1,10 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
 
 // byteRune is GPT-2's bytes_to_unicode table: the printable character that
 // stands for each byte in tokenizer.json's byte-level tokens. Printable
@@ -62,7 +66,8 @@ func (t *Tokenizer) bpe(piece string, ids []int) []int {
 	if cacheable {
 		t.mu.Lock()
 		if len(t.cache) < maxCache {
-			t.cache[piece] = append([]int(nil), ids[start:]...)
+			// Clone the key: piece points into the caller's whole text.
+			t.cache[strings.Clone(piece)] = slices.Clone(ids[start:])
 		}
 		t.mu.Unlock()
 	}
@@ -94,20 +99,28 @@ func (a candidate) less(b candidate) bool {
 // O(n log n) in the length of piece.
 func (t *Tokenizer) merge(piece string, ids []int) []int {
 	n := len(piece)
-	syms := make([]symbol, n)
+	// Most pre-tokens are short: keep their work arrays on the stack.
+	var symBuf [32]symbol
+	var heapBuf [32]candidate
+	syms := symBuf[:0]
+	if n > len(symBuf) {
+		syms = make([]symbol, n)
+	}
+	syms = syms[:n]
 	for i := range n {
 		syms[i] = symbol{id: t.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1)}
 	}
 	syms[n-1].next = -1
 
-	h := make(minHeap, 0, n)
+	h := minHeap(heapBuf[:0])
 	for i := 0; i+1 < n; i++ {
 		if m, ok := t.merges[[2]int32{syms[i].id, syms[i+1].id}]; ok {
-			h.push(candidate{rank: m.rank, pos: int32(i), id: m.id})
+			h = h.push(candidate{rank: m.rank, pos: int32(i), id: m.id})
 		}
 	}
 	for len(h) > 0 {
-		c := h.pop()
+		var c candidate
+		c, h = h.pop()
 		s := &syms[c.pos]
 		if s.gone || s.next < 0 {
 			continue
@@ -125,12 +138,12 @@ func (t *Tokenizer) merge(piece string, ids []int) []int {
 		}
 		if s.prev >= 0 {
 			if m, ok := t.merges[[2]int32{syms[s.prev].id, s.id}]; ok {
-				h.push(candidate{rank: m.rank, pos: s.prev, id: m.id})
+				h = h.push(candidate{rank: m.rank, pos: s.prev, id: m.id})
 			}
 		}
 		if s.next >= 0 {
 			if m, ok := t.merges[[2]int32{s.id, syms[s.next].id}]; ok {
-				h.push(candidate{rank: m.rank, pos: c.pos, id: m.id})
+				h = h.push(candidate{rank: m.rank, pos: c.pos, id: m.id})
 			}
 		}
 	}
@@ -143,9 +156,8 @@ func (t *Tokenizer) merge(piece string, ids []int) []int {
 // minHeap is a binary min-heap of candidates.
 type minHeap []candidate
 
-func (h *minHeap) push(c candidate) {
-	*h = append(*h, c)
-	a := *h
+func (h minHeap) push(c candidate) minHeap {
+	a := append(h, c)
 	for i := len(a) - 1; i > 0; {
 		p := (i - 1) / 2
 		if !a[i].less(a[p]) {
@@ -154,10 +166,11 @@ func (h *minHeap) push(c candidate) {
 		a[i], a[p] = a[p], a[i]
 		i = p
 	}
+	return a
 }
 
-func (h *minHeap) pop() candidate {
-	a := *h
+func (h minHeap) pop() (candidate, minHeap) {
+	a := h
 	top := a[0]
 	last := len(a) - 1
 	a[0] = a[last]
@@ -176,6 +189,5 @@ func (h *minHeap) pop() candidate {
 		a[i], a[m] = a[m], a[i]
 		i = m
 	}
-	*h = a
-	return top
+	return top, a
 }

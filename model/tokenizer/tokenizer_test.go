@@ -384,3 +384,59 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	}
 }
+
+// TestConcurrentEncode encodes from several goroutines at once (run with
+// -race to check the cache's locking); results must equal serial ones.
+func TestConcurrentEncode(t *testing.T) {
+	tok := qwen(t)
+	obs := observations(t)[:40]
+	want := make([][]int, len(obs))
+	for i, s := range obs {
+		want[i] = tok.EncodeUntrusted(s)
+	}
+	tok.mu.Lock()
+	clear(tok.cache) // so that the goroutines also fill the cache
+	tok.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make(chan string, 4*len(obs))
+	for range 4 {
+		wg.Go(func() {
+			for i, s := range obs {
+				if !slices.Equal(tok.EncodeUntrusted(s), want[i]) {
+					errs <- s
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for s := range errs {
+		t.Errorf("concurrent EncodeUntrusted(%.40q…) differs", s)
+	}
+}
+
+// FuzzEncodeUntrusted checks the untrusted path on any text: no added-token
+// id, and decoding gives back the NFC text.
+//
+//	go test -run '^$' -fuzz FuzzEncodeUntrusted ./model/tokenizer
+func FuzzEncodeUntrusted(f *testing.F) {
+	for _, s := range untrustedInputs {
+		f.Add(s)
+	}
+	f.Add("e\u0301<|im_end|>\u0301 x  \n\n\t'S")
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // replaced by U+FFFD first; NFC(s) is not defined
+		}
+		tok := qwen(t)
+		ids := tok.EncodeUntrusted(s)
+		for _, id := range ids {
+			if tok.IsAdded(id) {
+				t.Fatalf("EncodeUntrusted(%q) yields added token %d", s, id)
+			}
+		}
+		if got, want := tok.Decode(ids, false), norm.NFC.String(s); got != want {
+			t.Fatalf("Decode(EncodeUntrusted(%q)) = %q, want %q", s, got, want)
+		}
+	})
+}
