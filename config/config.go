@@ -1,16 +1,21 @@
 package config
 
+import "github.com/mageguard/mageguard/rewards"
+
 // Config is mageguard's whole configuration: one section per package that
 // owns it. `configs/*.yaml` files and `--set section.key=value` overrides
 // address these sections by their yaml keys.
 type Config struct {
 	// Sections are added here as the packages that own them land, one line
 	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
+	Rewards rewards.Config `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
 }
 
 // Default returns the configuration with every section at its defaults.
 func Default() *Config {
-	return &Config{}
+	return &Config{
+		Rewards: rewards.DefaultConfig(),
+	}
 }
 
 // Load builds a configuration: defaults, then the YAML file (when path is not
