@@ -1,6 +1,9 @@
 package config
 
-import "github.com/mageguard/mageguard/rewards"
+import (
+	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/rewards"
+)
 
 // Config is mageguard's whole configuration: one section per package that
 // owns it. `configs/*.yaml` files and `--set section.key=value` overrides
@@ -9,12 +12,14 @@ type Config struct {
 	// Sections are added here as the packages that own them land, one line
 	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
 	Rewards rewards.Config `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
+	GRPO    grpo.Config    `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
 }
 
 // Default returns the configuration with every section at its defaults.
 func Default() *Config {
 	return &Config{
 		Rewards: rewards.DefaultConfig(),
+		GRPO:    grpo.DefaultConfig(),
 	}
 }
 
