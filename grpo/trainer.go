@@ -1,6 +1,7 @@
 package grpo
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -357,12 +358,12 @@ func (t *Trainer) trainedVariables(ctx *context.Context, g *Graph) []*context.Va
 		}
 	}
 	if len(vars) == 0 {
-		panic("grpo: the policy uses no trainable variable")
+		panic(errors.New("grpo: the policy uses no trainable variable"))
 	}
 	if t.params == nil {
 		t.params = vars
 	} else if !slices.Equal(vars, t.params) {
-		panic(fmt.Sprintf("grpo: the policy's trainable variables changed between graphs (%d, then %d)", len(t.params), len(vars)))
+		panic(fmt.Errorf("grpo: the policy's trainable variables changed between graphs (%d, then %d)", len(t.params), len(vars)))
 	}
 	return vars
 }
@@ -377,7 +378,7 @@ func (t *Trainer) stateVariable(ctx *context.Context, kind string, v *context.Va
 	key := stateKey(kind, v)
 	if value, ok := t.pending[key]; ok {
 		if !value.Shape().Equal(shape) {
-			panic(fmt.Sprintf("grpo: optimizer state %q has shape %s, want %s", key, value.Shape(), shape))
+			panic(fmt.Errorf("grpo: optimizer state %q has shape %s, want %s", key, value.Shape(), shape))
 		}
 		delete(t.pending, key)
 		return c.VariableWithValue(v.Name(), value).SetTrainable(false)
