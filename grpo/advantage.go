@@ -3,6 +3,8 @@ package grpo
 import (
 	"fmt"
 	"math"
+
+	"github.com/mageguard/mageguard/rewards"
 )
 
 // advantageEps is added to the group's standard deviation (DESIGN.md).
@@ -63,4 +65,17 @@ func TurnAdvantages(rewards [][]float64, scale string) ([][]float64, error) {
 		out[t] = adv
 	}
 	return out, nil
+}
+
+// PhaseAdvantages returns the memory and judge advantages [turn][chain] of one trajectory's
+// rewards: every turn and phase is its own group. A memory call takes memory[t][i] and a judge
+// call judge[t][i]; never the other phase's (the phase mask).
+func PhaseAdvantages(r rewards.Rewards, scale string) (memory, judge [][]float64, err error) {
+	if memory, err = TurnAdvantages(r.Memory, scale); err != nil {
+		return nil, nil, fmt.Errorf("memory rewards: %w", err)
+	}
+	if judge, err = TurnAdvantages(r.Judge, scale); err != nil {
+		return nil, nil, fmt.Errorf("judge rewards: %w", err)
+	}
+	return memory, judge, nil
 }

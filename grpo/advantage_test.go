@@ -1,6 +1,7 @@
 package grpo
 
 import (
+	"github.com/mageguard/mageguard/rewards"
 	"math"
 	"strings"
 	"testing"
@@ -105,5 +106,36 @@ func TestLearningRate(t *testing.T) {
 	cfg.WarmupSteps, cfg.LRSchedule = 0, ScheduleLinear
 	if got := LearningRate(cfg, 0, 10); got != 1 {
 		t.Errorf("no warm-up, step 0: lr %v, want 1", got)
+	}
+}
+
+// TestPhaseAdvantages runs rewards.Compute and PhaseAdvantages on a hand-computed trajectory:
+// labels 0, 1; chain 0 approves both turns (c = 1, 0), chain 1 approves then rejects (c = 1, 1).
+// γ = 0.5: r^M turn 0 = (1 + 0.5·0)/1.5 = 2/3 and (1 + 0.5)/1.5 = 1; turn 1 = c.
+// r^J = c. With scale none, turn 0: memory −1/6, +1/6 but judge 0, 0 (equal rewards);
+// turn 1: both phases −0.5, +0.5.
+func TestPhaseAdvantages(t *testing.T) {
+	ok := func(reject bool) rewards.Outcome {
+		return rewards.Outcome{MemoryParsed: true, MemoryChars: 1, JudgeParsed: true, Reject: reject}
+	}
+	r, err := rewards.Compute(rewards.DefaultConfig(), []int{0, 1}, [][]rewards.Outcome{
+		{ok(false), ok(false)},
+		{ok(false), ok(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, judge, err := PhaseAdvantages(r, ScaleNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMem := [][]float64{{-1.0 / 6, 1.0 / 6}, {-0.5, 0.5}}
+	wantJudge := [][]float64{{0, 0}, {-0.5, 0.5}}
+	for tt := range 2 {
+		for i := range 2 {
+			if math.Abs(mem[tt][i]-wantMem[tt][i]) > 1e-12 || math.Abs(judge[tt][i]-wantJudge[tt][i]) > 1e-12 {
+				t.Fatalf("memory %v judge %v, want %v and %v", mem, judge, wantMem, wantJudge)
+			}
+		}
 	}
 }

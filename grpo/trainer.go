@@ -35,6 +35,7 @@ type Trainer struct {
 	logProbExecs map[*context.Context]*context.Exec
 	params       []*context.Variable        // the trained variables, fixed by the first training graph
 	pending      map[string]*tensors.Tensor // optimizer state set before its variables existed
+	graphsBuilt  int                        // training graphs built (one per exec and shape)
 }
 
 type trainKey struct{ apply, hasOld, hasRef bool }
@@ -171,6 +172,9 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 		}
 		outs, err := exec.Exec(args...)
 		if err != nil {
+			if rerr := t.resetAccumulators(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
 			return Stats{}, fmt.Errorf("grpo step %d micro-batch %d: %w", n, ci, err)
 		}
 		st.Loss += float64(tensors.ToScalar[float32](outs[0]))
@@ -241,7 +245,7 @@ func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) 
 	if !ok {
 		var err error
 		exec, err = context.NewExec(t.backend, reuseIfLoaded(ctx), func(ctx *context.Context, tokens, attn, pos *Node) *Node {
-			return ConvertDType(t.policy(ctx, tokens, attn, pos), float32DType)
+			return ConvertDType(t.callPolicy(ctx, tokens, attn, pos), float32DType)
 		})
 		if err != nil {
 			return nil, err
@@ -309,11 +313,12 @@ func (t *Trainer) trainExec(key trainKey) (*context.Exec, error) {
 // Outputs: loss, seqRatio, seqKL, seqClipped, seqNegLogP, [gradNorm].
 func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*Node {
 	g := in[0].Graph()
+	t.graphsBuilt++
 	ctx.SetTraining(g, true)
 	tokens, attn, pos, mask, adv := in[0], in[1], in[2], in[3], in[4]
 	next := 5
-	logp := ConvertDType(t.policy(ctx, tokens, attn, pos), float32DType) // [B, K]
-	old := StopGradient(logp)                                            // μ = 1: ρ = 1, gradient kept
+	logp := ConvertDType(t.callPolicy(ctx, tokens, attn, pos), float32DType) // [B, K]
+	old := StopGradient(logp)                                                // μ = 1: ρ = 1, gradient kept
 	if key.hasOld {
 		old, next = in[next], next+1
 	}
@@ -348,6 +353,39 @@ func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*
 	return outs
 }
 
+// callPolicy calls the policy, turning a panic with a non-error value into an error panic:
+// GoMLX's executors return error panics as errors but re-raise anything else.
+func (t *Trainer) callPolicy(ctx *context.Context, tokens, attn, pos *Node) (logp *Node) {
+	defer func() {
+		if r := recover(); r != nil {
+			if err, ok := r.(error); ok {
+				panic(err)
+			}
+			panic(fmt.Errorf("policy: %v", r))
+		}
+	}()
+	logp = t.policy(ctx, tokens, attn, pos)
+	if want := pos.Shape().Dimensions; logp.Rank() != 2 || logp.Shape().Dim(0) != want[0] || logp.Shape().Dim(1) != want[1] {
+		panic(fmt.Errorf("policy returned log-probs shaped %s, want [%d %d]", logp.Shape(), want[0], want[1]))
+	}
+	return logp
+}
+
+// resetAccumulators zeroes the gradient accumulators, so that a step that failed halfway
+// leaves nothing behind for the next one.
+func (t *Trainer) resetAccumulators() error {
+	for _, p := range t.params {
+		acc := t.ctx.InspectVariable(stateScope("grad_acc", p), p.Name())
+		if acc == nil {
+			continue
+		}
+		if err := acc.SetValue(tensors.FromShape(acc.Shape())); err != nil {
+			return fmt.Errorf("reset gradient accumulator of %s: %w", p.ScopeAndName(), err)
+		}
+	}
+	return nil
+}
+
 // trainedVariables returns the trainable variables the policy used in g, and checks they are
 // the same in every training graph (the optimizer state is keyed by them).
 func (t *Trainer) trainedVariables(ctx *context.Context, g *Graph) []*context.Variable {
@@ -372,8 +410,7 @@ func (t *Trainer) trainedVariables(ctx *context.Context, g *Graph) []*context.Va
 // of the trained variable v: StateScope/kind/<v's scope>/<v's name>, zero-initialized unless
 // SetOptimizerState gave it a value.
 func (t *Trainer) stateVariable(ctx *context.Context, kind string, v *context.Variable) *context.Variable {
-	scope := StateScope + "/" + kind + strings.TrimSuffix(v.Scope(), context.ScopeSeparator)
-	c := ctx.Checked(false).InAbsPath(scope).WithInitializer(initializers.Zero)
+	c := ctx.Checked(false).InAbsPath(stateScope(kind, v)).WithInitializer(initializers.Zero)
 	shape := shapes.Make(float32DType, v.Shape().Dimensions...)
 	key := stateKey(kind, v)
 	if value, ok := t.pending[key]; ok {
@@ -384,6 +421,11 @@ func (t *Trainer) stateVariable(ctx *context.Context, kind string, v *context.Va
 		return c.VariableWithValue(v.Name(), value).SetTrainable(false)
 	}
 	return c.VariableWithShape(v.Name(), shape).SetTrainable(false)
+}
+
+// stateScope is the scope of v's state variable of the given kind.
+func stateScope(kind string, v *context.Variable) string {
+	return StateScope + "/" + kind + strings.TrimSuffix(v.Scope(), context.ScopeSeparator)
 }
 
 // stateKey names a state tensor: kind + the variable's scope and name, e.g. "exp_avg/model/layer_0/wq".
@@ -442,8 +484,7 @@ func (t *Trainer) OptimizerState() (map[string]*tensors.Tensor, error) {
 	}
 	for _, p := range t.params {
 		for _, kind := range []string{"exp_avg", "exp_avg_sq"} {
-			scope := StateScope + "/" + kind + strings.TrimSuffix(p.Scope(), context.ScopeSeparator)
-			sv := t.ctx.InspectVariable(scope, p.Name())
+			sv := t.ctx.InspectVariable(stateScope(kind, p), p.Name())
 			if sv == nil {
 				continue // no step taken yet
 			}

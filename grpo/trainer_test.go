@@ -688,3 +688,76 @@ func TestPackPadsRows(t *testing.T) {
 }
 
 func fmtAny(x any) string { return fmt.Sprint(x) }
+
+// TestShapesAreBucketed: batches of different lengths within one bucket reuse one compiled
+// training graph.
+func TestShapesAreBucketed(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Beta, cfg.MicroBatchSize = 0, 4
+	ctx := context.New()
+	tinyInit(ctx, 1)
+	tr, err := NewTrainer(backend(t), ctx, tinyPolicy, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, lens := range [][2]int{{1, 1}, {2, 3}, {3, 5}, {1, 7}} { // prompt + completion ≤ 8, completion ≤ 8
+		b, err := NewBatch([]Sequence{
+			{Prompt: make([]int32, lens[0]), Completion: make([]int32, lens[1]), Advantage: 1},
+			{Prompt: []int32{1}, Completion: []int32{2}, Advantage: -1},
+			{Prompt: []int32{1, 2}, Completion: []int32{3}, Advantage: 0.5},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Step(b); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if tr.graphsBuilt != 1 {
+		t.Fatalf("%d training graphs built for 4 batches of one bucket, want 1", tr.graphsBuilt)
+	}
+}
+
+// TestFailedMicroBatchLeavesNothingBehind: when the second micro-batch of a step fails, the
+// first one's gradient does not leak into the next step.
+func TestFailedMicroBatchLeavesNothingBehind(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Beta, cfg.MicroBatchSize, cfg.WarmupSteps, cfg.LearningRate = 0, 1, 0, 0.1
+	newRun := func() (*context.Context, *Trainer) {
+		ctx := context.New()
+		ctx.In("direct").VariableWithValue("w", [][]float32{{-1, -1, -1, -1, -1, -1, -1, -1}})
+		ctx.In("direct").VariableWithValue("bias", make([]float32, 8))
+		tr, err := NewTrainer(backend(t), ctx, directPolicy, cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ctx, tr
+	}
+	good, err := NewBatch([]Sequence{{Prompt: []int32{1}, Completion: []int32{1, 2, 3}, Advantage: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second sequence's 9-token completion makes its micro-batch K = 16, which
+	// directPolicy (w is [1, 8]) refuses.
+	bad, err := NewBatch([]Sequence{
+		{Prompt: []int32{1}, Completion: []int32{1, 2}, Advantage: -1},
+		{Prompt: []int32{1}, Completion: make([]int32, 9), Advantage: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, tr := newRun()
+	if _, err := tr.Step(bad); err == nil || !strings.Contains(err.Error(), "grpo step 1 micro-batch 1") {
+		t.Fatalf("error %v, want a failure in micro-batch 1", err)
+	}
+	if _, err := tr.Step(good); err != nil {
+		t.Fatal(err)
+	}
+	ctxFresh, trFresh := newRun()
+	if _, err := trFresh.Step(good); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxWeightDiff(weights(t, ctx, "direct"), weights(t, ctxFresh, "direct")); d != 0 {
+		t.Fatalf("after a failed step, the next differs from a fresh trainer's by %v", d)
+	}
+}
