@@ -3,6 +3,7 @@ package config
 import (
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/rewards"
+	"github.com/mageguard/mageguard/sweep"
 )
 
 // Config is mageguard's whole configuration: one section per package that
@@ -13,6 +14,7 @@ type Config struct {
 	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
 	Rewards rewards.Config `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
 	GRPO    grpo.Config    `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
+	Sweep   sweep.Config   `yaml:"sweep"`
 }
 
 // Default returns the configuration with every section at its defaults.
@@ -20,6 +22,7 @@ func Default() *Config {
 	return &Config{
 		Rewards: rewards.DefaultConfig(),
 		GRPO:    grpo.DefaultConfig(),
+		Sweep:   sweep.DefaultConfig(),
 	}
 }
 
