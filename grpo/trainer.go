@@ -171,6 +171,7 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 			return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
 		}
 		outs, err := exec.Exec(args...)
+		mb.finalize()
 		if err != nil {
 			if rerr := t.resetAccumulators(); rerr != nil {
 				err = errors.Join(err, rerr)
@@ -188,9 +189,6 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 		for _, o := range outs {
 			o.FinalizeAll()
 		}
-	}
-	if len(t.pending) > 0 {
-		return Stats{}, fmt.Errorf("grpo step %d: optimizer state has entries for no trained variable: %s", n, strings.Join(sortedKeys(t.pending), ", "))
 	}
 	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
 		return Stats{}, fmt.Errorf("grpo step %d: loss %v, gradient norm %v: not finite; weights and optimizer state left unchanged", n, st.Loss, st.GradNorm)
@@ -258,6 +256,7 @@ func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) 
 	for _, rows := range t.chunks(b.Len()) {
 		mb := pack(b, rows, t.rowsPerMicroBatch(b.Len()), false, false)
 		res, err := exec.Exec(mb.tokens, mb.attn, mb.pos)
+		mb.finalize()
 		if err != nil {
 			return nil, err
 		}
@@ -399,11 +398,42 @@ func (t *Trainer) trainedVariables(ctx *context.Context, g *Graph) []*context.Va
 		panic(errors.New("grpo: the policy uses no trainable variable"))
 	}
 	if t.params == nil {
+		if err := t.checkPendingState(vars); err != nil {
+			panic(err)
+		}
 		t.params = vars
 	} else if !slices.Equal(vars, t.params) {
 		panic(fmt.Errorf("grpo: the policy's trainable variables changed between graphs (%d, then %d)", len(t.params), len(vars)))
 	}
 	return vars
+}
+
+// checkPendingState checks that a restored optimizer state has exactly the two moments of each
+// trained variable (or none at all at step 0).
+func (t *Trainer) checkPendingState(vars []*context.Variable) error {
+	if len(t.pending) == 0 && t.step == 0 {
+		return nil
+	}
+	want := map[string]bool{}
+	var missing, unknown []string
+	for _, v := range vars {
+		for _, kind := range []string{"exp_avg", "exp_avg_sq"} {
+			key := stateKey(kind, v)
+			want[key] = true
+			if t.pending[key] == nil {
+				missing = append(missing, key)
+			}
+		}
+	}
+	for _, key := range sortedKeys(t.pending) {
+		if !want[key] {
+			unknown = append(unknown, key)
+		}
+	}
+	if len(missing) > 0 || len(unknown) > 0 {
+		return fmt.Errorf("grpo: optimizer state of step %d does not match the trained variables: unknown %v, missing %v", t.step, unknown, missing)
+	}
+	return nil
 }
 
 // stateVariable returns the float32 state variable kind ("grad_acc", "exp_avg", "exp_avg_sq")
@@ -587,6 +617,15 @@ type microBatch struct {
 	tokens, attn, pos   *tensors.Tensor // int32 [R, L], [R, L], [R, K]
 	mask, adv, old, ref *tensors.Tensor // float32 [R, K], [R], [R, K], [R, K]
 	hasOld, hasRef      bool
+}
+
+// finalize frees the micro-batch's tensors (on the device too) once they have been used.
+func (mb *microBatch) finalize() {
+	for _, x := range []*tensors.Tensor{mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv, mb.old, mb.ref} {
+		if x != nil {
+			x.FinalizeAll()
+		}
+	}
 }
 
 func (mb *microBatch) args() []any {

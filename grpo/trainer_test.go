@@ -452,6 +452,7 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 
 func TestSetOptimizerStateErrors(t *testing.T) {
 	cfg := DefaultConfig()
+	cfg.Beta = 0
 	newTrainer := func() *Trainer {
 		ctx := context.New()
 		tinyInit(ctx, 1)
@@ -462,9 +463,21 @@ func TestSetOptimizerStateErrors(t *testing.T) {
 		return tr
 	}
 	b := randomBatch(rand.New(rand.NewPCG(1, 1)), 3)
-	b.RefLogProbs = make([][]float32, 3) // beta > 0 needs them; their values do not matter here
-	for i := range b.RefLogProbs {
-		b.RefLogProbs[i] = make([]float32, len(b.LossMask[i]))
+	tr := newTrainer()
+	if _, err := tr.Step(b); err != nil {
+		t.Fatal(err)
+	}
+	valid, err := tr.OptimizerState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := func(edit func(map[string]*tensors.Tensor)) map[string]*tensors.Tensor {
+		s := map[string]*tensors.Tensor{}
+		for k, v := range valid {
+			s[k] = v
+		}
+		edit(s)
+		return s
 	}
 	step := tensors.FromScalar(int64(7))
 	cases := []struct {
@@ -473,16 +486,22 @@ func TestSetOptimizerStateErrors(t *testing.T) {
 		wantSet string // error from SetOptimizerState
 		wantRun string // error from the next Step
 	}{
+		{"valid", valid, "", ""},
 		{"no step", map[string]*tensors.Tensor{}, `no scalar "step"`, ""},
-		{"unknown entry", map[string]*tensors.Tensor{"step": step, "momentum/tiny/E": step}, `unknown optimizer state entry "momentum/tiny/E"`, ""},
-		{"wrong shape", map[string]*tensors.Tensor{"step": step, "exp_avg/tiny/E": tensors.FromFlatDataAndDimensions(make([]float32, 4), 2, 2)}, "",
-			`optimizer state "exp_avg/tiny/E" has shape (Float32)[2 2], want (Float32)[8 24]`},
-		{"no such variable", map[string]*tensors.Tensor{"step": step, "exp_avg/tiny/Z": step}, "",
-			"optimizer state has entries for no trained variable: exp_avg/tiny/Z"},
+		{"unknown kind", map[string]*tensors.Tensor{"step": step, "momentum/tiny/E": step}, `unknown optimizer state entry "momentum/tiny/E"`, ""},
+		{"wrong shape", edited(func(s map[string]*tensors.Tensor) {
+			s["exp_avg/tiny/E"] = tensors.FromFlatDataAndDimensions(make([]float32, 4), 2, 2)
+		}), "", `optimizer state "exp_avg/tiny/E" has shape (Float32)[2 2], want (Float32)[8 24]`},
+		{"no such variable", edited(func(s map[string]*tensors.Tensor) { s["exp_avg/tiny/Z"] = step }), "",
+			"does not match the trained variables: unknown [exp_avg/tiny/Z], missing []"},
+		{"missing moment", edited(func(s map[string]*tensors.Tensor) { delete(s, "exp_avg_sq/tiny/W1") }), "",
+			"unknown [], missing [exp_avg_sq/tiny/W1]"},
+		{"moments missing after step 0", map[string]*tensors.Tensor{"step": step}, "", "missing [exp_avg/tiny/E exp_avg_sq/tiny/E"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tr := newTrainer()
+			before := weights(t, tr.ctx, "tiny")
 			err := tr.SetOptimizerState(c.state)
 			if c.wantSet != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantSet) {
@@ -494,8 +513,18 @@ func TestSetOptimizerStateErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = tr.Step(b)
-			if err == nil || !strings.Contains(err.Error(), c.wantRun) || !strings.Contains(err.Error(), "grpo step 8") {
-				t.Fatalf("Step error %v, want %q at step 8", err, c.wantRun)
+			if c.wantRun == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			n := tensors.ToScalar[int64](c.state["step"]) + 1
+			if err == nil || !strings.Contains(err.Error(), c.wantRun) || !strings.Contains(err.Error(), fmt.Sprintf("grpo step %d", n)) {
+				t.Fatalf("Step error %v, want %q at step %d", err, c.wantRun, n)
+			}
+			if d := maxWeightDiff(before, weights(t, tr.ctx, "tiny")); d != 0 {
+				t.Fatalf("a refused state still changed the weights by %v", d)
 			}
 		})
 	}
