@@ -78,7 +78,7 @@ func runLearning(t *testing.T, s learnSetup) learnResult {
 	var ref *context.Context
 	if s.cfg.Beta > 0 {
 		var err error
-		if ref, err = ctx.Clone(); err != nil { // the frozen starting model
+		if ref, err = FrozenCopy(ctx); err != nil { // the frozen starting model
 			t.Fatal(err)
 		}
 	}

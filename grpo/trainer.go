@@ -233,8 +233,9 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 }
 
 // LogProbs returns log π(TargetPos) [B][K] of b's sequences under the policy with the
-// variables of ctx: the trainer's own context gives π_old, a reference context (e.g. a
-// ctx.Clone() taken before training) gives π_ref. Entries whose LossMask is 0 are 0.
+// variables of ctx: the trainer's own context gives π_old, a reference context (FrozenCopy of
+// the starting model) gives π_ref. Entries whose LossMask is 0 are 0. Each distinct ctx value
+// gets its own compiled graphs: pass the same *context.Context every time.
 func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) {
 	if err := b.validate(false); err != nil {
 		return nil, err
@@ -277,6 +278,24 @@ func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) 
 		}
 	}
 	return out, nil
+}
+
+// FrozenCopy returns a new context holding copies of ctx's variables, not trainable, without
+// the trainer's own state (StateScope): the frozen reference policy π_ref for LogProbs. With
+// beta = 0 no reference is needed.
+func FrozenCopy(ctx *context.Context) (*context.Context, error) {
+	ref := context.New()
+	for v := range ctx.IterVariables() {
+		if v.Scope() == StateScope || strings.HasPrefix(v.Scope(), StateScope+context.ScopeSeparator) {
+			continue
+		}
+		c, err := v.CloneToContext(ref)
+		if err != nil {
+			return nil, fmt.Errorf("grpo: copy variable %s: %w", v.ScopeAndName(), err)
+		}
+		c.SetTrainable(false)
+	}
+	return ref, nil
 }
 
 // maxCompiledShapes bounds each exec's cache of compiled graphs (GoMLX's default is 32).

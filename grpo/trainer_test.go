@@ -817,3 +817,64 @@ func BenchmarkStep(b *testing.B) {
 		})
 	}
 }
+
+// TestFrozenCopy: the copy holds the model's variables, not trainable and unchanged by
+// training, and none of the trainer's state.
+func TestFrozenCopy(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Beta, cfg.LearningRate, cfg.WarmupSteps = 0, 0.01, 0
+	ctx := context.New()
+	tinyInit(ctx, 1)
+	tr, err := NewTrainer(backend(t), ctx, tinyPolicy, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := randomBatch(rand.New(rand.NewPCG(1, 3)), 4)
+	if _, err := tr.Step(b); err != nil { // creates the trainer's state variables
+		t.Fatal(err)
+	}
+	ref, err := FrozenCopy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.NumVariables() != 6 {
+		t.Errorf("copy has %d variables, want the tiny model's 6", ref.NumVariables())
+	}
+	for v := range ref.IterVariables() {
+		if v.Trainable || !strings.HasPrefix(v.Scope(), "/tiny") {
+			t.Errorf("copied variable %s: trainable %v", v.ScopeAndName(), v.Trainable)
+		}
+	}
+	before := weights(t, ref, "tiny")
+	if d := maxWeightDiff(before, weights(t, ctx, "tiny")); d != 0 {
+		t.Fatalf("copy differs from the model by %v", d)
+	}
+	refLogp, err := tr.LogProbs(ref, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Step(b); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxWeightDiff(before, weights(t, ref, "tiny")); d != 0 {
+		t.Fatalf("training moved the frozen copy by %v", d)
+	}
+	again, err := tr.LogProbs(ref, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := tr.LogProbs(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, moved := true, false
+	for i := range again {
+		for k := range again[i] {
+			same = same && again[i][k] == refLogp[i][k]
+			moved = moved || cur[i][k] != refLogp[i][k]
+		}
+	}
+	if !same || !moved {
+		t.Fatalf("reference log-probs unchanged: %v; policy log-probs moved: %v", same, moved)
+	}
+}
