@@ -2,6 +2,7 @@ package config
 
 import (
 	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/sweep"
 )
@@ -15,6 +16,7 @@ type Config struct {
 	Rewards rewards.Config `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
 	GRPO    grpo.Config    `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
 	Sweep   sweep.Config   `yaml:"sweep"`
+	Model   model.Settings `yaml:"model"`
 }
 
 // Default returns the configuration with every section at its defaults.
@@ -23,6 +25,7 @@ func Default() *Config {
 		Rewards: rewards.DefaultConfig(),
 		GRPO:    grpo.DefaultConfig(),
 		Sweep:   sweep.DefaultConfig(),
+		Model:   model.DefaultSettings(),
 	}
 }
 

@@ -34,6 +34,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 	root.AddCommand(
 		newConfigCmd(),
 		newDataCmd(),
+		newTokenizeCmd(),
 	)
 	return root
 }

@@ -1,0 +1,92 @@
+package model
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/simplego"
+)
+
+// BackendConfig picks the GoMLX backend that runs the model.
+type BackendConfig struct {
+	Name        string `yaml:"backend"`      // "go" (pure Go, the default) or "xla" (PJRT plugins: CPU, CUDA, TPU)
+	Plugin      string `yaml:"plugin"`       // xla only: plugin name (e.g. "cuda", "cpu") or absolute path to a pjrt_c_api_*_plugin.so
+	Parallelism int    `yaml:"parallelism"`  // go only: worker goroutines; -1 = unlimited (measured not to deadlock on 2 cores), 0 = sequential
+	AutoInstall bool   `yaml:"auto_install"` // xla only: let go-xla download missing plugins (off: nothing is fetched at run time)
+}
+
+// DefaultBackendConfig is the pure-Go backend with unlimited parallelism.
+func DefaultBackendConfig() BackendConfig {
+	return BackendConfig{Name: "go", Parallelism: -1}
+}
+
+// Validate checks the backend name. Errors start with the key.
+func (c *BackendConfig) Validate() error {
+	switch c.Name {
+	case "", "go":
+		if c.Plugin != "" {
+			return fmt.Errorf("plugin is only used by backend xla, got %q with backend %q", c.Plugin, c.Name)
+		}
+	case "xla":
+		if !xlaAvailable {
+			return fmt.Errorf("backend: xla is not compiled into this binary (built with -tags noxla)")
+		}
+	default:
+		return fmt.Errorf("backend must be \"go\" or \"xla\", got %q", c.Name)
+	}
+	return nil
+}
+
+// stdoutMu serializes the temporary redirection of os.Stdout in NewBackend.
+var stdoutMu sync.Mutex
+
+// NewBackend creates the backend described by cfg.
+//
+// "go": the pure-Go simplego backend with cfg.Parallelism workers. simplego
+// prints "SimpleGo backend: parallelism set to N" on stdout when given a
+// parallelism; NewBackend sends that line to stderr so commands that write
+// data to stdout stay clean.
+//
+// "xla": a PJRT plugin, by name or absolute path; GOMLX_NO_AUTO_INSTALL
+// behaviour (no downloads) unless cfg.AutoInstall.
+func NewBackend(cfg BackendConfig) (backends.Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("model backend: %w", err)
+	}
+	switch cfg.Name {
+	case "", "go":
+		spec := fmt.Sprintf("parallelism=%d", cfg.Parallelism)
+		var b backends.Backend
+		var err error
+		withStdoutOnStderr(func() { b, err = simplego.New(spec) })
+		if err != nil {
+			return nil, fmt.Errorf("model backend go (%s): %w", spec, err)
+		}
+		return b, nil
+	default: // "xla", checked by Validate
+		b, err := newXLABackend(cfg.Plugin, cfg.AutoInstall)
+		if err != nil {
+			return nil, fmt.Errorf("model backend xla (plugin %q): %w", cfg.Plugin, err)
+		}
+		return b, nil
+	}
+}
+
+// withStdoutOnStderr runs fn with os.Stdout pointing at os.Stderr.
+func withStdoutOnStderr(fn func()) {
+	stdoutMu.Lock()
+	defer stdoutMu.Unlock()
+	saved := os.Stdout
+	os.Stdout = os.Stderr
+	defer func() { os.Stdout = saved }()
+	fn()
+}
+
+// xlaPluginSpec turns a plugin name or path into the config string of the
+// xla backend ("" = its default choice).
+func xlaPluginSpec(plugin string) string {
+	return strings.TrimSpace(plugin)
+}

@@ -1,0 +1,16 @@
+//go:build noxla
+
+package model
+
+import (
+	"errors"
+
+	"github.com/gomlx/gomlx/backends"
+)
+
+// xlaAvailable reports whether the xla backend is compiled in (build tag noxla removes it).
+const xlaAvailable = false
+
+func newXLABackend(string, bool) (backends.Backend, error) {
+	return nil, errors.New("xla is not compiled into this binary (built with -tags noxla)")
+}

@@ -1,0 +1,22 @@
+//go:build !noxla
+
+package model
+
+import (
+	"os"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/xla"
+)
+
+// xlaAvailable reports whether the xla backend is compiled in (build tag noxla removes it).
+const xlaAvailable = true
+
+func newXLABackend(plugin string, autoInstall bool) (backends.Backend, error) {
+	if !autoInstall {
+		// Nothing is downloaded at run time unless the user asks for it.
+		_ = os.Setenv(xla.NoAutoInstallEnv, "1")
+		xla.EnableAutoInstall(false)
+	}
+	return xla.New(xlaPluginSpec(plugin))
+}

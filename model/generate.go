@@ -1,0 +1,614 @@
+package model
+
+// Batched generation with a fixed-capacity KV cache.
+//
+// Two compiled graphs: prefill (the right-padded prompts [B, Lp] → log-probs
+// at each row's last prompt position and the KV cache [B, S, nkv, D] per
+// layer, capacity S) and decode (one token per row → log-probs and the
+// updated cache). Shapes are bucketed — B and Lp and S to powers of two — so
+// one decode graph serves every position of every generation with the same
+// (B, S), and an Exec never recompiles per length. Every row keeps its own
+// position: row b writes its t-th new token at slot len_b + t, and attends
+// to slots ≤ that position, so rows of different lengths share the batch
+// without left-padding and a padded batch equals its rows run alone.
+//
+// Sampling runs on the host from the [B, V] log-probs each step brings back
+// (log_softmax(logits / temperature), the same graph code as TokenLogProbs):
+// greedy, or temperature with optional top-k / top-p. The constraint hook
+// costs nothing in the graph: a forced token is O(1), an allowed set
+// O(|set|), a banned set one O(V) pass, all on the host; the price paid by
+// every step, constrained or not, is copying B×V float32 log-probs to the
+// host (4.9 MB at B = 8, V = 151,936).
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// ConstraintKind says what a Constraint does to the next token of a row.
+type ConstraintKind int
+
+const (
+	Free        ConstraintKind = iota // sample from the whole vocabulary
+	ForceToken                        // emit Tokens[0]
+	AllowTokens                       // sample only among Tokens
+	BanTokens                         // sample among all ids except Tokens
+)
+
+// Constraint restricts the next token of one row. The zero value is Free.
+type Constraint struct {
+	Kind   ConstraintKind
+	Tokens []int
+}
+
+// Force makes the next token id.
+func Force(id int) Constraint { return Constraint{Kind: ForceToken, Tokens: []int{id}} }
+
+// Allow restricts the next token to ids.
+func Allow(ids ...int) Constraint { return Constraint{Kind: AllowTokens, Tokens: ids} }
+
+// Ban excludes ids from the next token.
+func Ban(ids ...int) Constraint { return Constraint{Kind: BanTokens, Tokens: ids} }
+
+// GenerateOptions control Generate.
+type GenerateOptions struct {
+	MaxNewTokens int     // tokens to generate per row at most (> 0)
+	Temperature  float64 // 0 = greedy (argmax, first id on ties); > 0 samples from softmax(logits / Temperature)
+	TopK         int     // sample among the TopK most likely ids (0 = off)
+	TopP         float64 // sample among the most likely ids whose mass reaches TopP (0 or 1 = off); applied after TopK
+	Seed         uint64  // row i samples from its own PCG stream (Seed, i): same seed, same samples
+	StopTokens   []int   // a row stops after emitting any of these ids (nil = never stop early)
+	MaxBatch     int     // rows run together at most (0 = all); the results do not depend on it
+	// Constrain, when set, is called before each step for each live row with
+	// the tokens it generated so far; its Constraint applies to that step.
+	Constrain func(row int, generated []int) Constraint
+
+	observe func(row, step int, logp []float32) // tests and Score: the log-probs a step sampled from
+}
+
+// Generation is the output of one prompt.
+type Generation struct {
+	Tokens   []int     // generated ids, the stop token included
+	LogProbs []float32 // per token, log_softmax(logits / T)[token] without constraints (T = 1 when greedy): what TokenLogProbs computes
+	Stopped  bool      // ended on a stop token (else on MaxNewTokens)
+}
+
+// Bucket bounds for shapes.
+const (
+	minPromptBucket   = 16
+	minCapacityBucket = 32
+)
+
+// bucket returns the smallest power of two ≥ max(n, lo).
+func bucket(n, lo int) int {
+	b := lo
+	for b < n {
+		b *= 2
+	}
+	return b
+}
+
+// Generate continues each prompt (token ids) with up to MaxNewTokens tokens.
+func (m *Model) Generate(prompts [][]int, opts GenerateOptions) ([]Generation, error) {
+	if opts.MaxNewTokens <= 0 {
+		return nil, fmt.Errorf("generate: MaxNewTokens must be positive, got %d", opts.MaxNewTokens)
+	}
+	if opts.Temperature < 0 || math.IsNaN(opts.Temperature) {
+		return nil, fmt.Errorf("generate: Temperature must be >= 0, got %g", opts.Temperature)
+	}
+	if opts.TopK < 0 || opts.TopP < 0 || opts.TopP > 1 {
+		return nil, fmt.Errorf("generate: TopK must be >= 0 and TopP in [0, 1], got %d and %g", opts.TopK, opts.TopP)
+	}
+	V := m.cfg.VocabSize
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("generate: prompt %d is empty", i)
+		}
+		for j, id := range p {
+			if id < 0 || id >= V {
+				return nil, fmt.Errorf("generate: prompt %d token %d: id %d outside the vocabulary [0, %d)", i, j, id, V)
+			}
+		}
+		if n := len(p) + opts.MaxNewTokens; n > m.cfg.MaxPositionEmbeddings {
+			return nil, fmt.Errorf("generate: prompt %d: %d tokens + %d new exceed max_position_embeddings %d",
+				i, len(p), opts.MaxNewTokens, m.cfg.MaxPositionEmbeddings)
+		}
+	}
+	for _, id := range opts.StopTokens {
+		if id < 0 || id >= V {
+			return nil, fmt.Errorf("generate: stop token %d outside the vocabulary [0, %d)", id, V)
+		}
+	}
+	out := make([]Generation, len(prompts))
+	chunk := len(prompts)
+	if opts.MaxBatch > 0 {
+		chunk = opts.MaxBatch
+	}
+	for start := 0; start < len(prompts); start += chunk {
+		end := min(start+chunk, len(prompts))
+		if err := m.generateBatch(prompts[start:end], start, opts, out[start:end]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// generateBatch runs rows first..first+len(prompts)-1 together.
+func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, out []Generation) error {
+	n := len(prompts)
+	maxLen := 0
+	for _, p := range prompts {
+		maxLen = max(maxLen, len(p))
+	}
+	B := bucket(n, 1)
+	Lp := bucket(maxLen, minPromptBucket)
+	S := bucket(maxLen+opts.MaxNewTokens, minCapacityBucket)
+
+	tokens := make([][]int32, B)
+	mask := make([][]bool, B)
+	last := make([]int32, B)
+	for b := range tokens {
+		tokens[b] = make([]int32, Lp)
+		mask[b] = make([]bool, Lp)
+		p := []int{0} // filler rows: one token, ignored
+		if b < n {
+			p = prompts[b]
+		}
+		for j, id := range p {
+			tokens[b][j] = int32(id)
+			mask[b][j] = true
+		}
+		last[b] = int32(len(p) - 1)
+	}
+	temp := float32(opts.Temperature)
+	if opts.Temperature == 0 {
+		temp = 1 // greedy: log-probs reported under temperature 1
+	}
+
+	prefill, err := m.prefillExec(S)
+	if err != nil {
+		return err
+	}
+	res, err := execRecover(prefill, tokens, mask, last, temp)
+	if err != nil {
+		return fmt.Errorf("generate: prefill: %w", err)
+	}
+	logp, cache := res[0], res[1:]
+	defer func() {
+		for _, t := range cache {
+			t.FinalizeAll()
+		}
+	}()
+
+	samplers := make([]*sampler, n)
+	for i := range samplers {
+		samplers[i] = newSampler(m.cfg.VocabSize, opts, first+i)
+		out[i] = Generation{}
+	}
+	live := make([]bool, n)
+	for i := range live {
+		live[i] = true
+	}
+	stop := map[int]bool{}
+	for _, id := range opts.StopTokens {
+		stop[id] = true
+	}
+	decode, err := m.decodeExec()
+	if err != nil {
+		return err
+	}
+	V := m.cfg.VocabSize
+	next := make([]int32, B)
+	pos := make([]int32, B)
+	for step := 0; step < opts.MaxNewTokens; step++ {
+		// Pick the next token of every live row from this step's log-probs.
+		var pickErr error
+		err := tensors.ConstFlatData(logp, func(flat []float32) {
+			for i := 0; i < n && pickErr == nil; i++ {
+				if !live[i] {
+					continue
+				}
+				lp := flat[i*V : (i+1)*V]
+				if opts.observe != nil {
+					opts.observe(first+i, step, lp)
+				}
+				var c Constraint
+				if opts.Constrain != nil {
+					c = opts.Constrain(first+i, out[i].Tokens)
+				}
+				id, err := samplers[i].pick(lp, c)
+				if err != nil {
+					pickErr = fmt.Errorf("generate: row %d step %d: %w", first+i, step, err)
+					return
+				}
+				out[i].Tokens = append(out[i].Tokens, id)
+				out[i].LogProbs = append(out[i].LogProbs, lp[id])
+				if stop[id] {
+					out[i].Stopped = true
+					live[i] = false
+				}
+			}
+		})
+		logp.FinalizeAll()
+		if err != nil {
+			return fmt.Errorf("generate: reading log-probs: %w", err)
+		}
+		if pickErr != nil {
+			return pickErr
+		}
+		if step == opts.MaxNewTokens-1 || !slices.Contains(live, true) {
+			break
+		}
+		// Feed the picked tokens: row b's token of step t goes to slot len_b + t.
+		for b := 0; b < B; b++ {
+			next[b], pos[b] = 0, 0
+			if b < n && live[b] {
+				next[b] = int32(out[b].Tokens[step])
+				pos[b] = int32(len(prompts[b]) + step)
+			}
+		}
+		args := []any{next, pos, temp}
+		for _, t := range cache {
+			args = append(args, donate(t, m))
+		}
+		res, err := execRecover(decode, args...)
+		if err != nil {
+			return fmt.Errorf("generate: decode step %d: %w", step, err)
+		}
+		logp, cache = res[0], res[1:]
+	}
+	return nil
+}
+
+// donate hands t's device buffer to the next execution when the backend
+// allows it (the cache is then updated in place), else passes t itself.
+func donate(t *tensors.Tensor, m *Model) any {
+	if t.IsShared() {
+		return t
+	}
+	d, err := DonateTensorBuffer(t, m.backend, 0)
+	if err != nil {
+		return t
+	}
+	return d
+}
+
+// execRecover runs e, turning panics of graph building into errors.
+func execRecover(e *context.Exec, args ...any) (out []*tensors.Tensor, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	return e.Exec(args...)
+}
+
+// prefillExec returns the prefill executable for KV capacity S.
+func (m *Model) prefillExec(S int) (*context.Exec, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.prefill[S]; ok {
+		return e, nil
+	}
+	e, err := context.NewExec(m.backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
+		return m.prefillGraph(ctx, in[0], in[1], in[2], in[3], S)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	if m.prefill == nil {
+		m.prefill = map[int]*context.Exec{}
+	}
+	m.prefill[S] = e
+	return e, nil
+}
+
+// prefillGraph: tokens [B, Lp] int32, mask [B, Lp] bool, last [B] int32 (each
+// row's last prompt position), temperature scalar → [log-probs [B, V] at
+// last, k₀, v₀, k₁, v₁, … each [B, S, nkv, D]].
+func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperature *Node, S int) []*Node {
+	g := tokens.Graph()
+	B, Lp := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
+	cache := make([]*Node, 2*m.cfg.NumHiddenLayers)
+	keep := func(li int, k, v *Node) (*Node, *Node) {
+		pad := func(x *Node) *Node { // [B, Lp, nkv, D] → [B, S, nkv, D]
+			if S == Lp {
+				return x
+			}
+			return Concatenate([]*Node{x, Zeros(g, shapes.Make(x.DType(), B, S-Lp, nkv, D))}, 1)
+		}
+		cache[2*li], cache[2*li+1] = pad(k), pad(v)
+		return k, v
+	}
+	h := m.forward(ctx, tokens, positionsOf(g, B, Lp), causalBias(mask), keep) // [B, Lp, H]
+	row := Iota(g, shapes.Make(dtypes.Int32, B), 0)
+	hLast := Gather(h, Stack([]*Node{row, last}, -1))          // [B, H]
+	logp := logSoftmax(Div(m.lmHead(ctx, hLast), temperature)) // [B, V]
+	return append([]*Node{logp}, cache...)
+}
+
+// decodeExec returns the decode executable (compiled per (B, S) bucket).
+func (m *Model) decodeExec() (*context.Exec, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.decode != nil {
+		return m.decode, nil
+	}
+	e, err := context.NewExec(m.backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
+		return m.decodeGraph(ctx, in[0], in[1], in[2], in[3:])
+	})
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	m.decode = e
+	return e, nil
+}
+
+// decodeGraph: token [B] int32 at position pos [B] int32, temperature
+// scalar, cache (k, v per layer, [B, S, nkv, D]) → [log-probs [B, V], the
+// updated cache…]. The new key/value of row b is written at slot pos[b] with
+// Where, and row b attends to slots ≤ pos[b].
+func (m *Model) decodeGraph(ctx *context.Context, token, pos, temperature *Node, cache []*Node) []*Node {
+	g := token.Graph()
+	B := token.Shape().Dimensions[0]
+	S := cache[0].Shape().Dimensions[1]
+	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
+	slot := Equal(Iota(g, shapes.Make(dtypes.Int32, B, S), 1), Reshape(pos, B, 1)) // [B, S]: the slot written now
+	updated := make([]*Node, len(cache))
+	write := func(li int, k, v *Node) (*Node, *Node) { // k, v: [B, 1, nkv, D]
+		upd := func(x, c *Node) *Node {
+			return Where(slot, BroadcastToDims(x, B, S, nkv, D), c) // [B, S, nkv, D]
+		}
+		updated[2*li], updated[2*li+1] = upd(k, cache[2*li]), upd(v, cache[2*li+1])
+		return updated[2*li], updated[2*li+1]
+	}
+	allowed := LessOrEqual(Iota(g, shapes.Make(dtypes.Int32, B, 1, S), 2), Reshape(pos, B, 1, 1)) // [B, 1, S]
+	bias := Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
+	h := m.forward(ctx, Reshape(token, B, 1), Reshape(pos, B, 1), bias, write)           // [B, 1, H]
+	logp := logSoftmax(Div(m.lmHead(ctx, Reshape(h, B, m.cfg.HiddenSize)), temperature)) // [B, V]
+	return append([]*Node{logp}, updated...)
+}
+
+// sampler picks the tokens of one row.
+type sampler struct {
+	opts   GenerateOptions
+	rng    *rand.Rand
+	banned []bool // scratch for BanTokens, all false between calls
+}
+
+func newSampler(vocab int, opts GenerateOptions, row int) *sampler {
+	return &sampler{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, uint64(row))), banned: make([]bool, vocab)}
+}
+
+// cand is a candidate id and its log-prob.
+type cand struct {
+	id int
+	lp float32
+}
+
+// pick chooses the next id from log-probs lp under constraint c.
+func (s *sampler) pick(lp []float32, c Constraint) (int, error) {
+	V := len(lp)
+	valid := func(id int) error {
+		if id < 0 || id >= V {
+			return fmt.Errorf("constraint token %d outside the vocabulary [0, %d)", id, V)
+		}
+		return nil
+	}
+	// Candidates in increasing id order (so ties go to the first id).
+	var each func(fn func(id int))
+	switch c.Kind {
+	case Free:
+		each = func(fn func(int)) {
+			for id := range lp {
+				fn(id)
+			}
+		}
+	case ForceToken:
+		if len(c.Tokens) != 1 {
+			return 0, fmt.Errorf("Force constraint wants one token, got %d", len(c.Tokens))
+		}
+		return c.Tokens[0], valid(c.Tokens[0])
+	case AllowTokens:
+		ids := slices.Clone(c.Tokens)
+		sort.Ints(ids)
+		ids = slices.Compact(ids)
+		if len(ids) == 0 {
+			return 0, errors.New("Allow constraint with no tokens")
+		}
+		for _, id := range ids {
+			if err := valid(id); err != nil {
+				return 0, err
+			}
+		}
+		each = func(fn func(int)) {
+			for _, id := range ids {
+				fn(id)
+			}
+		}
+	case BanTokens:
+		for _, id := range c.Tokens {
+			if err := valid(id); err != nil {
+				return 0, err
+			}
+			s.banned[id] = true
+		}
+		defer func() {
+			for _, id := range c.Tokens {
+				s.banned[id] = false
+			}
+		}()
+		if len(c.Tokens) >= V && allTrue(s.banned) {
+			return 0, errors.New("Ban constraint bans the whole vocabulary")
+		}
+		each = func(fn func(int)) {
+			for id := range lp {
+				if !s.banned[id] {
+					fn(id)
+				}
+			}
+		}
+	default:
+		return 0, fmt.Errorf("unknown constraint kind %d", c.Kind)
+	}
+
+	if s.opts.Temperature == 0 { // greedy
+		best, bestLP := -1, float32(math.Inf(-1))
+		each(func(id int) {
+			if best < 0 || lp[id] > bestLP {
+				best, bestLP = id, lp[id]
+			}
+		})
+		if best < 0 {
+			return 0, errors.New("no token left to choose from")
+		}
+		return best, nil
+	}
+
+	topP := s.opts.TopP
+	if topP >= 1 {
+		topP = 0
+	}
+	if s.opts.TopK == 0 && topP == 0 {
+		// Inverse CDF over the candidates (the distribution renormalized to them).
+		var total float64
+		each(func(id int) { total += math.Exp(float64(lp[id])) })
+		if !(total > 0) {
+			return 0, errors.New("candidates have zero probability")
+		}
+		u := s.rng.Float64() * total
+		var acc float64
+		chosen := -1
+		each(func(id int) {
+			if chosen >= 0 {
+				return
+			}
+			acc += math.Exp(float64(lp[id]))
+			if acc > u {
+				chosen = id
+			}
+		})
+		if chosen < 0 { // rounding: take the last candidate
+			each(func(id int) { chosen = id })
+		}
+		return chosen, nil
+	}
+
+	// Top-k and/or top-p: the kept candidates, most likely first.
+	var kept []cand
+	if s.opts.TopK > 0 {
+		h := &minHeap{}
+		each(func(id int) {
+			c := cand{id, lp[id]}
+			if h.Len() < s.opts.TopK {
+				heap.Push(h, c)
+			} else if less((*h)[0], c) {
+				(*h)[0] = c
+				heap.Fix(h, 0)
+			}
+		})
+		kept = make([]cand, h.Len())
+		for i := len(kept) - 1; i >= 0; i-- {
+			kept[i] = heap.Pop(h).(cand)
+		}
+	} else {
+		each(func(id int) { kept = append(kept, cand{id, lp[id]}) })
+		h := maxHeap(kept)
+		heap.Init(&h)
+		kept = nil
+		var total float64
+		for _, c := range h {
+			total += math.Exp(float64(c.lp))
+		}
+		var acc float64
+		for h.Len() > 0 && (len(kept) == 0 || acc < topP*total) {
+			c := heap.Pop(&h).(cand)
+			kept = append(kept, c)
+			acc += math.Exp(float64(c.lp))
+		}
+		topP = 0 // applied
+	}
+	if len(kept) == 0 {
+		return 0, errors.New("no token left to choose from")
+	}
+	var total float64
+	for _, c := range kept {
+		total += math.Exp(float64(c.lp))
+	}
+	if topP > 0 { // top-p within the top-k
+		var acc float64
+		for i, c := range kept {
+			acc += math.Exp(float64(c.lp))
+			if acc >= topP*total {
+				kept, total = kept[:i+1], acc
+				break
+			}
+		}
+	}
+	u := s.rng.Float64() * total
+	var acc float64
+	for _, c := range kept {
+		acc += math.Exp(float64(c.lp))
+		if acc > u {
+			return c.id, nil
+		}
+	}
+	return kept[len(kept)-1].id, nil
+}
+
+func allTrue(b []bool) bool {
+	for _, x := range b {
+		if !x {
+			return false
+		}
+	}
+	return true
+}
+
+// less orders candidates by log-prob, then prefers the smaller id.
+func less(a, b cand) bool {
+	if a.lp != b.lp {
+		return a.lp < b.lp
+	}
+	return a.id > b.id
+}
+
+// minHeap keeps the least likely kept candidate on top (top-k).
+type minHeap []cand
+
+func (h minHeap) Len() int           { return len(h) }
+func (h minHeap) Less(i, j int) bool { return less(h[i], h[j]) }
+func (h minHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *minHeap) Push(x any)        { *h = append(*h, x.(cand)) }
+func (h *minHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// maxHeap pops the most likely candidate first (top-p).
+type maxHeap []cand
+
+func (h maxHeap) Len() int           { return len(h) }
+func (h maxHeap) Less(i, j int) bool { return less(h[j], h[i]) }
+func (h maxHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *maxHeap) Push(x any)        { *h = append(*h, x.(cand)) }
+func (h *maxHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

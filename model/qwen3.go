@@ -1,0 +1,323 @@
+// Package model is Qwen3 in GoMLX: a Hugging Face checkpoint in and out
+// (config.json + safetensors), the forward pass, log-probs of chosen tokens
+// for training, and batched generation with a KV cache.
+//
+// This file holds the whole forward pass of Qwen3ForCausalLM (the decoder-only
+// Qwen3 of Hugging Face transformers), readable top to bottom:
+//
+//	x = embed(tokens)                                   # [B, L, H]
+//	for each layer:
+//	    h = RMSNorm(x)
+//	    q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ (+ biases)          # per head: [B, L, heads, D]
+//	    q, k = RoPE(RMSNorm_q(q)), RoPE(RMSNorm_k(k))    # q/k norm per head, before rotary
+//	    x = x + softmax(q·kᵀ/√D + causal & padding mask)·v ·Woᵀ   (GQA: query head j reads kv head j / (nq/nkv))
+//	    x = x + W_down( silu(W_gate·RMSNorm(x)) ⊙ W_up·RMSNorm(x) )
+//	logits = RMSNorm(x)·W_lmᵀ                          # W_lm = W_embed when tied
+//
+// It honours these config.json fields: vocab_size, hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, head_dim, rms_norm_eps, rope_theta (or
+// rope_parameters.rope_theta), tie_word_embeddings, attention_bias. It
+// refuses (ParseConfig errors naming the key) rope scaling of any kind,
+// partial rotary embeddings, sliding-window attention, activations other than
+// SiLU and attention dropout.
+//
+// Choices forced by GoMLX's pure-Go backend (see GOMLX-NOTES.md), all exact:
+// RMSNorm is x / Sqrt(mean(x²) + eps) (Rsqrt has no gradient there); RoPE's
+// rotate-half is a product with a fixed ±1 permutation matrix (the gradient of
+// Slice needs Pad, which is missing); the KV cache is written with
+// Where(slot == position) (no DynamicUpdateSlice). Weights keep the Hugging
+// Face [out, in] layout and products contract on their last axis (5× faster
+// for decode-shaped products). The gradient of DotGeneral is replaced, at
+// package init, by a matmul-based one (vjp.go).
+//
+// The LM head runs only where logits are needed: at the B×K gathered
+// positions in TokenLogProbs, at each row's last position in generation.
+//
+// Weights are trainable variables of a GoMLX context (Model.Context), one per
+// Hugging Face tensor, at the scope spelled by the tensor's name (weights.go).
+// With bfloat16 weights the matrix products run in bfloat16 and the
+// normalizations, softmaxes and log-probs in float32.
+package model
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// Model is a Qwen3 causal language model whose weights live in a GoMLX context.
+type Model struct {
+	cfg     Config
+	dtype   dtypes.DType // storage and matmul dtype of the weights: Float32 or BFloat16
+	backend backends.Backend
+	ctx     *context.Context
+
+	mu      sync.Mutex            // guards the compiled executables below
+	logits  *context.Exec         // full logits [B, L, V] (scoring)
+	prefill map[int]*context.Exec // per KV-cache capacity
+	decode  *context.Exec         // one step for every position and every batch/capacity bucket
+}
+
+// Config returns a copy of the model's architecture.
+func (m *Model) Config() *Config {
+	c := m.cfg
+	c.EOSTokenIDs = append([]int(nil), m.cfg.EOSTokenIDs...)
+	return &c
+}
+
+// Context returns the GoMLX context holding the weights as trainable
+// variables. Pass it (or any scope of it) to TokenLogProbs inside an Exec.
+func (m *Model) Context() *context.Context { return m.ctx }
+
+// Backend returns the backend the model runs on.
+func (m *Model) Backend() backends.Backend { return m.backend }
+
+// DType returns the dtype of the weights.
+func (m *Model) DType() dtypes.DType { return m.dtype }
+
+// maskValue is added to the scores of keys a query may not attend to.
+const maskValue = -1e30
+
+// weight returns the graph value of the variable that holds HF tensor name.
+func (m *Model) weight(ctx *context.Context, g *Graph, name string) *Node {
+	scope, vname := varPath(name)
+	v := ctx.GetVariableByScopeAndName(scope, vname)
+	if v == nil {
+		panic(fmt.Sprintf("model: variable for tensor %s not in this context: pass Model.Context() or a scope of it", name))
+	}
+	return v.ValueGraph(g)
+}
+
+// linear applies the HF-layout weight [out, in] of name to x [..., in] → [..., out], plus its bias if any.
+func (m *Model) linear(ctx *context.Context, x *Node, name string) *Node {
+	w := m.weight(ctx, x.Graph(), name+".weight")
+	y := DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)    // contract on the last axis of both
+	if m.cfg.AttentionBias && strings.Contains(name, ".self_attn.") { // q/k/v/o biases
+		b := m.weight(ctx, x.Graph(), name+".bias")
+		y = Add(y, ExpandLeftToRank(b, y.Rank()))
+	}
+	return y
+}
+
+// rmsNorm is weight ⊙ x / sqrt(mean(x²) + eps) over the last axis, with the statistics in float32.
+func rmsNorm(x, weight *Node, eps float64) *Node {
+	dt := x.DType()
+	x32 := toF32(x)
+	meanSq := ReduceAndKeep(Square(x32), ReduceMean, -1)
+	y := Div(x32, Sqrt(AddScalar(meanSq, eps)))
+	return Mul(ConvertDType(y, dt), ExpandLeftToRank(weight, x.Rank()))
+}
+
+func toF32(x *Node) *Node {
+	if x.DType() == dtypes.Float32 {
+		return x
+	}
+	return ConvertDType(x, dtypes.Float32)
+}
+
+// rope returns cos and sin [B, T, 1, D] for positions [B, T] (int32): the
+// angle of pair (i, i+D/2) at position p is p·θ^(-2i/D), in the rotate-half
+// layout of Hugging Face.
+func (m *Model) rope(positions *Node) (cos, sin *Node) {
+	g := positions.Graph()
+	D := m.cfg.HeadDim
+	freqs := make([]float32, D)
+	for i := 0; i < D/2; i++ {
+		f := float32(1 / math.Pow(m.cfg.RopeTheta, float64(2*i)/float64(D)))
+		freqs[i], freqs[i+D/2] = f, f
+	}
+	B, T := positions.Shape().Dimensions[0], positions.Shape().Dimensions[1]
+	pos := Reshape(ConvertDType(positions, dtypes.Float32), B, T, 1) // [B, T, 1]
+	angle := Mul(pos, Reshape(Const(g, freqs), 1, 1, D))             // [B, T, D]
+	cos = ConvertDType(Reshape(Cos(angle), B, T, 1, D), m.dtype)     // [B, T, 1, D]
+	sin = ConvertDType(Reshape(Sin(angle), B, T, 1, D), m.dtype)     // [B, T, 1, D]
+	return cos, sin
+}
+
+// rotateHalfMatrix is the [D, D] matrix P with x·P = concat(-x[D/2:], x[:D/2]).
+func (m *Model) rotateHalfMatrix(g *Graph) *Node {
+	D := m.cfg.HeadDim
+	p := make([][]float32, D)
+	for i := range p {
+		p[i] = make([]float32, D)
+	}
+	for j := 0; j < D/2; j++ {
+		p[j+D/2][j] = -1 // out[j] = -x[j+D/2]
+		p[j][j+D/2] = 1  // out[j+D/2] = x[j]
+	}
+	return ConvertDType(Const(g, p), m.dtype)
+}
+
+// applyRope rotates x [B, T, heads, D] with cos, sin [B, T, 1, D].
+func (m *Model) applyRope(x, cos, sin *Node) *Node {
+	rot := DotGeneral(x, []int{3}, nil, m.rotateHalfMatrix(x.Graph()), []int{0}, nil) // [B, T, heads, D]
+	return Add(Mul(x, cos), Mul(rot, sin))
+}
+
+// kvHook receives a layer's new keys and values [B, T, nkv, D] and returns
+// the keys and values to attend over [B, S, nkv, D]: the same ones for a
+// plain forward, the updated cache when decoding.
+type kvHook func(layer int, k, v *Node) (*Node, *Node)
+
+// decoderLayer runs layer li on x [B, T, H] with RoPE tables cos, sin
+// [B, T, 1, D] and additive attention bias [B, T, S] (0 = may attend).
+func (m *Model) decoderLayer(ctx *context.Context, li int, x, cos, sin, bias *Node, kv kvHook) *Node {
+	c := &m.cfg
+	B, T := x.Shape().Dimensions[0], x.Shape().Dimensions[1]
+	nq, nkv, D := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	rep := nq / nkv
+	p := fmt.Sprintf("model.layers.%d.", li)
+	g := x.Graph()
+
+	// Attention block: x = x + o_proj(attention(RMSNorm(x))).
+	h := rmsNorm(x, m.weight(ctx, g, p+"input_layernorm.weight"), c.RMSNormEps)                        // [B, T, H]
+	q := Reshape(m.linear(ctx, h, p+"self_attn.q_proj"), B, T, nq, D)                                  // [B, T, nq, D]
+	k := Reshape(m.linear(ctx, h, p+"self_attn.k_proj"), B, T, nkv, D)                                 // [B, T, nkv, D]
+	v := Reshape(m.linear(ctx, h, p+"self_attn.v_proj"), B, T, nkv, D)                                 // [B, T, nkv, D]
+	q = m.applyRope(rmsNorm(q, m.weight(ctx, g, p+"self_attn.q_norm.weight"), c.RMSNormEps), cos, sin) // [B, T, nq, D]
+	k = m.applyRope(rmsNorm(k, m.weight(ctx, g, p+"self_attn.k_norm.weight"), c.RMSNormEps), cos, sin) // [B, T, nkv, D]
+	k, v = kv(li, k, v)                                                                                // [B, S, nkv, D]
+	S := k.Shape().Dimensions[1]
+
+	// GQA: query head j = g·rep + r reads kv head g.
+	q5 := Reshape(q, B, T, nkv, rep, D)                                       // [B, T, nkv, rep, D]
+	scores := DotGeneral(q5, []int{4}, []int{0, 2}, k, []int{3}, []int{0, 2}) // [B, nkv, T, rep, S]
+	scores = MulScalar(toF32(scores), 1/math.Sqrt(float64(D)))                // scaled, float32
+	scores = Add(scores, Reshape(bias, B, 1, T, 1, S))                        // masked
+	probs := ConvertDType(Softmax(scores, -1), m.dtype)                       // [B, nkv, T, rep, S]
+	att := DotGeneral(probs, []int{4}, []int{0, 1}, v, []int{1}, []int{0, 2}) // [B, nkv, T, rep, D]
+	att = Reshape(TransposeAllAxes(att, 0, 2, 1, 3, 4), B, T, nq*D)           // [B, T, nq·D]
+	x = Add(x, m.linear(ctx, att, p+"self_attn.o_proj"))                      // [B, T, H]
+
+	// MLP block: x = x + down(silu(gate(h)) ⊙ up(h)), h = RMSNorm(x).
+	h = rmsNorm(x, m.weight(ctx, g, p+"post_attention_layernorm.weight"), c.RMSNormEps) // [B, T, H]
+	gate := m.linear(ctx, h, p+"mlp.gate_proj")                                         // [B, T, I]
+	up := m.linear(ctx, h, p+"mlp.up_proj")                                             // [B, T, I]
+	act := Mul(Mul(gate, Sigmoid(gate)), up)                                            // silu(gate) ⊙ up
+	return Add(x, m.linear(ctx, act, p+"mlp.down_proj"))                                // [B, T, H]
+}
+
+// forward runs the decoder on tokens [B, T] at positions [B, T] with
+// attention bias [B, T, S] and returns the final-normed hidden states [B, T, H].
+func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, kv kvHook) *Node {
+	g := tokens.Graph()
+	B, T := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	ids := Reshape(ConvertDType(tokens, dtypes.Int32), B, T, 1)
+	x := Gather(m.weight(ctx, g, "model.embed_tokens.weight"), ids) // [B, T, H]
+	cos, sin := m.rope(positions)                                   // [B, T, 1, D]
+	for li := 0; li < m.cfg.NumHiddenLayers; li++ {
+		x = m.decoderLayer(ctx, li, x, cos, sin, bias, kv)
+	}
+	return rmsNorm(x, m.weight(ctx, g, "model.norm.weight"), m.cfg.RMSNormEps) // [B, T, H]
+}
+
+// lmHead maps hidden states [..., H] to float32 logits [..., V].
+func (m *Model) lmHead(ctx *context.Context, h *Node) *Node {
+	name := "lm_head.weight"
+	if m.cfg.TieWordEmbeddings {
+		name = "model.embed_tokens.weight"
+	}
+	w := m.weight(ctx, h.Graph(), name)                                     // [V, H]
+	return toF32(DotGeneral(h, []int{h.Rank() - 1}, nil, w, []int{1}, nil)) // [..., V]
+}
+
+// causalBias is the additive attention bias [B, L, L] of a right-padded
+// batch: position t may attend to positions s ≤ t that are tokens (mask [B, L]).
+func causalBias(mask *Node) *Node {
+	g := mask.Graph()
+	B, L := mask.Shape().Dimensions[0], mask.Shape().Dimensions[1]
+	causal := Reshape(LowerTriangular(g, L), 1, L, L)     // [1, L, L]: s ≤ t
+	allowed := LogicalAnd(causal, Reshape(mask, B, 1, L)) // [B, L, L]
+	return Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
+}
+
+// asBoolMask turns a 0/1 (any integer or float) or bool mask into bool.
+func asBoolMask(mask *Node) *Node {
+	if mask.DType() == dtypes.Bool {
+		return mask
+	}
+	return NotEqual(mask, ScalarZero(mask.Graph(), mask.DType()))
+}
+
+// positionsOf returns positions 0..L-1 for every row: [B, L] int32.
+func positionsOf(g *Graph, B, L int) *Node {
+	return Iota(g, shapes.Make(dtypes.Int32, B, L), 1)
+}
+
+func plainKV(_ int, k, v *Node) (*Node, *Node) { return k, v }
+
+// Hidden returns the final-normed hidden states [B, L, H] of tokens [B, L]
+// (right-padded; attnMask [B, L], 1 or true = token).
+func (m *Model) Hidden(ctx *context.Context, tokens, attnMask *Node) *Node {
+	B, L := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	mask := asBoolMask(attnMask)
+	return m.forward(ctx, tokens, positionsOf(tokens.Graph(), B, L), causalBias(mask), plainKV)
+}
+
+// Logits returns float32 logits [B, L, V] at every position (the LM head on
+// all B×L positions: for scoring and tests; training wants TokenLogProbs).
+func (m *Model) Logits(ctx *context.Context, tokens, attnMask *Node) *Node {
+	return m.lmHead(ctx, m.Hidden(ctx, tokens, attnMask))
+}
+
+// logSoftmax is z - logsumexp(z) over the last axis, float32. It is the one
+// implementation behind TokenLogProbs and the sampler's log-probs.
+func logSoftmax(z *Node) *Node {
+	zmax := StopGradient(ReduceAndKeep(z, ReduceMax, -1))
+	lse := Add(Log(ReduceAndKeep(Exp(Sub(z, zmax)), ReduceSum, -1)), zmax)
+	return Sub(z, lse)
+}
+
+// TokenLogProbs returns, for tokens [B, L] (int32, right-padded), attnMask
+// [B, L] (bool or 0/1 integers, 1 = token) and targetPos [B, K] (int32
+// positions p with 1 ≤ p < L), the [B, K] float32 log-probs
+//
+//	out[b, k] = log_softmax(logits[b, p-1] / temperature)[tokens[b, p]],  p = targetPos[b, k]
+//
+// with the LM head applied only at the B×K gathered positions p-1. Padding
+// entries of targetPos may repeat a valid position; the caller masks them.
+// It is a graph function: call it inside a GoMLX Exec (or a gradient) with
+// Model.Context(); the weights are trainable variables of that context.
+// temperature must be > 0.
+func (m *Model) TokenLogProbs(ctx *context.Context, tokens, attnMask, targetPos *Node, temperature float64) *Node {
+	logp, _ := m.tokenLogProbs(ctx, tokens, attnMask, targetPos, temperature, false)
+	return logp
+}
+
+// TokenLogProbsAndEntropy is TokenLogProbs plus the entropy [B, K] (nats)
+// of each of those distributions (softmax(logits[b, p-1] / temperature)).
+func (m *Model) TokenLogProbsAndEntropy(ctx *context.Context, tokens, attnMask, targetPos *Node, temperature float64) (logp, entropy *Node) {
+	return m.tokenLogProbs(ctx, tokens, attnMask, targetPos, temperature, true)
+}
+
+func (m *Model) tokenLogProbs(ctx *context.Context, tokens, attnMask, targetPos *Node, temperature float64, withEntropy bool) (logp, entropy *Node) {
+	if !(temperature > 0) {
+		panic(fmt.Sprintf("model.TokenLogProbs: temperature must be > 0, got %g", temperature))
+	}
+	g := tokens.Graph()
+	tokens = ConvertDType(tokens, dtypes.Int32)
+	targetPos = ConvertDType(targetPos, dtypes.Int32)
+	B, K := targetPos.Shape().Dimensions[0], targetPos.Shape().Dimensions[1]
+	h := m.Hidden(ctx, tokens, attnMask) // [B, L, H]
+
+	row := Iota(g, shapes.Make(dtypes.Int32, B, K), 0)                  // [B, K]: b
+	prev := SubScalar(targetPos, 1)                                     // [B, K]: p-1
+	hs := Gather(h, Stack([]*Node{row, prev}, -1))                      // [B, K, H]: only the needed positions
+	z := Div(m.lmHead(ctx, hs), Scalar(g, dtypes.Float32, temperature)) // [B, K, V] logits / temperature
+	lp := logSoftmax(z)                                                 // [B, K, V]
+	target := Gather(tokens, Stack([]*Node{row, targetPos}, -1))        // [B, K]: tokens[b, p]
+	col := Iota(g, shapes.Make(dtypes.Int32, B, K), 1)                  // [B, K]: k
+	logp = Gather(lp, Stack([]*Node{row, col, target}, -1))             // [B, K]
+	if withEntropy {
+		entropy = Neg(ReduceSum(Mul(Exp(lp), lp), -1)) // [B, K]: -Σ p log p
+	}
+	return logp, entropy
+}
