@@ -1,7 +1,9 @@
 package config
 
 import (
+	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/sweep"
 )
 
@@ -11,15 +13,19 @@ import (
 type Config struct {
 	// Sections are added here as the packages that own them land, one line
 	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
-	Sweep sweep.Config   `yaml:"sweep"`
-	Model model.Settings `yaml:"model"`
+	Rewards rewards.Config `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
+	GRPO    grpo.Config    `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
+	Sweep   sweep.Config   `yaml:"sweep"`
+	Model   model.Settings `yaml:"model"`
 }
 
 // Default returns the configuration with every section at its defaults.
 func Default() *Config {
 	return &Config{
-		Sweep: sweep.DefaultConfig(),
-		Model: model.DefaultSettings(),
+		Rewards: rewards.DefaultConfig(),
+		GRPO:    grpo.DefaultConfig(),
+		Sweep:   sweep.DefaultConfig(),
+		Model:   model.DefaultSettings(),
 	}
 }
 
