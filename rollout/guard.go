@@ -67,25 +67,55 @@ type Turn struct {
 	Memory    *Call  // nil for the judge-only variant
 	MemoryOut string // m_t: the memory after this turn (the previous one on a violation)
 	Judge     Call
-	Decision  string // the effective decision: "approve", or "reject" (also the fallback)
-	Rationale string // the judge's rationale (empty on a violation)
+	Decision  string // the effective decision: "approve", or "reject" (also the fallback); with votes, their majority
+	Rationale string // the (first) judge's rationale (empty on a violation)
+	Votes     []Call // with K > 1 votes: all K judge calls (Judge is the first)
+}
+
+// VoteDecisions returns the effective decision of each vote (a vote that
+// failed to parse counts as "reject").
+func (t *Turn) VoteDecisions() []string {
+	var ds []string
+	for i := range t.Votes {
+		d := DecisionReject
+		if t.Votes[i].Parsed {
+			if j, err := ParseJudgement(t.Votes[i].Text); err == nil {
+				d = j.Decision
+			}
+		}
+		ds = append(ds, d)
+	}
+	return ds
 }
 
 // MemoryChars is |m_t| in Unicode code points.
 func (t *Turn) MemoryChars() int { return utf8.RuneCountInString(t.MemoryOut) }
 
-// GuardTokens is the tokens both calls of the turn read and write.
+// GuardTokens is the tokens every call of the turn reads and writes: the
+// memory call and the judge call (all K of them with votes).
 func (t *Turn) GuardTokens() int {
 	n := t.Judge.Tokens()
+	for i := 1; i < len(t.Votes); i++ {
+		n += t.Votes[i].Tokens()
+	}
 	if t.Memory != nil {
 		n += t.Memory.Tokens()
 	}
 	return n
 }
 
+// VoteTokens is the share of GuardTokens spent on votes beyond the first.
+func (t *Turn) VoteTokens() int {
+	n := 0
+	for i := 1; i < len(t.Votes); i++ {
+		n += t.Votes[i].Tokens()
+	}
+	return n
+}
+
 // PrefixTokens is the system prompts' share of GuardTokens.
 func (t *Turn) PrefixTokens() int {
-	n := t.Judge.PrefixTokens
+	n := t.Judge.PrefixTokens * max(len(t.Votes), 1)
 	if t.Memory != nil {
 		n += t.Memory.PrefixTokens
 	}

@@ -98,7 +98,7 @@ func TestGuardLoopFallbacksAndTokenCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := bankTrajectory()
-	chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, 1, Sampling{Temperature: 1})
+	chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestJudgeOnlyReadsTheRawTrajectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, 2, Sampling{Temperature: 1})
+	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 2, Sampling: Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestStructuredDecodingAlwaysParsesWithTheRealVocabulary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, 8, Sampling{Temperature: 1})
+	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 8, Sampling: Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,5 +323,54 @@ func TestStructuredDecodingAlwaysParsesWithTheRealVocabulary(t *testing.T) {
 	}
 	if decisions["approve"] == 0 || decisions["reject"] == 0 {
 		t.Fatalf("decisions %v: the enum choice is not free", decisions)
+	}
+}
+
+func TestVotesTakeTheMajority(t *testing.T) {
+	tok := qwenTokenizer(t)
+	// Judge calls answer in turn: approve, approve, garbage (→ reject), …
+	n := 0
+	gen := &scripted{tok: tok, reply: func(p string) string {
+		if strings.Contains(p, "Update the memory") {
+			return strings.ReplaceAll(memCall, "%s", "m")
+		}
+		n++
+		switch n % 3 {
+		case 1, 2:
+			return strings.ReplaceAll(judgeCall, "%s", "approve")
+		}
+		return "no call"
+	}}
+	g, err := NewGuard(DefaultConfig(), tok, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{3, 4} {
+		n = 0
+		chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 1}}, RunOptions{Chains: 1, Votes: k, VoteSampling: Sampling{Temperature: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tu := chains[0].Turns[0]
+		// 3 votes: approve, approve, reject → approve (2 of 3); 4 votes: the
+		// 4th call (n = 4) approves, so 3 of 4 approve → approve.
+		want := map[int][]string{3: {"approve", "approve", "reject"}, 4: {"approve", "approve", "reject", "approve"}}[k]
+		if got := tu.VoteDecisions(); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("K=%d: votes %v, want %v", k, got, want)
+		}
+		if tu.Decision != "approve" {
+			t.Fatalf("K=%d: decision %s, want approve", k, tu.Decision)
+		}
+		extra := 0
+		for _, v := range tu.Votes[1:] {
+			extra += len(v.Prompt) + len(v.Completion)
+		}
+		if tu.VoteTokens() != extra || tu.GuardTokens() != tu.Memory.Tokens()+tu.Judge.Tokens()+extra {
+			t.Fatalf("K=%d: vote tokens %d (want %d), guard tokens %d", k, tu.VoteTokens(), extra, tu.GuardTokens())
+		}
+	}
+	// A tie is a reject.
+	if Majority([]string{"approve", "reject"}) != "reject" || Majority(nil) != "reject" {
+		t.Fatal("a tie or no votes must reject")
 	}
 }

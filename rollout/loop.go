@@ -17,7 +17,17 @@ func (r Role) String() string {
 	return "judge"
 }
 
-// Run runs `chains` chains of the guard loop over each episode, turn by
+// RunOptions say how many chains run and how they are sampled.
+type RunOptions struct {
+	Chains   int      // chains per episode (G in training, 1 in eval)
+	Sampling Sampling // how memory and judge calls are drawn
+	// Votes > 1 makes K = Votes judge calls per turn (each sampled with
+	// VoteSampling), whose majority is the decision (consensus baseline).
+	Votes        int
+	VoteSampling Sampling
+}
+
+// Run runs opts.Chains chains of the guard loop over each episode, turn by
 // turn, batching the calls of all chains and episodes at a turn into one
 // generation: for each turn, the memory call (m_t = M(m_{t−1}, s_{t−1})),
 // then the judge call (d_t = J(a_t | m_t)). Every turn of every chain runs
@@ -25,10 +35,11 @@ func (r Role) String() string {
 // is used. A memory call that fails to parse keeps m_{t−1}; a judge call
 // that fails to parse counts as "reject".
 //
-// Sampling seeds are derived from s.Seed and the turn, so a run is
-// reproducible.
-func (g *Guard) Run(episodes []*Episode, chains int, s Sampling) ([]*Chain, Stats, error) {
+// Sampling seeds are derived from the options' seeds and the turn, so a
+// run is reproducible.
+func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, error) {
 	var stats Stats
+	chains, s := opts.Chains, opts.Sampling
 	if chains < 1 {
 		return nil, stats, fmt.Errorf("rollout: chains must be >= 1, got %d", chains)
 	}
@@ -107,26 +118,64 @@ func (g *Guard) Run(episodes []*Episode, chains int, s Sampling) ([]*Chain, Stat
 			calls[k] = g.newCall(p, JudgeRole)
 			reqs[k] = g.request(calls[k], JudgeRole)
 		}
-		if err := g.generate(reqs, calls, s, uint64(2*t+1), &stats); err != nil {
-			return nil, stats, fmt.Errorf("turn %d judge: %w", t, err)
+		votes := max(opts.Votes, 1)
+		for v := 0; v < votes; v++ {
+			vcalls, vs := calls, s
+			if votes > 1 {
+				vs = opts.VoteSampling
+				vcalls = make([]*Call, len(calls))
+				for k := range calls {
+					cp := *calls[k]
+					vcalls[k] = &cp
+				}
+			}
+			if err := g.generate(reqs, vcalls, vs, uint64(2*t+1)+uint64(v)<<32, &stats); err != nil {
+				return nil, stats, fmt.Errorf("turn %d judge: %w", t, err)
+			}
+			for k := range live {
+				c := vcalls[k]
+				j, err := ParseJudgement(c.Text)
+				if err != nil {
+					c.Violation = err.Error()
+					stats.JudgeFailures++
+				} else {
+					c.Parsed = true
+				}
+				if v == 0 {
+					turns[k].Judge = *c
+					turns[k].Decision, turns[k].Rationale = DecisionReject, ""
+					if c.Parsed {
+						turns[k].Decision, turns[k].Rationale = j.Decision, j.Rationale
+					}
+				}
+				if votes > 1 {
+					turns[k].Votes = append(turns[k].Votes, *c)
+				}
+			}
 		}
 		for k, i := range live {
-			c := calls[k]
-			turns[k].Judge = *c
-			j, err := ParseJudgement(c.Text)
-			if err != nil {
-				turns[k].Judge.Violation = err.Error()
-				turns[k].Decision = "reject"
-				stats.JudgeFailures++
-			} else {
-				turns[k].Judge.Parsed = true
-				turns[k].Decision = j.Decision
-				turns[k].Rationale = j.Rationale
+			if votes > 1 {
+				turns[k].Decision = Majority(turns[k].VoteDecisions())
 			}
 			all[i].Turns = append(all[i].Turns, turns[k])
 		}
 	}
 	return all, stats, nil
+}
+
+// Majority returns the majority of K judge decisions: "approve" only when a
+// strict majority approves; a tie or no votes is "reject" (fail safe).
+func Majority(decisions []string) string {
+	approve := 0
+	for _, d := range decisions {
+		if d == DecisionApprove {
+			approve++
+		}
+	}
+	if 2*approve > len(decisions) {
+		return DecisionApprove
+	}
+	return DecisionReject
 }
 
 // generate runs the requests in batches of the configured size and fills

@@ -41,7 +41,7 @@ func TestModelGeneratorStructured(t *testing.T) {
 	g.gen = &ModelGenerator{Model: m, Stops: g.Stops()}
 	ep := []*Episode{{Traj: bankTrajectory(), Start: 1, End: 2}}
 	run := func(seed uint64) []*Chain {
-		chains, stats, err := g.Run(ep, 2, Sampling{Temperature: 1, TopP: 1, Seed: seed})
+		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: Sampling{Temperature: 1, TopP: 1, Seed: seed}})
 		if err != nil {
 			t.Fatal(err)
 		}
