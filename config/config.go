@@ -1,20 +1,35 @@
 package config
 
-import "github.com/mageguard/mageguard/model"
+import (
+	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rewards"
+	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/sweep"
+	"github.com/mageguard/mageguard/train"
+)
 
 // Config is mageguard's whole configuration: one section per package that
 // owns it. `configs/*.yaml` files and `--set section.key=value` overrides
 // address these sections by their yaml keys.
 type Config struct {
-	// Sections are added here as the packages that own them land, one line
-	// each, e.g.:  Rewards rewards.Config `yaml:"rewards"`
-	Model model.Settings `yaml:"model"`
+	Model   model.Settings `yaml:"model"`   // the checkpoint or random architecture, backend, tokenizer
+	Rollout rollout.Config `yaml:"rollout"` // prompts, sampling, G, token budgets, structured decoding
+	Rewards rewards.Config `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
+	GRPO    grpo.Config    `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
+	Train   train.Config   `yaml:"train"`   // the training loop: data, steps, checkpoints, logs
+	Sweep   sweep.Config   `yaml:"sweep"`   // grid of config points for `mageguard sweep`
 }
 
 // Default returns the configuration with every section at its defaults.
 func Default() *Config {
 	return &Config{
-		Model: model.DefaultSettings(),
+		Model:   model.DefaultSettings(),
+		Rollout: rollout.DefaultConfig(),
+		Rewards: rewards.DefaultConfig(),
+		GRPO:    grpo.DefaultConfig(),
+		Train:   train.DefaultConfig(),
+		Sweep:   sweep.DefaultConfig(),
 	}
 }
 

@@ -33,6 +33,8 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 	root.PersistentFlags().StringArrayVar(&global.sets, "set", nil, "override a config key: --set section.key=value (repeatable)")
 	root.AddCommand(
 		newConfigCmd(),
+		newDataCmd(),
+		newTokenizeCmd(),
 	)
 	return root
 }

@@ -1,0 +1,268 @@
+package eval
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"sort"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Plot size (PNG at 96 dpi: 672 × 432 pixels).
+const (
+	plotWidth  = 7 * vg.Inch
+	plotHeight = 4.5 * vg.Inch
+)
+
+// renderPNG renders p as PNG bytes.
+func renderPNG(p *plot.Plot) ([]byte, error) {
+	wt, err := p.WriterTo(plotWidth, plotHeight, "png")
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := wt.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// noData marks an empty plot in its title.
+func noData(p *plot.Plot) {
+	p.Title.Text += " (no data)"
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
+}
+
+// plotHorizon draws ASR and BU (in %) against the attack horizon, skipping
+// horizons where a metric is undefined.
+func plotHorizon(r Report) ([]byte, error) {
+	p := plot.New()
+	p.Title.Padding = vg.Points(6)
+	p.Title.Text = "ASR and BU by horizon"
+	p.X.Label.Text = "horizon (malicious actions in the run)"
+	p.Y.Label.Text = "%"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	var hs []int
+	for k := range r.ByHorizon {
+		if h, err := strconv.Atoi(k); err == nil {
+			hs = append(hs, h)
+		}
+	}
+	sort.Ints(hs)
+	series := []struct {
+		name string
+		get  func(Metrics) *float64
+	}{
+		{"ASR", func(m Metrics) *float64 { return m.ASR }},
+		{"BU", func(m Metrics) *float64 { return m.BU }},
+	}
+	drawn := false
+	for i, s := range series {
+		var xys plotter.XYs
+		for _, h := range hs {
+			if v := s.get(r.ByHorizon[strconv.Itoa(h)]); v != nil {
+				xys = append(xys, plotter.XY{X: float64(h), Y: 100 * *v})
+			}
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		drawn = true
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+		points.Shape = plotutil.Shape(i)
+		p.Add(line, points)
+		p.Legend.Add(s.name, line, points)
+	}
+	if !drawn {
+		noData(p)
+	} else {
+		// Leave room for the legend above 100% and for the points at the ends.
+		p.Y.Min, p.Y.Max = 0, 115
+		p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"},
+			{Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
+		p.X.Min, p.X.Max = float64(hs[0])-0.5, float64(hs[len(hs)-1])+0.5
+		runs := map[float64]string{}
+		for _, h := range hs {
+			m := r.ByHorizon[strconv.Itoa(h)]
+			runs[float64(h)] = fmt.Sprintf("%d\n(%d runs)", h, m.NAttack+m.NBenign)
+		}
+		p.X.Tick.Marker = integerTicks{labels: runs}
+	}
+	p.Add(plotter.NewGrid())
+	return renderPNG(p)
+}
+
+// integerTicks puts a tick on every integer (labelled on at most ~20 of
+// them), with labels[v] as the label of v when given.
+type integerTicks struct{ labels map[float64]string }
+
+func (it integerTicks) Ticks(min, max float64) []plot.Tick {
+	step := 1
+	for (int(max)-int(min))/step > 20 {
+		step *= 2
+	}
+	var ts []plot.Tick
+	for v := int(min) - 1; v <= int(max)+1; v++ {
+		if float64(v) < min || float64(v) > max {
+			continue
+		}
+		t := plot.Tick{Value: float64(v)}
+		if v%step == 0 {
+			t.Label = strconv.Itoa(v)
+			if l, ok := it.labels[float64(v)]; ok {
+				t.Label = l
+			}
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros
+// ("25000", not "25000.00").
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
+}
+
+// plotLatency draws the detection-latency histogram as bars, one per
+// latency from the smallest to the largest seen.
+func plotLatency(hist []LatencyCount) ([]byte, error) {
+	p := plot.New()
+	p.Title.Padding = vg.Points(6)
+	p.Title.Text = "Detection latency (first reject − first malicious turn)"
+	p.X.Label.Text = "latency (turns; negative = early warning)"
+	p.Y.Label.Text = "attack runs"
+	if len(hist) == 0 {
+		noData(p)
+		return renderPNG(p)
+	}
+	lo, hi := hist[0].Latency, hist[len(hist)-1].Latency
+	counts := make(plotter.Values, hi-lo+1)
+	names := make([]string, hi-lo+1)
+	for i := range names {
+		names[i] = fmt.Sprintf("%+d", lo+i)
+	}
+	for _, h := range hist {
+		counts[h.Latency-lo] = float64(h.Count)
+	}
+	bars, err := plotter.NewBarChart(counts, vg.Points(min(20, 400/float64(len(counts)))))
+	if err != nil {
+		return nil, err
+	}
+	bars.Color = plotutil.Color(0)
+	bars.LineStyle.Width = 0
+	p.Add(bars)
+	p.NominalX(names...)
+	p.Y.Min = 0
+	return renderPNG(p)
+}
+
+// perTask returns, for each trajectory of ds, its number of turns and its
+// guard tokens over all turns.
+func perTask(ds []Decision) plotter.XYs {
+	var xys plotter.XYs
+	for _, t := range group(ds) {
+		sum := 0
+		for _, d := range t.turns {
+			sum += d.GuardTokens
+		}
+		xys = append(xys, plotter.XY{X: float64(len(t.turns)), Y: float64(sum)})
+	}
+	return xys
+}
+
+// meanByX averages the Y values of points with the same X, sorted by X.
+func meanByX(xys plotter.XYs) plotter.XYs {
+	sum, n := map[float64]float64{}, map[float64]int{}
+	for _, p := range xys {
+		sum[p.X] += p.Y
+		n[p.X]++
+	}
+	var out plotter.XYs
+	for x := range sum {
+		out = append(out, plotter.XY{X: x, Y: sum[x] / float64(n[x])})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].X < out[j].X })
+	return out
+}
+
+// plotTokensPerTask draws each task's guard tokens (all turns) against its
+// number of turns, with the mean per length as a line: for this run and, when
+// given, the baseline (judge-only grows quadratically, MAGE linearly).
+func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
+	p := plot.New()
+	p.Title.Padding = vg.Points(6)
+	p.Title.Text = "Guard tokens per task (all turns, both roles, system prompts included)"
+	p.X.Label.Text = "turns in the task"
+	p.Y.Label.Text = "guard tokens"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	sets := []struct {
+		name string
+		ds   []Decision
+	}{{opts.Name, ds}}
+	if opts.Baseline != nil {
+		sets = append(sets, struct {
+			name string
+			ds   []Decision
+		}{opts.BaselineName, opts.Baseline})
+	}
+	drawn := false
+	for i, s := range sets {
+		xys := perTask(s.ds)
+		if len(xys) == 0 {
+			continue
+		}
+		drawn = true
+		c := plotutil.Color(i)
+		sc, err := plotter.NewScatter(xys)
+		if err != nil {
+			return nil, err
+		}
+		sc.Color = withAlpha(c, 0x60)
+		sc.Shape = plotutil.Shape(i)
+		line, err := plotter.NewLine(meanByX(xys))
+		if err != nil {
+			return nil, err
+		}
+		line.Color = c
+		line.Width = vg.Points(2)
+		p.Add(sc, line)
+		p.Legend.Add(s.name, sc, line)
+	}
+	if !drawn {
+		noData(p)
+	} else {
+		p.X.Min, p.Y.Min = 0, 0
+		p.Y.Max *= 1.15 // room for the legend
+		p.Y.Tick.Marker = plainTicks{}
+		p.X.Tick.Marker = integerTicks{}
+	}
+	p.Add(plotter.NewGrid())
+	return renderPNG(p)
+}
+
+func withAlpha(c color.Color, a uint8) color.Color {
+	r, g, b, _ := c.RGBA()
+	// Premultiplied: scale the channels with the alpha.
+	s := func(v uint32) uint8 { return uint8((v >> 8) * uint32(a) / 0xff) }
+	return color.RGBA{s(r), s(g), s(b), a}
+}

@@ -1,0 +1,170 @@
+// Package grpo trains a policy with turn-wise GRPO (DESIGN.md, "Turn-wise GRPO"): group
+// advantages per turn and phase, the clipped surrogate with phase masks and a k3 KL penalty,
+// and an AdamW trainer with gradient clipping, learning-rate schedules and gradient
+// accumulation over micro-batches.
+//
+// The trainer is model-agnostic: a policy is any GoMLX graph function with the PolicyFn
+// signature, whose trainable variables live in a context.Context. The loss is written once,
+// as graph code (objective.go); the tests hold a plain-Go twin of the same equations.
+package grpo
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// PolicyFn is a policy as a graph function: tokens [B, L] int32 (right-padded), attnMask
+// [B, L] int32 (1 = token, 0 = padding), targetPos [B, K] int32 (positions p ∈ [1, L) whose
+// token's log-prob is wanted) → [B, K] float32 log π(tokens[b, p] | tokens[b, <p]), computed
+// from logits divided by the sampling temperature (see TokenLogProbs). Entries of targetPos
+// that do not count may point at padding; their values must still be finite.
+type PolicyFn func(ctx *context.Context, tokens, attnMask, targetPos *graph.Node) *graph.Node
+
+// Phase is the role that produced a completion.
+type Phase uint8
+
+// The two phases of the guard loop.
+const (
+	PhaseMemory Phase = iota // the memory manager's update_memory call
+	PhaseJudge               // the judge's assess_risk call
+	NumPhases
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseMemory:
+		return "memory"
+	case PhaseJudge:
+		return "judge"
+	}
+	return fmt.Sprintf("Phase(%d)", uint8(p))
+}
+
+// Batch is a rollout batch of B sequences, each one memory or judge call (prompt + completion),
+// as rectangular arrays. Build it with NewBatch, or directly.
+type Batch struct {
+	Tokens      [][]int32   // [B][L] prompt followed by completion, right-padded
+	AttnMask    [][]int32   // [B][L] 1 = token, 0 = padding
+	TargetPos   [][]int32   // [B][K] positions of the completion tokens whose log-probs count; padding entries any p ∈ [1, L)
+	LossMask    [][]float32 // [B][K] 1 = the entry is a completion token that counts, 0 = padding
+	OldLogProbs [][]float32 // [B][K] log π_old at TargetPos; nil = the current policy (filled by Update when num_iterations > 1)
+	RefLogProbs [][]float32 // [B][K] log π_ref at TargetPos; needed only when beta > 0
+	Advantages  []float32   // [B] the advantage of the sequence's own phase: the phase mask
+	Phase       []Phase     // [B] the role that produced the completion (diagnostics)
+	Rewards     []float32   // [B] the sequence's reward (diagnostics; nil = not reported)
+}
+
+// Sequence is one memory or judge call of a rollout.
+type Sequence struct {
+	Prompt     []int32 // the rendered prompt, at least one token
+	Completion []int32 // the sampled completion (all its tokens count)
+	Phase      Phase
+	Advantage  float32 // the advantage of this call's phase, turn and chain
+	Reward     float32 // its reward (diagnostics)
+}
+
+// NewBatch lays sequences out as a Batch: L = the longest prompt + completion, K = the
+// longest completion, padding entries of TargetPos set to 1.
+func NewBatch(seqs []Sequence) (*Batch, error) {
+	L, K := 2, 1
+	for i, s := range seqs {
+		if len(s.Prompt) == 0 {
+			return nil, fmt.Errorf("grpo: sequence %d has an empty prompt", i)
+		}
+		L = max(L, len(s.Prompt)+len(s.Completion))
+		K = max(K, len(s.Completion))
+	}
+	b := &Batch{}
+	for _, s := range seqs {
+		tokens, attn := make([]int32, L), make([]int32, L)
+		n := copy(tokens, s.Prompt)
+		copy(tokens[n:], s.Completion)
+		for p := range len(s.Prompt) + len(s.Completion) {
+			attn[p] = 1
+		}
+		pos, mask := make([]int32, K), make([]float32, K)
+		for k := range K {
+			pos[k] = 1
+			if k < len(s.Completion) {
+				pos[k], mask[k] = int32(len(s.Prompt)+k), 1
+			}
+		}
+		b.Tokens = append(b.Tokens, tokens)
+		b.AttnMask = append(b.AttnMask, attn)
+		b.TargetPos = append(b.TargetPos, pos)
+		b.LossMask = append(b.LossMask, mask)
+		b.Advantages = append(b.Advantages, s.Advantage)
+		b.Phase = append(b.Phase, s.Phase)
+		b.Rewards = append(b.Rewards, s.Reward)
+	}
+	return b, nil
+}
+
+// Len returns the number of sequences B.
+func (b *Batch) Len() int { return len(b.Tokens) }
+
+func finite32(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+
+// validate checks shapes and values; needOld/needRef say whether those log-probs must be set.
+func (b *Batch) validate(needRef bool) error {
+	B := b.Len()
+	if B == 0 {
+		return fmt.Errorf("empty batch")
+	}
+	if len(b.AttnMask) != B || len(b.TargetPos) != B || len(b.LossMask) != B || len(b.Advantages) != B || len(b.Phase) != B {
+		return fmt.Errorf("batch fields disagree on the number of sequences: tokens %d, attn_mask %d, target_pos %d, loss_mask %d, advantages %d, phase %d",
+			B, len(b.AttnMask), len(b.TargetPos), len(b.LossMask), len(b.Advantages), len(b.Phase))
+	}
+	if b.Rewards != nil && len(b.Rewards) != B {
+		return fmt.Errorf("batch has %d sequences but %d rewards", B, len(b.Rewards))
+	}
+	if b.OldLogProbs != nil && len(b.OldLogProbs) != B {
+		return fmt.Errorf("batch has %d sequences but %d rows of old log-probs", B, len(b.OldLogProbs))
+	}
+	if needRef && len(b.RefLogProbs) != B {
+		return fmt.Errorf("beta > 0 needs reference log-probs for all %d sequences, got %d rows", B, len(b.RefLogProbs))
+	}
+	L, K := len(b.Tokens[0]), len(b.TargetPos[0])
+	for i := range B {
+		if len(b.Tokens[i]) != L || len(b.AttnMask[i]) != L {
+			return fmt.Errorf("sequence %d: tokens/attn_mask have lengths %d/%d, want %d", i, len(b.Tokens[i]), len(b.AttnMask[i]), L)
+		}
+		if len(b.TargetPos[i]) != K || len(b.LossMask[i]) != K {
+			return fmt.Errorf("sequence %d: target_pos/loss_mask have lengths %d/%d, want %d", i, len(b.TargetPos[i]), len(b.LossMask[i]), K)
+		}
+		if b.Phase[i] >= NumPhases {
+			return fmt.Errorf("sequence %d: unknown phase %d", i, b.Phase[i])
+		}
+		if !finite32(b.Advantages[i]) {
+			return fmt.Errorf("sequence %d: advantage is %v", i, b.Advantages[i])
+		}
+		if b.AttnMask[i][0] != 1 {
+			return fmt.Errorf("sequence %d: attn_mask[0] must be 1 (right padding, non-empty prompt)", i)
+		}
+		for k := range K {
+			m, p := b.LossMask[i][k], b.TargetPos[i][k]
+			if m != 0 && m != 1 {
+				return fmt.Errorf("sequence %d token %d: loss_mask must be 0 or 1, got %v", i, k, m)
+			}
+			if p < 1 || int(p) >= L {
+				return fmt.Errorf("sequence %d token %d: target_pos %d outside [1, %d)", i, k, p, L)
+			}
+			if m == 0 {
+				continue
+			}
+			if b.AttnMask[i][p] != 1 {
+				return fmt.Errorf("sequence %d token %d: target_pos %d is padding", i, k, p)
+			}
+			if b.OldLogProbs != nil && (len(b.OldLogProbs[i]) != K || !finite32(b.OldLogProbs[i][k])) {
+				return fmt.Errorf("sequence %d token %d: old log-prob missing or not finite", i, k)
+			}
+			if needRef && (len(b.RefLogProbs[i]) != K || !finite32(b.RefLogProbs[i][k])) {
+				return fmt.Errorf("sequence %d token %d: reference log-prob missing or not finite", i, k)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package grpo
+
+import (
+	"fmt"
+	"math"
+)
+
+// Loss aggregations (Config.LossAggregation).
+const (
+	// AggSeqMeanTokenMean averages each sequence's tokens, then the sequences (GRPO).
+	AggSeqMeanTokenMean = "seq-mean-token-mean"
+	// AggTokenMean averages all counted tokens of the step's batch together.
+	AggTokenMean = "token-mean"
+)
+
+// Reward scalings (Config.ScaleRewards).
+const (
+	// ScaleGroup divides by the group's standard deviation (GRPO).
+	ScaleGroup = "group"
+	// ScaleNone only subtracts the group mean (Dr. GRPO).
+	ScaleNone = "none"
+)
+
+// Learning-rate schedules after the warm-up (Config.LRSchedule).
+const (
+	ScheduleConstant = "constant"
+	ScheduleLinear   = "linear"
+	ScheduleCosine   = "cosine"
+)
+
+// Config holds the turn-wise GRPO and optimizer settings (the `grpo` section of the configuration).
+type Config struct {
+	LearningRate    float64 `yaml:"learning_rate"`    // peak learning rate of AdamW, reached after the warm-up
+	AdamBeta1       float64 `yaml:"adam_beta1"`       // AdamW β1: decay of the gradient's moving average, in [0, 1)
+	AdamBeta2       float64 `yaml:"adam_beta2"`       // AdamW β2: decay of the squared gradient's moving average, in [0, 1)
+	AdamEpsilon     float64 `yaml:"adam_epsilon"`     // AdamW ε added to √v̂ in the denominator, > 0
+	WeightDecay     float64 `yaml:"weight_decay"`     // decoupled weight decay, applied to variables of rank ≥ 2 (matrices, embeddings)
+	MaxGradNorm     float64 `yaml:"max_grad_norm"`    // global gradient-norm clip; 0 turns clipping off
+	WarmupSteps     int     `yaml:"warmup_steps"`     // optimizer steps of linear warm-up from lr/warmup_steps to lr
+	LRSchedule      string  `yaml:"lr_schedule"`      // after the warm-up: constant | linear | cosine (decay to 0 at the last step)
+	ClipEpsilon     float64 `yaml:"clip_epsilon"`     // ε of the clipped ratio: clip(ρ, 1−ε, 1+ε)
+	Beta            float64 `yaml:"beta"`             // β: coefficient of the k3 KL penalty against the reference policy; 0 needs no reference
+	NumIterations   int     `yaml:"num_iterations"`   // μ: optimizer steps taken on each rollout batch (π_old stays the rollout policy)
+	ScaleRewards    string  `yaml:"scale_rewards"`    // group (divide advantages by the group std) | none (Dr. GRPO)
+	LossAggregation string  `yaml:"loss_aggregation"` // seq-mean-token-mean (GRPO) | token-mean
+	MicroBatchSize  int     `yaml:"micro_batch_size"` // sequences per forward/backward graph; gradients accumulate over micro-batches
+}
+
+// DefaultConfig returns the defaults: AdamW(1e-6, 0.9, 0.999, 1e-8), no weight decay, clip norm
+// 1.0, 10 warm-up steps then a constant rate, ε = 0.2, β = 0.04, μ = 1, group scaling,
+// seq-mean-token-mean, micro-batches of 8 sequences.
+func DefaultConfig() Config {
+	return Config{
+		LearningRate:    1e-6,
+		AdamBeta1:       0.9,
+		AdamBeta2:       0.999,
+		AdamEpsilon:     1e-8,
+		WeightDecay:     0,
+		MaxGradNorm:     1.0,
+		WarmupSteps:     10,
+		LRSchedule:      ScheduleConstant,
+		ClipEpsilon:     0.2,
+		Beta:            0.04,
+		NumIterations:   1,
+		ScaleRewards:    ScaleGroup,
+		LossAggregation: AggSeqMeanTokenMean,
+		MicroBatchSize:  8,
+	}
+}
+
+// finiteAtLeast reports whether x is finite and ≥ lo.
+func finiteAtLeast(x, lo float64) bool { return x >= lo && !math.IsInf(x, 0) }
+
+// Validate checks every setting; errors start with the key name.
+func (c *Config) Validate() error {
+	switch {
+	case !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0):
+		return fmt.Errorf("learning_rate must be a finite number > 0, got %v", c.LearningRate)
+	case !(c.AdamBeta1 >= 0 && c.AdamBeta1 < 1):
+		return fmt.Errorf("adam_beta1 must be in [0, 1), got %v", c.AdamBeta1)
+	case !(c.AdamBeta2 >= 0 && c.AdamBeta2 < 1):
+		return fmt.Errorf("adam_beta2 must be in [0, 1), got %v", c.AdamBeta2)
+	case !(c.AdamEpsilon > 0) || math.IsInf(c.AdamEpsilon, 0):
+		return fmt.Errorf("adam_epsilon must be a finite number > 0, got %v", c.AdamEpsilon)
+	case !finiteAtLeast(c.WeightDecay, 0):
+		return fmt.Errorf("weight_decay must be a finite number ≥ 0, got %v", c.WeightDecay)
+	case !finiteAtLeast(c.MaxGradNorm, 0):
+		return fmt.Errorf("max_grad_norm must be a finite number ≥ 0 (0 = no clipping), got %v", c.MaxGradNorm)
+	case c.WarmupSteps < 0:
+		return fmt.Errorf("warmup_steps must be ≥ 0, got %d", c.WarmupSteps)
+	case c.LRSchedule != ScheduleConstant && c.LRSchedule != ScheduleLinear && c.LRSchedule != ScheduleCosine:
+		return fmt.Errorf("lr_schedule must be %s, %s or %s, got %q", ScheduleConstant, ScheduleLinear, ScheduleCosine, c.LRSchedule)
+	case !(c.ClipEpsilon > 0 && c.ClipEpsilon < 1):
+		return fmt.Errorf("clip_epsilon must be in (0, 1), got %v", c.ClipEpsilon)
+	case !finiteAtLeast(c.Beta, 0):
+		return fmt.Errorf("beta must be a finite number ≥ 0, got %v", c.Beta)
+	case c.NumIterations < 1:
+		return fmt.Errorf("num_iterations must be ≥ 1, got %d", c.NumIterations)
+	case c.ScaleRewards != ScaleGroup && c.ScaleRewards != ScaleNone:
+		return fmt.Errorf("scale_rewards must be %s or %s, got %q", ScaleGroup, ScaleNone, c.ScaleRewards)
+	case c.LossAggregation != AggSeqMeanTokenMean && c.LossAggregation != AggTokenMean:
+		return fmt.Errorf("loss_aggregation must be %s or %s, got %q", AggSeqMeanTokenMean, AggTokenMean, c.LossAggregation)
+	case c.MicroBatchSize < 1:
+		return fmt.Errorf("micro_batch_size must be ≥ 1, got %d", c.MicroBatchSize)
+	}
+	return nil
+}

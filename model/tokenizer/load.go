@@ -1,0 +1,306 @@
+package tokenizer
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// qwenPattern is the Split pre-tokenizer regex of Qwen2/Qwen3 (and of
+// GPT-4's cl100k). Load accepts only this pattern because pretokenize.go
+// implements it by hand.
+const qwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// fileJSON is the subset of Hugging Face's tokenizer.json that we read.
+type fileJSON struct {
+	AddedTokens []addedTokenJSON `json:"added_tokens"`
+	Normalizer  json.RawMessage  `json:"normalizer"`
+	PreTok      json.RawMessage  `json:"pre_tokenizer"`
+	Decoder     json.RawMessage  `json:"decoder"`
+	Model       struct {
+		Type                    string          `json:"type"`
+		Dropout                 *float64        `json:"dropout"`
+		UnkToken                *string         `json:"unk_token"`
+		ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+		ByteFallback            bool            `json:"byte_fallback"`
+		IgnoreMerges            bool            `json:"ignore_merges"`
+		Vocab                   map[string]int  `json:"vocab"`
+		Merges                  json.RawMessage `json:"merges"`
+	} `json:"model"`
+}
+
+type addedTokenJSON struct {
+	ID         int    `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// Load reads a Hugging Face tokenizer. path is a tokenizer.json file, a
+// gzip-compressed tokenizer.json.gz, or a directory holding either of them
+// (tokenizer.json is preferred when both are there).
+//
+// Only what Qwen2/Qwen3 tokenizers use is supported: an NFC (or no)
+// normalizer, the Split pre-tokenizer with Qwen's pattern followed by
+// ByteLevel, a byte-level BPE model without dropout, unknown token or byte
+// fallback, and added tokens matched on the raw text (normalized: false)
+// without lstrip/rstrip/single_word. Anything else is an error, never a
+// silently different tokenization.
+func Load(path string) (*Tokenizer, error) {
+	data, file, err := readTokenizerFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", file, err)
+	}
+	t, err := build(&f)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", file, err)
+	}
+	return t, nil
+}
+
+// readTokenizerFile returns the (decompressed) bytes of the tokenizer.json
+// that path names, and the name of the file actually read.
+func readTokenizerFile(path string) ([]byte, string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("tokenizer: %w", err)
+	}
+	file := path
+	if st.IsDir() {
+		file = ""
+		for _, name := range []string{"tokenizer.json", "tokenizer.json.gz"} {
+			p := filepath.Join(path, name)
+			if _, err := os.Stat(p); err == nil {
+				file = p
+				break
+			}
+		}
+		if file == "" {
+			return nil, "", fmt.Errorf("tokenizer: directory %s holds neither tokenizer.json nor tokenizer.json.gz", path)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, "", fmt.Errorf("tokenizer: %w", err)
+	}
+	if strings.HasSuffix(file, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, "", fmt.Errorf("tokenizer %s: %w", file, err)
+		}
+		data, err = io.ReadAll(zr)
+		if err != nil {
+			return nil, "", fmt.Errorf("tokenizer %s: %w", file, err)
+		}
+	}
+	return data, file, nil
+}
+
+// build checks that f describes a tokenizer we implement exactly and
+// assembles it.
+func build(f *fileJSON) (*Tokenizer, error) {
+	if err := checkNormalizer(f.Normalizer); err != nil {
+		return nil, err
+	}
+	if err := checkPreTokenizer(f.PreTok); err != nil {
+		return nil, err
+	}
+	if err := checkDecoder(f.Decoder); err != nil {
+		return nil, err
+	}
+	m := &f.Model
+	switch {
+	case m.Type != "BPE":
+		return nil, fmt.Errorf("model.type %q: only BPE is supported", m.Type)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return nil, fmt.Errorf("model.dropout %v: BPE dropout is not supported", *m.Dropout)
+	case m.UnkToken != nil:
+		return nil, fmt.Errorf("model.unk_token %q: unknown tokens are not supported", *m.UnkToken)
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
+		return nil, errors.New("model.continuing_subword_prefix is not supported")
+	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return nil, errors.New("model.end_of_word_suffix is not supported")
+	case m.ByteFallback:
+		return nil, errors.New("model.byte_fallback is not supported")
+	case m.IgnoreMerges:
+		return nil, errors.New("model.ignore_merges is not supported")
+	}
+	merges, err := parseMerges(m.Merges)
+	if err != nil {
+		return nil, err
+	}
+
+	t := &Tokenizer{
+		normalize: len(f.Normalizer) > 0 && string(f.Normalizer) != "null",
+		vocab:     m.Vocab,
+		merges:    make(map[[2]int32]merge, len(merges)),
+		addedID:   make(map[string]int, len(f.AddedTokens)),
+		cache:     make(map[string][]int),
+	}
+	size := 0
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return nil, fmt.Errorf("model.vocab %q: negative id %d", tok, id)
+		}
+		size = max(size, id+1)
+	}
+	for _, a := range f.AddedTokens {
+		if a.ID < 0 {
+			return nil, fmt.Errorf("added token %q: negative id %d", a.Content, a.ID)
+		}
+		size = max(size, a.ID+1)
+	}
+	t.idToken = make([]string, size)
+	t.idBytes = make([][]byte, size)
+	t.idKind = make([]kind, size)
+
+	for tok, id := range m.Vocab {
+		if t.idKind[id] != kindNone {
+			return nil, fmt.Errorf("model.vocab %q: id %d is used twice", tok, id)
+		}
+		t.idKind[id] = kindBPE
+		t.idToken[id] = tok
+		t.idBytes[id] = byteLevelDecode(tok)
+	}
+	for b := range 256 {
+		id, ok := m.Vocab[string(byteRune[b])]
+		if !ok {
+			return nil, fmt.Errorf("model.vocab lacks the byte-level token for byte 0x%02x", b)
+		}
+		t.byteID[b] = int32(id)
+	}
+	var buf []byte
+	for rank, pair := range merges {
+		left, okL := m.Vocab[pair[0]]
+		right, okR := m.Vocab[pair[1]]
+		buf = append(append(buf[:0], pair[0]...), pair[1]...)
+		merged, okM := m.Vocab[string(buf)]
+		if !okL || !okR || !okM {
+			return nil, fmt.Errorf("model.merges[%d] %q %q: token not in the vocabulary", rank, pair[0], pair[1])
+		}
+		// A repeated pair takes its last rank, as in Hugging Face's map.
+		t.merges[[2]int32{int32(left), int32(right)}] = merge{rank: int32(rank), id: int32(merged)}
+	}
+
+	for _, a := range f.AddedTokens {
+		switch {
+		case a.Content == "":
+			return nil, fmt.Errorf("added token id %d: empty content", a.ID)
+		case a.Normalized:
+			return nil, fmt.Errorf("added token %q: normalized=true is not supported", a.Content)
+		case a.LStrip || a.RStrip || a.SingleWord:
+			return nil, fmt.Errorf("added token %q: lstrip/rstrip/single_word are not supported", a.Content)
+		}
+		if t.idKind[a.ID] == kindBPE {
+			// A BPE merge could then produce an added-token id from untrusted
+			// text; refuse rather than weaken EncodeUntrusted.
+			return nil, fmt.Errorf("added token %q: id %d is also the BPE token %q", a.Content, a.ID, t.idToken[a.ID])
+		}
+		if _, dup := t.addedID[a.Content]; dup {
+			return nil, fmt.Errorf("added token %q: listed twice", a.Content)
+		}
+		t.idKind[a.ID] = kindAdded
+		if a.Special {
+			t.idKind[a.ID] = kindSpecial
+		}
+		t.idToken[a.ID] = a.Content
+		t.idBytes[a.ID] = byteLevelDecode(a.Content)
+		t.addedID[a.Content] = a.ID
+		t.added = append(t.added, a.Content)
+	}
+	t.buildAddedIndex()
+	return t, nil
+}
+
+// parseMerges accepts both tokenizer.json merge formats: ["a b", ...] and
+// [["a", "b"], ...].
+func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	var pairs [][2]string
+	if err := json.Unmarshal(raw, &pairs); err == nil {
+		return pairs, nil
+	}
+	var lines []string
+	if err := json.Unmarshal(raw, &lines); err != nil {
+		return nil, fmt.Errorf("model.merges: want a list of \"a b\" strings or of [a, b] pairs: %w", err)
+	}
+	pairs = make([][2]string, len(lines))
+	for i, line := range lines {
+		parts := strings.Split(line, " ")
+		if len(parts) != 2 {
+			return nil, fmt.Errorf("model.merges[%d] %q: want two tokens separated by one space", i, line)
+		}
+		pairs[i] = [2]string{parts[0], parts[1]}
+	}
+	return pairs, nil
+}
+
+func checkNormalizer(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var n struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil || n.Type != "NFC" {
+		return fmt.Errorf("normalizer %s: only NFC (or none) is supported", raw)
+	}
+	return nil
+}
+
+// byteLevelJSON is the ByteLevel pre-tokenizer, post-processor or decoder.
+type byteLevelJSON struct {
+	Type           string `json:"type"`
+	AddPrefixSpace bool   `json:"add_prefix_space"`
+	UseRegex       *bool  `json:"use_regex"`
+}
+
+func checkPreTokenizer(raw json.RawMessage) error {
+	var seq struct {
+		Type          string            `json:"type"`
+		PreTokenizers []json.RawMessage `json:"pretokenizers"`
+	}
+	bad := fmt.Errorf("pre_tokenizer: only Sequence[Split(Qwen pattern, Isolated), ByteLevel(add_prefix_space=false, use_regex=false)] is supported, got %s", raw)
+	if err := json.Unmarshal(raw, &seq); err != nil || seq.Type != "Sequence" || len(seq.PreTokenizers) != 2 {
+		return bad
+	}
+	var split struct {
+		Type    string `json:"type"`
+		Pattern struct {
+			Regex string `json:"Regex"`
+		} `json:"pattern"`
+		Behavior string `json:"behavior"`
+		Invert   bool   `json:"invert"`
+	}
+	if err := json.Unmarshal(seq.PreTokenizers[0], &split); err != nil ||
+		split.Type != "Split" || split.Pattern.Regex != qwenPattern || split.Behavior != "Isolated" || split.Invert {
+		return bad
+	}
+	var bl byteLevelJSON
+	if err := json.Unmarshal(seq.PreTokenizers[1], &bl); err != nil ||
+		bl.Type != "ByteLevel" || bl.AddPrefixSpace || bl.UseRegex == nil || *bl.UseRegex {
+		return bad
+	}
+	return nil
+}
+
+func checkDecoder(raw json.RawMessage) error {
+	var bl byteLevelJSON
+	if err := json.Unmarshal(raw, &bl); err != nil || bl.Type != "ByteLevel" {
+		return fmt.Errorf("decoder %s: only ByteLevel is supported", raw)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+// Package rollout runs the guard over trajectories: the memory-manager and
+// judge prompts, tool-call rendering and parsing, structured decoding, and
+// the shadow-memory chains of DESIGN.md ("The guard loop"). Training samples
+// G chains per trajectory through it; eval runs one greedy chain.
+package rollout
+
+import "fmt"
+
+// Config is the `rollout` section: how the guard is prompted and sampled.
+type Config struct {
+	PromptVersion        string  `yaml:"prompt_version"`         // prompt templates under rollout/prompts/<version>/
+	Variant              string  `yaml:"variant"`                // "mage" (memory + judge) or "judge-only" (judge reads the raw trajectory)
+	TrackIntent          bool    `yaml:"track_intent"`           // memory prompt asks to keep the user's intent and task scope (ablation: false)
+	TrackAttacks         bool    `yaml:"track_attacks"`          // memory prompt asks to keep attack patterns seen (ablation: false)
+	MemoryBudgetChars    int     `yaml:"memory_budget_chars"`    // the memory length the prompt asks for, in characters
+	GroupSize            int     `yaml:"group_size"`             // G: chains per trajectory in training
+	MaxMemoryTokens      int     `yaml:"max_memory_tokens"`      // max new tokens of a memory call
+	MaxJudgeTokens       int     `yaml:"max_judge_tokens"`       // max new tokens of a judge call
+	MaxObservationTokens int     `yaml:"max_observation_tokens"` // longer observations keep head and tail with an elision marker
+	Temperature          float64 `yaml:"temperature"`            // sampling temperature in training (log-probs use logits / temperature)
+	TopK                 int     `yaml:"top_k"`                  // 0 = off
+	TopP                 float64 `yaml:"top_p"`                  // 1 = off
+	Structured           bool    `yaml:"structured"`             // constrain decoding to valid tool calls
+	BatchSize            int     `yaml:"batch_size"`             // max rows per generation call
+}
+
+// DefaultConfig returns the defaults for a real (Qwen3-4B class) model.
+func DefaultConfig() Config {
+	return Config{
+		PromptVersion:        "v1",
+		Variant:              "mage",
+		TrackIntent:          true,
+		TrackAttacks:         true,
+		MemoryBudgetChars:    600,
+		GroupSize:            8,
+		MaxMemoryTokens:      256,
+		MaxJudgeTokens:       96,
+		MaxObservationTokens: 1024,
+		Temperature:          1.0,
+		TopK:                 0,
+		TopP:                 1.0,
+		Structured:           false,
+		BatchSize:            64,
+	}
+}
+
+// Validate checks the values; errors start with the key's name.
+func (c *Config) Validate() error {
+	switch {
+	case c.Variant != "mage" && c.Variant != "judge-only":
+		return fmt.Errorf("variant must be mage or judge-only, got %q", c.Variant)
+	case c.PromptVersion == "":
+		return fmt.Errorf("prompt_version must not be empty")
+	case c.MemoryBudgetChars <= 0:
+		return fmt.Errorf("memory_budget_chars must be > 0, got %d", c.MemoryBudgetChars)
+	case c.GroupSize < 1:
+		return fmt.Errorf("group_size must be >= 1, got %d", c.GroupSize)
+	case c.MaxMemoryTokens < 1:
+		return fmt.Errorf("max_memory_tokens must be >= 1, got %d", c.MaxMemoryTokens)
+	case c.MaxJudgeTokens < 1:
+		return fmt.Errorf("max_judge_tokens must be >= 1, got %d", c.MaxJudgeTokens)
+	case c.MaxObservationTokens < 16:
+		return fmt.Errorf("max_observation_tokens must be >= 16, got %d", c.MaxObservationTokens)
+	case c.Temperature <= 0:
+		return fmt.Errorf("temperature must be > 0 (eval decodes greedily on its own), got %g", c.Temperature)
+	case c.TopK < 0:
+		return fmt.Errorf("top_k must be >= 0, got %d", c.TopK)
+	case c.TopP <= 0 || c.TopP > 1:
+		return fmt.Errorf("top_p must be in (0, 1], got %g", c.TopP)
+	case c.BatchSize < 1:
+		return fmt.Errorf("batch_size must be >= 1, got %d", c.BatchSize)
+	}
+	return nil
+}

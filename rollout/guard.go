@@ -1,0 +1,314 @@
+package rollout
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/model/chat"
+	"github.com/mageguard/mageguard/model/tokenizer"
+)
+
+// Sampling says how completions are drawn.
+type Sampling struct {
+	Greedy      bool    // argmax decoding (eval)
+	Temperature float64 // > 0; log-probs are taken from logits / Temperature
+	TopK        int     // 0 = off
+	TopP        float64 // 1 = off
+	Seed        uint64  // makes sampling reproducible
+}
+
+// Request is one completion to generate.
+type Request struct {
+	Prompt  []int    // the full prompt, chat template and generation prompt included
+	MaxNew  int      // max new tokens
+	Grammar *Grammar // structured decoding (nil: free, stopping at a stop token)
+}
+
+// Completion is a generated completion.
+type Completion struct {
+	Tokens   []int     // generated tokens, stop token included when produced
+	LogProbs []float32 // log π(token) under logits / temperature, unconstrained
+	Forced   []bool    // the token was forced by the grammar (no choice: not in the loss)
+}
+
+// Generator generates completions for a batch of requests. The model's
+// generator batches them; tests use scripted ones.
+type Generator interface {
+	Generate(reqs []Request, s Sampling) ([]Completion, error)
+}
+
+// Episode is one trajectory cut to the turns [Start, End) that the guard runs on.
+type Episode struct {
+	Traj       *dataset.Trajectory
+	Start, End int
+}
+
+// Call is one guard call (memory or judge) of one chain at one turn.
+type Call struct {
+	Prompt       []int     // prompt token ids (system prompt included)
+	PrefixTokens int       // tokens of the system prompt (tools included): the shareable prefix
+	Completion   []int     // generated token ids
+	LogProbs     []float32 // per completion token, from the sampler
+	Forced       []bool    // per completion token: forced by the grammar
+	Text         string    // the completion decoded (special tokens kept)
+	Parsed       bool      // the completion is a valid call of the role's tool
+	Violation    string    // why it is not (when !Parsed)
+}
+
+// Tokens is the number of tokens the call reads and writes.
+func (c *Call) Tokens() int { return len(c.Prompt) + len(c.Completion) }
+
+// Turn is the outcome of one turn of one chain.
+type Turn struct {
+	Index     int    // the turn's index in the trajectory (from 0)
+	Label     int    // the action's label
+	Memory    *Call  // nil for the judge-only variant
+	MemoryOut string // m_t: the memory after this turn (the previous one on a violation)
+	Judge     Call
+	Decision  string // the effective decision: "approve", or "reject" (also the fallback); with votes, their majority
+	Rationale string // the (first) judge's rationale (empty on a violation)
+	Votes     []Call // with K > 1 votes: all K judge calls (Judge is the first)
+}
+
+// VoteDecisions returns the effective decision of each vote (a vote that
+// failed to parse counts as "reject").
+func (t *Turn) VoteDecisions() []string {
+	var ds []string
+	for i := range t.Votes {
+		d := DecisionReject
+		if t.Votes[i].Parsed {
+			if j, err := ParseJudgement(t.Votes[i].Text); err == nil {
+				d = j.Decision
+			}
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// MemoryChars is |m_t| in Unicode code points.
+func (t *Turn) MemoryChars() int { return utf8.RuneCountInString(t.MemoryOut) }
+
+// GuardTokens is the tokens every call of the turn reads and writes: the
+// memory call and the judge call (all K of them with votes).
+func (t *Turn) GuardTokens() int {
+	n := t.Judge.Tokens()
+	for i := 1; i < len(t.Votes); i++ {
+		n += t.Votes[i].Tokens()
+	}
+	if t.Memory != nil {
+		n += t.Memory.Tokens()
+	}
+	return n
+}
+
+// VoteTokens is the share of GuardTokens spent on votes beyond the first.
+func (t *Turn) VoteTokens() int {
+	n := 0
+	for i := 1; i < len(t.Votes); i++ {
+		n += t.Votes[i].Tokens()
+	}
+	return n
+}
+
+// PrefixTokens is the system prompts' share of GuardTokens.
+func (t *Turn) PrefixTokens() int {
+	n := t.Judge.PrefixTokens * max(len(t.Votes), 1)
+	if t.Memory != nil {
+		n += t.Memory.PrefixTokens
+	}
+	return n
+}
+
+// Chain is one chain's run over an episode.
+type Chain struct {
+	Episode *Episode
+	Index   int    // chain number within the group (0..G-1)
+	Turns   []Turn // one per turn of the episode, in order
+}
+
+// Stats counts what the loop did, for logs.
+type Stats struct {
+	Calls          int // guard calls made
+	PromptTokens   int // prompt tokens of all calls
+	NewTokens      int // generated tokens of all calls
+	ElidedTokens   int // observation tokens left out by elision
+	ElidedObs      int // observations elided
+	MemoryFailures int // memory calls that failed to parse
+	JudgeFailures  int // judge calls that failed to parse
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%d calls, %d prompt + %d new tokens, %d observations elided (%d tokens), format violations: memory %d, judge %d",
+		s.Calls, s.PromptTokens, s.NewTokens, s.ElidedObs, s.ElidedTokens, s.MemoryFailures, s.JudgeFailures)
+}
+
+// Guard runs the guard loop with one model: the prompts, the tokenizer and
+// chat template, a generator, and (with structured decoding) a grammar per
+// role.
+type Guard struct {
+	cfg     Config
+	tok     *tokenizer.Tokenizer
+	prompts *Prompts
+	gen     Generator
+	grammar [2]*Grammar // per Role, nil without structured decoding
+	prefix  [3]int      // system-prompt tokens: memory, judge, judge-only
+	stops   []int       // tokens that end a completion
+}
+
+// Grammar templates of the two tool calls, as Qwen3's chat template writes
+// them (chat.ToolCallText).
+const (
+	memoryCallTemplate = "<tool_call>\n{\"name\": \"update_memory\", \"arguments\": {\"content\": \"{string}\"}}\n</tool_call>"
+	judgeCallTemplate  = "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"decision\": \"{choice:approve|reject}\", \"rationale\": \"{string}\"}}\n</tool_call>"
+)
+
+// NewGuard builds a guard from its configuration, tokenizer and generator.
+func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("rollout.%w", err)
+	}
+	prompts, err := NewPrompts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g := &Guard{cfg: cfg, tok: tok, prompts: prompts, gen: gen}
+	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+		id, ok := tok.TokenID(name)
+		if !ok {
+			return nil, fmt.Errorf("rollout: the tokenizer has no %s token (not a Qwen3 tokenizer?)", name)
+		}
+		g.stops = append(g.stops, id)
+	}
+	for i, sys := range []struct {
+		text string
+		tool chat.Tool
+	}{{prompts.MemorySystem, MemoryTool}, {prompts.JudgeSystem, JudgeTool}, {prompts.JudgeOnlySystem, JudgeTool}} {
+		g.prefix[i] = len(chat.Encode(tok, []chat.Message{chat.NewMessage(chat.RoleSystem, sys.text)}, []chat.Tool{sys.tool}, chat.Options{}))
+	}
+	if cfg.Structured {
+		for role, tmpl := range []string{memoryCallTemplate, judgeCallTemplate} {
+			gr, err := NewGrammar(tok, tmpl, g.stops[0])
+			if err != nil {
+				return nil, err
+			}
+			max := []int{cfg.MaxMemoryTokens, cfg.MaxJudgeTokens}[role]
+			if gr.MinBudget() > max {
+				return nil, fmt.Errorf("rollout: structured %s calls need at least %d new tokens, max is %d", Role(role), gr.MinBudget(), max)
+			}
+			g.grammar[role] = gr
+		}
+	}
+	return g, nil
+}
+
+// Stops returns the token ids that end a completion.
+func (g *Guard) Stops() []int { return g.stops }
+
+// Prompts returns the guard's prompts.
+func (g *Guard) Prompts() *Prompts { return g.prompts }
+
+// newCall encodes a prompt with the chat template: the system prompt with
+// the role's tool declared, the user message, and the generation prompt
+// with thinking off.
+func (g *Guard) newCall(p Prompt, role Role) *Call {
+	tool, prefix := MemoryTool, g.prefix[0]
+	if role == JudgeRole {
+		tool, prefix = JudgeTool, g.prefix[1]
+		if p.System == g.prompts.JudgeOnlySystem {
+			prefix = g.prefix[2]
+		}
+	}
+	msgs := []chat.Message{
+		chat.NewMessage(chat.RoleSystem, p.System),
+		{Role: chat.RoleUser, Content: p.User},
+	}
+	ids := chat.Encode(g.tok, msgs, []chat.Tool{tool}, chat.Options{AddGenerationPrompt: true})
+	return &Call{Prompt: ids, PrefixTokens: prefix}
+}
+
+func (g *Guard) request(c *Call, role Role) Request {
+	max := g.cfg.MaxMemoryTokens
+	if role == JudgeRole {
+		max = g.cfg.MaxJudgeTokens
+	}
+	return Request{Prompt: c.Prompt, MaxNew: max, Grammar: g.grammar[role]}
+}
+
+// episodeView holds an episode's observations after elision, computed once
+// and shared by its chains.
+type episodeView struct {
+	ep  *Episode
+	obs []string // per turn of the trajectory (only [Start-1, End) are filled)
+}
+
+func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
+	v := &episodeView{ep: e, obs: make([]string, len(e.Traj.Turns))}
+	for t := max(e.Start-1, 0); t < e.End; t++ {
+		text, elided := ElideObservation(g.tok, e.Traj.Turns[t].Observation, g.cfg.MaxObservationTokens)
+		v.obs[t] = text
+		if elided > 0 {
+			stats.ElidedObs++
+			stats.ElidedTokens += elided
+		}
+	}
+	return v
+}
+
+// events returns what the memory sees at turn t of the window (from 0): at
+// the window's first turn, the user's request (and the action just before
+// the window, if any); later, the previous action with its observation, and
+// a new user message when one arrived.
+func (v *episodeView) events(t int) Events {
+	tr := v.ep.Traj
+	abs := v.ep.Start + t
+	var ev Events
+	if t == 0 {
+		ev.UserRequest = &tr.UserPrompt
+	}
+	if u := tr.Turns[abs].User; u != nil && t > 0 {
+		ev.UserRequest = u
+	}
+	if abs > 0 {
+		ev.Action = &tr.Turns[abs-1].Action
+		ev.Observation = v.obs[abs-1]
+	}
+	return ev
+}
+
+// judgeOnly returns the judge-only prompt at turn t of the window: the
+// user's request and the window's earlier steps, then the pending action.
+func (v *episodeView) judgeOnly(p *Prompts, t int) Prompt {
+	tr := v.ep.Traj
+	var hist []HistoryStep
+	for k := v.ep.Start; k < v.ep.Start+t; k++ {
+		h := HistoryStep{Action: tr.Turns[k].Action, Observation: v.obs[k]}
+		if k > v.ep.Start {
+			h.UserRequest = tr.Turns[k].User
+		}
+		hist = append(hist, h)
+	}
+	abs := v.ep.Start + t
+	var pendingUser *string
+	if t > 0 {
+		pendingUser = tr.Turns[abs].User
+	}
+	return p.JudgeOnly(tr.UserPrompt, hist, pendingUser, tr.Turns[abs].Action)
+}
+
+// ElideObservation keeps an observation of more than max tokens to its
+// first and last max/2 tokens with an explicit marker between them, and
+// returns the text and the number of tokens left out (0: unchanged).
+func ElideObservation(tok *tokenizer.Tokenizer, obs string, max int) (string, int) {
+	ids := tok.EncodeUntrusted(obs)
+	if len(ids) <= max {
+		return obs, 0
+	}
+	head, tail := max/2, max-max/2
+	elided := len(ids) - head - tail
+	h := strings.TrimRight(tok.Decode(ids[:head], false), "\uFFFD")
+	t := strings.TrimLeft(tok.Decode(ids[len(ids)-tail:], false), "\uFFFD")
+	return h + fmt.Sprintf("\n[... %d tokens elided ...]\n", elided) + t, elided
+}

@@ -1,0 +1,218 @@
+package rollout
+
+import "fmt"
+
+// Role is a guard role: which tool it answers with.
+type Role int
+
+const (
+	MemoryRole Role = iota // the memory manager: update_memory
+	JudgeRole              // the judge: assess_risk
+)
+
+func (r Role) String() string {
+	if r == MemoryRole {
+		return "memory"
+	}
+	return "judge"
+}
+
+// RunOptions say how many chains run and how they are sampled.
+type RunOptions struct {
+	Chains   int      // chains per episode (G in training, 1 in eval)
+	Sampling Sampling // how memory and judge calls are drawn
+	// Votes > 1 makes K = Votes judge calls per turn (each sampled with
+	// VoteSampling), whose majority is the decision (consensus baseline).
+	Votes        int
+	VoteSampling Sampling
+}
+
+// Run runs opts.Chains chains of the guard loop over each episode, turn by
+// turn, batching the calls of all chains and episodes at a turn into one
+// generation: for each turn, the memory call (m_t = M(m_{t−1}, s_{t−1})),
+// then the judge call (d_t = J(a_t | m_t)). Every turn of every chain runs
+// (the unabridged loop: a reject does not stop the chain), so every label
+// is used. A memory call that fails to parse keeps m_{t−1}; a judge call
+// that fails to parse counts as "reject".
+//
+// Sampling seeds are derived from the options' seeds and the turn, so a
+// run is reproducible.
+func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, error) {
+	var stats Stats
+	chains, s := opts.Chains, opts.Sampling
+	if chains < 1 {
+		return nil, stats, fmt.Errorf("rollout: chains must be >= 1, got %d", chains)
+	}
+	views := make([]*episodeView, len(episodes))
+	maxT := 0
+	for i, e := range episodes {
+		views[i] = g.view(e, &stats)
+		maxT = max(maxT, e.End-e.Start)
+	}
+	var all []*Chain
+	for _, e := range episodes {
+		for c := 0; c < chains; c++ {
+			all = append(all, &Chain{Episode: e, Index: c})
+		}
+	}
+	viewOf := func(ch *Chain, i int) *episodeView { return views[i/chains] }
+
+	for t := 0; t < maxT; t++ {
+		// The chains still running at turn t (episodes longer than t).
+		var live []int
+		for i, ch := range all {
+			if t < ch.Episode.End-ch.Episode.Start {
+				live = append(live, i)
+			}
+		}
+		turns := make([]Turn, len(live))
+		for k, i := range live {
+			e := all[i].Episode
+			turns[k] = Turn{Index: e.Start + t, Label: e.Traj.Turns[e.Start+t].Label}
+		}
+
+		// Memory calls.
+		if g.cfg.Variant == "mage" {
+			reqs := make([]Request, len(live))
+			calls := make([]*Call, len(live))
+			for k, i := range live {
+				prev := ""
+				if t > 0 {
+					prev = all[i].Turns[t-1].MemoryOut
+				}
+				p := g.prompts.Memory(prev, viewOf(all[i], i).events(t))
+				calls[k] = g.newCall(p, MemoryRole)
+				reqs[k] = g.request(calls[k], MemoryRole)
+			}
+			if err := g.generate(reqs, calls, s, uint64(2*t), &stats); err != nil {
+				return nil, stats, fmt.Errorf("turn %d memory: %w", t, err)
+			}
+			for k, i := range live {
+				c := calls[k]
+				turns[k].Memory = c
+				call, err := ParseMemory(c.Text)
+				if err != nil {
+					c.Violation = err.Error()
+					stats.MemoryFailures++
+					if t > 0 {
+						turns[k].MemoryOut = all[i].Turns[t-1].MemoryOut
+					}
+					continue
+				}
+				c.Parsed = true
+				turns[k].MemoryOut = call.Content
+			}
+		}
+
+		// Judge calls.
+		reqs := make([]Request, len(live))
+		calls := make([]*Call, len(live))
+		for k, i := range live {
+			v := viewOf(all[i], i)
+			var p Prompt
+			if g.cfg.Variant == "mage" {
+				p = g.prompts.Judge(turns[k].MemoryOut, v.ep.Traj.Turns[v.ep.Start+t].Action)
+			} else {
+				p = v.judgeOnly(g.prompts, t)
+			}
+			calls[k] = g.newCall(p, JudgeRole)
+			reqs[k] = g.request(calls[k], JudgeRole)
+		}
+		votes := max(opts.Votes, 1)
+		for v := 0; v < votes; v++ {
+			vcalls, vs := calls, s
+			if votes > 1 {
+				vs = opts.VoteSampling
+				vcalls = make([]*Call, len(calls))
+				for k := range calls {
+					cp := *calls[k]
+					vcalls[k] = &cp
+				}
+			}
+			if err := g.generate(reqs, vcalls, vs, uint64(2*t+1)+uint64(v)<<32, &stats); err != nil {
+				return nil, stats, fmt.Errorf("turn %d judge: %w", t, err)
+			}
+			for k := range live {
+				c := vcalls[k]
+				j, err := ParseJudgement(c.Text)
+				if err != nil {
+					c.Violation = err.Error()
+					stats.JudgeFailures++
+				} else {
+					c.Parsed = true
+				}
+				if v == 0 {
+					turns[k].Judge = *c
+					turns[k].Decision, turns[k].Rationale = DecisionReject, ""
+					if c.Parsed {
+						turns[k].Decision, turns[k].Rationale = j.Decision, j.Rationale
+					}
+				}
+				if votes > 1 {
+					turns[k].Votes = append(turns[k].Votes, *c)
+				}
+			}
+		}
+		for k, i := range live {
+			if votes > 1 {
+				turns[k].Decision = Majority(turns[k].VoteDecisions())
+			}
+			all[i].Turns = append(all[i].Turns, turns[k])
+		}
+	}
+	return all, stats, nil
+}
+
+// Majority returns the majority of K judge decisions: "approve" only when a
+// strict majority approves; a tie or no votes is "reject" (fail safe).
+func Majority(decisions []string) string {
+	approve := 0
+	for _, d := range decisions {
+		if d == DecisionApprove {
+			approve++
+		}
+	}
+	if 2*approve > len(decisions) {
+		return DecisionApprove
+	}
+	return DecisionReject
+}
+
+// generate runs the requests in batches of the configured size and fills
+// the calls' completions.
+func (g *Guard) generate(reqs []Request, calls []*Call, s Sampling, salt uint64, stats *Stats) error {
+	bs := g.cfg.BatchSize
+	for lo := 0; lo < len(reqs); lo += bs {
+		hi := min(lo+bs, len(reqs))
+		ss := s
+		ss.Seed = mixSeed(s.Seed, salt, uint64(lo))
+		outs, err := g.gen.Generate(reqs[lo:hi], ss)
+		if err != nil {
+			return err
+		}
+		if len(outs) != hi-lo {
+			return fmt.Errorf("generator returned %d completions for %d requests", len(outs), hi-lo)
+		}
+		for k, out := range outs {
+			c := calls[lo+k]
+			c.Completion, c.LogProbs, c.Forced = out.Tokens, out.LogProbs, out.Forced
+			c.Text = g.tok.Decode(out.Tokens, false)
+			stats.Calls++
+			stats.PromptTokens += len(c.Prompt)
+			stats.NewTokens += len(out.Tokens)
+		}
+	}
+	return nil
+}
+
+// mixSeed derives a seed from a base seed and salts (splitmix64 steps).
+func mixSeed(seed uint64, salts ...uint64) uint64 {
+	x := seed
+	for _, s := range salts {
+		x += 0x9e3779b97f4a7c15 + s
+		x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+		x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+		x ^= x >> 31
+	}
+	return x
+}

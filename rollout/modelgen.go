@@ -1,0 +1,99 @@
+package rollout
+
+import (
+	"fmt"
+
+	"github.com/mageguard/mageguard/model"
+)
+
+// ModelGenerator generates guard completions with a Qwen3 model: batched
+// sampling with a KV cache, stopping at the stop tokens, and structured
+// decoding through the model's per-step constraint hook.
+type ModelGenerator struct {
+	Model *model.Model
+	Stops []int // e.g. Guard.Stops()
+}
+
+// Generate implements Generator. Requests are grouped by MaxNew; each group
+// is one call of model.Generate.
+func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, error) {
+	out := make([]Completion, len(reqs))
+	groups := map[int][]int{}
+	var order []int
+	for i, r := range reqs {
+		if _, ok := groups[r.MaxNew]; !ok {
+			order = append(order, r.MaxNew)
+		}
+		groups[r.MaxNew] = append(groups[r.MaxNew], i)
+	}
+	for gi, maxNew := range order {
+		idx := groups[maxNew]
+		prompts := make([][]int, len(idx))
+		decoders := make([]*Decoder, len(idx))
+		forced := make([][]bool, len(idx))
+		for k, i := range idx {
+			prompts[k] = reqs[i].Prompt
+			if reqs[i].Grammar != nil {
+				decoders[k] = reqs[i].Grammar.NewDecoder(maxNew)
+			}
+		}
+		opts := model.GenerateOptions{
+			MaxNewTokens: maxNew,
+			Temperature:  s.Temperature,
+			TopK:         s.TopK,
+			TopP:         s.TopP,
+			Seed:         mixSeed(s.Seed, uint64(gi)),
+			StopTokens:   mg.Stops,
+		}
+		if s.Greedy {
+			opts.Temperature = 0
+		}
+		var advErr error
+		opts.Constrain = func(row int, generated []int) model.Constraint {
+			d := decoders[row]
+			if d == nil {
+				return model.Constraint{}
+			}
+			// Called once per step: first consume the token sampled under
+			// the previous step's constraint.
+			if n := len(generated); n > 0 {
+				if err := d.Advance(generated[n-1]); err != nil && advErr == nil {
+					advErr = err
+				}
+			}
+			c := d.Next()
+			forced[row] = append(forced[row], c.Force >= 0)
+			switch {
+			case c.Force >= 0:
+				return model.Force(c.Force)
+			case c.Allowed != nil:
+				return model.Allow(c.Allowed...)
+			case c.Banned != nil:
+				return model.Ban(c.Banned...)
+			}
+			return model.Constraint{}
+		}
+		gens, err := mg.Model.Generate(prompts, opts)
+		if err != nil {
+			return nil, err
+		}
+		if advErr != nil {
+			return nil, advErr
+		}
+		for k, i := range idx {
+			g := gens[k]
+			f := forced[k]
+			if len(f) > len(g.Tokens) {
+				f = f[:len(g.Tokens)]
+			}
+			if f == nil {
+				f = make([]bool, len(g.Tokens))
+			}
+			if len(f) != len(g.Tokens) {
+				return nil, fmt.Errorf("structured decoding: %d constraints for %d tokens", len(f), len(g.Tokens))
+			}
+			out[i] = Completion{Tokens: g.Tokens, LogProbs: g.LogProbs, Forced: f}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,82 @@
+package rollout
+
+import (
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/mageguard/mageguard/model"
+)
+
+// tinyModel is a random Qwen3 with the real vocabulary, small enough for tests.
+func tinyModel(t testing.TB) *model.Model {
+	t.Helper()
+	backend, err := model.NewBackend(model.DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := model.DefaultTinyConfig()
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 32, 64, 1
+	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 2, 1, 16
+	m, err := model.New(backend, &cfg, 7, dtypes.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestModelGeneratorStructured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a model")
+	}
+	tok := qwenTokenizer(t)
+	m := tinyModel(t)
+	cfg := DefaultConfig()
+	cfg.Structured = true
+	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
+	g, err := NewGuard(cfg, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.gen = &ModelGenerator{Model: m, Stops: g.Stops()}
+	ep := []*Episode{{Traj: bankTrajectory(), Start: 1, End: 2}}
+	run := func(seed uint64) []*Chain {
+		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: Sampling{Temperature: 1, TopP: 1, Seed: seed}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A random model under structured decoding always yields valid calls.
+		if stats.MemoryFailures != 0 || stats.JudgeFailures != 0 {
+			t.Fatalf("format violations under structured decoding: %+v", stats)
+		}
+		return chains
+	}
+	a, b := run(11), run(11)
+	for i := range a {
+		for k := range a[i].Turns {
+			ta, tb := a[i].Turns[k], b[i].Turns[k]
+			if ta.Judge.Text != tb.Judge.Text || ta.MemoryOut != tb.MemoryOut {
+				t.Fatal("the same seed gave different completions")
+			}
+			c := ta.Judge
+			if len(c.Forced) != len(c.Completion) || len(c.LogProbs) != len(c.Completion) {
+				t.Fatalf("forced %d / logprobs %d / tokens %d", len(c.Forced), len(c.LogProbs), len(c.Completion))
+			}
+			// The decision is the model's choice; the fixed JSON around it is forced.
+			free := 0
+			for _, f := range c.Forced {
+				if !f {
+					free++
+				}
+			}
+			if free == 0 || c.Forced[0] != true {
+				t.Fatalf("forced flags %v", c.Forced)
+			}
+			for _, lp := range c.LogProbs {
+				if lp > 0 {
+					t.Fatalf("log-prob %v > 0", lp)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package rollout
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/template"
+
+	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/model/chat"
+)
+
+//go:embed prompts
+var promptFiles embed.FS
+
+// Part is a piece of a prompt's user message: our own template text
+// (trusted) or text from the agent's environment — actions, observations,
+// the user's request, memories written from them — which is tokenized so
+// that no added-token id can arise from it.
+type Part = chat.Segment
+
+// Prompt is one guard call before the chat template: the role's system
+// prompt (static, identical for every call of the role, so its KV cache can
+// be shared) and the user message.
+type Prompt struct {
+	System string
+	User   []Part
+}
+
+// UserText returns the user message as plain text.
+func (p Prompt) UserText() string {
+	var b strings.Builder
+	for _, part := range p.User {
+		b.WriteString(part.Text)
+	}
+	return b.String()
+}
+
+// Prompts renders the memory-manager and judge prompts of one template
+// version with the ablation switches of a Config.
+type Prompts struct {
+	MemorySystem    string // the memory manager's system prompt
+	JudgeSystem     string // the judge's system prompt (reads memory + action)
+	JudgeOnlySystem string // the judge-only baseline's system prompt (reads the raw trajectory)
+}
+
+// NewPrompts renders the system prompts of cfg.PromptVersion.
+func NewPrompts(cfg Config) (*Prompts, error) {
+	vars := struct {
+		TrackIntent, TrackAttacks bool
+		BudgetChars               int
+	}{cfg.TrackIntent, cfg.TrackAttacks, cfg.MemoryBudgetChars}
+	render := func(name string) (string, error) {
+		path := "prompts/" + cfg.PromptVersion + "/" + name
+		src, err := promptFiles.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("prompt_version %q: %w", cfg.PromptVersion, err)
+		}
+		t, err := template.New(name).Option("missingkey=error").Parse(string(src))
+		if err != nil {
+			return "", fmt.Errorf("prompt %s: %w", path, err)
+		}
+		var b bytes.Buffer
+		if err := t.Execute(&b, vars); err != nil {
+			return "", fmt.Errorf("prompt %s: %w", path, err)
+		}
+		return strings.TrimSpace(b.String()), nil
+	}
+	var p Prompts
+	var err error
+	if p.MemorySystem, err = render("memory.tmpl"); err != nil {
+		return nil, err
+	}
+	if p.JudgeSystem, err = render("judge.tmpl"); err != nil {
+		return nil, err
+	}
+	if p.JudgeOnlySystem, err = render("judge_only.tmpl"); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ActionJSON renders an action as the agent's tool call:
+// {"name": ..., "arguments": {...}} with the arguments exactly as recorded.
+func ActionJSON(a dataset.Action) string {
+	name, _ := json.Marshal(a.Name)
+	args := a.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	return `{"name": ` + string(name) + `, "arguments": ` + string(args) + `}`
+}
+
+func trusted(s string) Part   { return chat.Trusted(s) }
+func untrusted(s string) Part { return chat.Untrusted(s) }
+
+// block wraps untrusted text in a delimited block: <tag>\ntext\n</tag>\n.
+func block(tag, text string) []Part {
+	return []Part{trusted("<" + tag + ">\n"), untrusted(text), trusted("\n</" + tag + ">\n")}
+}
+
+// Events are what happened since the memory's last update: the user's
+// request (at the start of a window, or a new user message) and the
+// previous action with its observation (absent at a trajectory's start).
+type Events struct {
+	UserRequest *string
+	Action      *dataset.Action
+	Observation string
+}
+
+// Memory is the memory manager's prompt: the previous memory and the new events.
+func (p *Prompts) Memory(prev string, ev Events) Prompt {
+	var u []Part
+	u = append(u, trusted("Current memory:\n"))
+	if prev == "" {
+		u = append(u, trusted("<memory>\n(empty)\n</memory>\n"))
+	} else {
+		u = append(u, block("memory", prev)...)
+	}
+	u = append(u, trusted("\nNew events since the last update:\n"))
+	if ev.UserRequest != nil {
+		u = append(u, block("user_request", *ev.UserRequest)...)
+	}
+	if ev.Action != nil {
+		u = append(u, block("action", ActionJSON(*ev.Action))...)
+		u = append(u, block("observation", ev.Observation)...)
+	}
+	if ev.UserRequest == nil && ev.Action == nil {
+		u = append(u, trusted("(none)\n"))
+	}
+	u = append(u, trusted("\nUpdate the memory with one update_memory call."))
+	return Prompt{System: p.MemorySystem, User: u}
+}
+
+// Judge is the judge's prompt: the memory and the pending action only.
+func (p *Prompts) Judge(memory string, pending dataset.Action) Prompt {
+	var u []Part
+	u = append(u, trusted("Memory:\n"))
+	if memory == "" {
+		u = append(u, trusted("<memory>\n(empty)\n</memory>\n"))
+	} else {
+		u = append(u, block("memory", memory)...)
+	}
+	u = append(u, trusted("\nPending tool call:\n"))
+	u = append(u, block("action", ActionJSON(pending))...)
+	u = append(u, trusted("\nAssess the risk of the pending tool call with one assess_risk call."))
+	return Prompt{System: p.JudgeSystem, User: u}
+}
+
+// HistoryStep is one earlier step of a raw trajectory for the judge-only
+// baseline: an optional user message, then an action and its observation.
+type HistoryStep struct {
+	UserRequest *string
+	Action      dataset.Action
+	Observation string
+}
+
+// JudgeOnly is the judge-only baseline's prompt: the user's request, every
+// earlier action with its observation, and the pending action. Its length
+// grows with the trajectory: O(T) per call, O(T²) per task.
+func (p *Prompts) JudgeOnly(userRequest string, history []HistoryStep, pendingUser *string, pending dataset.Action) Prompt {
+	var u []Part
+	u = append(u, block("user_request", userRequest)...)
+	for i, h := range history {
+		if h.UserRequest != nil {
+			u = append(u, block("user_request", *h.UserRequest)...)
+		}
+		u = append(u, trusted(fmt.Sprintf("\nStep %d:\n", i+1)))
+		u = append(u, block("action", ActionJSON(h.Action))...)
+		u = append(u, block("observation", h.Observation)...)
+	}
+	if pendingUser != nil {
+		u = append(u, block("user_request", *pendingUser)...)
+	}
+	u = append(u, trusted("\nPending tool call:\n"))
+	u = append(u, block("action", ActionJSON(pending))...)
+	u = append(u, trusted("\nAssess the risk of the pending tool call with one assess_risk call."))
+	return Prompt{System: p.JudgeOnlySystem, User: u}
+}

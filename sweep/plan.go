@@ -1,0 +1,267 @@
+package sweep
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Files of a plan in the sweep's output folder.
+const (
+	PlanJSON  = "plan.json"
+	PlanShell = "plan.sh"
+)
+
+// Point is one configuration of a sweep.
+type Point struct {
+	// Index numbers the points from 0 in the plan's order.
+	Index int `json:"index"`
+	// Name is the point's folder name under the sweep's output folder, made
+	// of its values with short key names, e.g. "gamma=0.25,lambda=0.5".
+	Name string `json:"name"`
+	// Values holds the YAML text of each swept key's value, in Plan.Keys order.
+	Values []string `json:"values"`
+	// Sets are the point's `key=value` overrides, applied on top of the base config.
+	Sets []string `json:"sets"`
+	// Command runs this point alone (only in plan.json, see WritePlan).
+	Command []string `json:"command,omitempty"`
+}
+
+// Plan is a sweep's list of points.
+type Plan struct {
+	// Keys are the swept config keys, in grid order.
+	Keys []string `json:"keys"`
+	// ShortKeys are the keys as they appear in folder names and tables: the
+	// shortest dotted suffix that tells them apart ("gamma" for rewards.gamma).
+	ShortKeys []string `json:"short_keys"`
+	// BaseConfig is the config file each point starts from ("" = the sweep's own).
+	BaseConfig string `json:"base_config"`
+	// EvalData is the trajectory file each point is evaluated on ("" = the runner's choice).
+	EvalData string `json:"eval_data"`
+	// Points is the Cartesian product of the grid's values, the first key
+	// varying slowest and the last fastest (like nested loops in key order).
+	Points []Point `json:"points"`
+}
+
+// NewPlan validates c and lays out its points.
+func NewPlan(c Config) (*Plan, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("sweep.%w", err)
+	}
+	p := &Plan{BaseConfig: c.BaseConfig, EvalData: c.EvalData}
+	for _, a := range c.Grid {
+		p.Keys = append(p.Keys, a.Key)
+	}
+	p.ShortKeys = shortKeys(p.Keys)
+	// Odometer over the value indices: the last key turns fastest.
+	idx := make([]int, len(c.Grid))
+	for {
+		pt := Point{Index: len(p.Points)}
+		var parts []string
+		for i, a := range c.Grid {
+			v := a.Values[idx[i]]
+			pt.Values = append(pt.Values, v)
+			pt.Sets = append(pt.Sets, a.Key+"="+v)
+			parts = append(parts, safe(p.ShortKeys[i])+"="+safe(display(v)))
+		}
+		pt.Name = strings.Join(parts, ",")
+		p.Points = append(p.Points, pt)
+		i := len(idx) - 1
+		for ; i >= 0; i-- {
+			idx[i]++
+			if idx[i] < len(c.Grid[i].Values) {
+				break
+			}
+			idx[i] = 0
+		}
+		if i < 0 {
+			break
+		}
+	}
+	uniqueNames(p.Points)
+	seen := map[string]int{}
+	for _, pt := range p.Points {
+		if j, dup := seen[pt.Name]; dup {
+			return nil, fmt.Errorf("sweep.grid: points %d and %d both get the folder name %q", j, pt.Index, pt.Name)
+		}
+		seen[pt.Name] = pt.Index
+	}
+	return p, nil
+}
+
+// shortKeys gives each key its shortest dotted suffix that no other key ends with.
+func shortKeys(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		parts := strings.Split(k, ".")
+		for n := 1; n <= len(parts); n++ {
+			suffix := strings.Join(parts[len(parts)-n:], ".")
+			clash := false
+			for j, other := range keys {
+				if j != i && (other == suffix || strings.HasSuffix(other, "."+suffix)) {
+					clash = true
+					break
+				}
+			}
+			out[i] = suffix
+			if !clash {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// safe keeps letters, digits and . _ + - and turns anything else into '_',
+// so a name part is safe on every file system and in a shell word, and
+// cannot contain the name's own separators '=' and ','.
+func safe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == '+' || c == '-'
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// maxName bounds folder names well under file systems' 255-byte limit.
+const maxName = 150
+
+// uniqueNames shortens overlong names (keeping a hash of the whole name) and
+// then makes names that still collide (values that differ only in unsafe
+// characters) unique by appending "-p<index>".
+func uniqueNames(pts []Point) {
+	count := map[string]int{}
+	for i := range pts {
+		if n := pts[i].Name; len(n) > maxName {
+			sum := sha256.Sum256([]byte(n))
+			pts[i].Name = n[:maxName-9] + "-" + hex.EncodeToString(sum[:4])
+		}
+		count[pts[i].Name]++
+	}
+	for i := range pts {
+		if count[pts[i].Name] > 1 {
+			pts[i].Name += "-p" + strconv.Itoa(pts[i].Index)
+		}
+	}
+}
+
+// Point returns point n, or an error naming the valid range.
+func (p *Plan) Point(n int) (Point, error) {
+	if n < 0 || n >= len(p.Points) {
+		return Point{}, fmt.Errorf("sweep: no point %d: the plan has points 0..%d", n, len(p.Points)-1)
+	}
+	return p.Points[n], nil
+}
+
+// Label describes a point for people: "gamma=0.25, lambda=0.5".
+func (p *Plan) Label(pt Point) string {
+	parts := make([]string, len(pt.Values))
+	for i, v := range pt.Values {
+		parts[i] = p.ShortKeys[i] + "=" + display(v)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// WritePlan writes plan.json and plan.sh into outDir for running the points
+// elsewhere (a Slurm array, a Kubernetes indexed job). command is the
+// argument list that runs this sweep, e.g. {"mageguard", "sweep", "--config",
+// "configs/sweep.yaml", "--out", "runs/sweep"}; point N's command is it
+// followed by "--point N".
+func WritePlan(outDir string, plan *Plan, command []string) error {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return fmt.Errorf("sweep: write plan: %w", err)
+	}
+	withCmd := *plan
+	withCmd.Points = make([]Point, len(plan.Points))
+	for i, pt := range plan.Points {
+		pt.Command = append(append([]string{}, command...), "--point", strconv.Itoa(pt.Index))
+		withCmd.Points[i] = pt
+	}
+	data, err := json.MarshalIndent(&withCmd, "", "  ")
+	if err != nil {
+		return fmt.Errorf("sweep: write plan: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(outDir, PlanJSON), append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("sweep: write plan: %w", err)
+	}
+	sh := planShell(&withCmd, command)
+	if err := writeFileAtomic(filepath.Join(outDir, PlanShell), []byte(sh), 0o755); err != nil {
+		return fmt.Errorf("sweep: write plan: %w", err)
+	}
+	return nil
+}
+
+// planShell renders plan.sh: `sh plan.sh N` runs point N; N may also come
+// from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX.
+func planShell(plan *Plan, command []string) string {
+	last := len(plan.Points) - 1
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	fmt.Fprintf(&b, "# mageguard sweep plan: %d points over %s (point N is folder <out>/<name>).\n",
+		len(plan.Points), strings.Join(plan.Keys, " × "))
+	b.WriteString("# Run it from the directory the plan was made in.\n")
+	b.WriteString("#   one point:               sh plan.sh N\n")
+	fmt.Fprintf(&b, "#   Slurm array job:         sbatch --array=0-%d --wrap 'sh plan.sh $SLURM_ARRAY_TASK_ID'\n", last)
+	fmt.Fprintf(&b, "#   Kubernetes indexed job:  completionMode: Indexed, completions: %d, command: sh plan.sh\n", len(plan.Points))
+	fmt.Fprintf(&b, "#   then the summary:        %s --collect\n", shellJoin(command))
+	b.WriteString("set -e\n")
+	b.WriteString("n=\"${1:-${SLURM_ARRAY_TASK_ID:-${JOB_COMPLETION_INDEX:-}}}\"\n")
+	b.WriteString("case \"$n\" in\n")
+	for _, pt := range plan.Points {
+		fmt.Fprintf(&b, "%d) exec %s ;; # %s\n", pt.Index, shellJoin(pt.Command), pt.Name)
+	}
+	fmt.Fprintf(&b, "*) echo \"plan.sh: want a point number in 0..%d, got '$n'\" >&2; exit 2 ;;\n", last)
+	b.WriteString("esac\n")
+	return b.String()
+}
+
+// shellJoin quotes each argument for a POSIX shell where needed.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = shellQuote(a)
+	}
+	return strings.Join(out, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+-@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// writeFileAtomic writes data to a temporary file beside path and renames it
+// into place, so readers never see a half-written file.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}

@@ -1,0 +1,201 @@
+package sweep
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DoneFile marks a finished point: the sweep writes it into the point's
+// folder after the runner returned without error, so a point is either
+// finished (DONE present) or will be run again.
+const DoneFile = "DONE"
+
+// Runner trains and evaluates one point into dir (which exists), writing at
+// least dir/report.json (eval.WriteReport). The point's configuration is
+// the plan's base config with p.Sets applied. dir may hold what an earlier,
+// interrupted run of the same point left there. Returning an error stops
+// the sweep; the point is not marked done.
+type Runner func(ctx context.Context, p Point, dir string) error
+
+// doneRecord is the content of DONE.
+type doneRecord struct {
+	Index    int      `json:"index"`
+	Name     string   `json:"name"`
+	Sets     []string `json:"sets"`
+	Seconds  float64  `json:"seconds"`  // how long the runner took
+	Finished string   `json:"finished"` // RFC 3339 time
+}
+
+// now is the clock (tests replace it).
+var now = time.Now
+
+// Done reports whether the point folder dir holds a finished point.
+func Done(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, DoneFile))
+	return err == nil
+}
+
+// finished reports whether pt is finished in outDir. A DONE written for
+// other overrides (the grid's keys changed but kept their short names) is
+// an error rather than a result silently reused.
+func finished(outDir string, pt Point) (bool, error) {
+	dir := filepath.Join(outDir, pt.Name)
+	data, err := os.ReadFile(filepath.Join(dir, DoneFile))
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sweep: point %d: %w", pt.Index, err)
+	}
+	var rec doneRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return false, fmt.Errorf("sweep: point %d: %s: %w", pt.Index, filepath.Join(dir, DoneFile), err)
+	}
+	if fmt.Sprint(rec.Sets) != fmt.Sprint(pt.Sets) {
+		return false, fmt.Errorf("sweep: point %d: %s holds a run with overrides %v, not %v: use another output folder",
+			pt.Index, dir, rec.Sets, pt.Sets)
+	}
+	return true, nil
+}
+
+// readDone returns the runner's recorded duration of a finished point (0 if unknown).
+func readDone(dir string) time.Duration {
+	data, err := os.ReadFile(filepath.Join(dir, DoneFile))
+	if err != nil {
+		return 0
+	}
+	var rec doneRecord
+	if json.Unmarshal(data, &rec) != nil {
+		return 0
+	}
+	return time.Duration(rec.Seconds * float64(time.Second))
+}
+
+// progress tracks finished points and estimates the time left from the
+// mean duration of the points finished so far (this run's and earlier ones').
+type progress struct {
+	w          io.Writer
+	total      int
+	finished   int
+	timed      int
+	timedTotal time.Duration
+}
+
+func (pr *progress) printf(format string, args ...any) {
+	if pr.w != nil {
+		fmt.Fprintf(pr.w, format, args...)
+	}
+}
+
+func (pr *progress) add(d time.Duration) {
+	pr.finished++
+	if d > 0 {
+		pr.timed++
+		pr.timedTotal += d
+	}
+}
+
+func (pr *progress) eta() string {
+	left := pr.total - pr.finished
+	if left == 0 {
+		return "all finished"
+	}
+	if pr.timed == 0 {
+		return fmt.Sprintf("%d left", left)
+	}
+	mean := pr.timedTotal / time.Duration(pr.timed)
+	return fmt.Sprintf("%d left, ETA %s", left, (mean * time.Duration(left)).Round(time.Second))
+}
+
+// Run runs every point of plan not yet finished, in order, into
+// outDir/<point name>/, printing progress and an ETA to progress (may be
+// nil); then it collects the summary (see Collect). A point whose runner
+// fails stops the sweep with an error naming the point; running the sweep
+// again resumes from there.
+func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progressW io.Writer) error {
+	pr := &progress{w: progressW, total: len(plan.Points)}
+	done := make([]bool, len(plan.Points))
+	for i, pt := range plan.Points {
+		ok, err := finished(outDir, pt)
+		if err != nil {
+			return err
+		}
+		if done[i] = ok; ok {
+			pr.add(readDone(filepath.Join(outDir, pt.Name)))
+		}
+	}
+	pr.printf("sweep: %d points over %s, %d already finished, %d to run\n",
+		pr.total, strings.Join(plan.Keys, " × "), pr.finished, pr.total-pr.finished)
+	for i, pt := range plan.Points {
+		if done[i] {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("sweep: stopped before point %d (%s): %w", pt.Index, pt.Name, err)
+		}
+		d, err := runOne(ctx, plan, outDir, pt, runner, pr)
+		if err != nil {
+			return err
+		}
+		pr.add(d)
+		pr.printf("sweep: point %d (of 0..%d) %s: done in %s; %s\n", pt.Index, pr.total-1, pt.Name, d.Round(time.Second), pr.eta())
+	}
+	sum, err := Collect(outDir, plan)
+	if err != nil {
+		return err
+	}
+	pr.printf("sweep: wrote %s, %s and heatmaps (%d points)\n",
+		filepath.Join(outDir, SummaryCSV), filepath.Join(outDir, SummaryMarkdown), len(sum.Reports))
+	return nil
+}
+
+// RunPoint runs point n of plan into outDir/<point name>/ unless it is
+// already finished (so a scheduler may retry it safely). It backs
+// `mageguard sweep --point N`.
+func RunPoint(ctx context.Context, plan *Plan, outDir string, n int, runner Runner, progressW io.Writer) error {
+	pt, err := plan.Point(n)
+	if err != nil {
+		return err
+	}
+	pr := &progress{w: progressW, total: len(plan.Points)}
+	ok, err := finished(outDir, pt)
+	if err != nil {
+		return err
+	}
+	if ok {
+		pr.printf("sweep: point %d (of 0..%d) %s: already finished\n", pt.Index, pr.total-1, pt.Name)
+		return nil
+	}
+	d, err := runOne(ctx, plan, outDir, pt, runner, pr)
+	if err != nil {
+		return err
+	}
+	pr.printf("sweep: point %d (of 0..%d) %s: done in %s\n", pt.Index, pr.total-1, pt.Name, d.Round(time.Second))
+	return nil
+}
+
+// runOne runs one point and marks it done; it returns the runner's duration.
+func runOne(ctx context.Context, plan *Plan, outDir string, pt Point, runner Runner, pr *progress) (time.Duration, error) {
+	dir := filepath.Join(outDir, pt.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
+	}
+	pr.printf("sweep: point %d (of 0..%d) %s: running (%s)\n", pt.Index, pr.total-1, pt.Name, plan.Label(pt))
+	start := now()
+	if err := runner(ctx, pt, dir); err != nil {
+		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
+	}
+	d := now().Sub(start)
+	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Seconds: d.Seconds(), Finished: now().UTC().Format(time.RFC3339)}
+	data, _ := json.MarshalIndent(rec, "", "  ")
+	if err := writeFileAtomic(filepath.Join(dir, DoneFile), append(data, '\n'), 0o644); err != nil {
+		return 0, fmt.Errorf("sweep: point %d (%s): mark done: %w", pt.Index, pt.Name, err)
+	}
+	return d, nil
+}
