@@ -383,7 +383,10 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		if err != nil {
 			return fmt.Errorf("save %s: %w", dir, err)
 		}
-		defer os.RemoveAll(tmp) // a no-op after the final rename
+		defer os.RemoveAll(tmp)                      // a no-op after the final rename
+		if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it 0700
+			return fmt.Errorf("save %s: %w", dir, err)
+		}
 		dir = tmp
 	} else if statErr != nil {
 		return fmt.Errorf("save %s: %w", dir, statErr)
@@ -488,7 +491,10 @@ func writeFileAtomic(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	_, werr := tmp.Write(data)
+	werr := tmp.Chmod(0o644) // CreateTemp makes it 0600
+	if werr == nil {
+		_, werr = tmp.Write(data)
+	}
 	if werr == nil {
 		werr = tmp.Sync()
 	}
@@ -524,7 +530,10 @@ func copyFileAtomic(src, dst string, gunzip bool) error {
 	if err != nil {
 		return err
 	}
-	_, werr := io.Copy(tmp, in)
+	werr := tmp.Chmod(0o644) // CreateTemp makes it 0600
+	if werr == nil {
+		_, werr = io.Copy(tmp, in)
+	}
 	if werr == nil {
 		werr = tmp.Sync()
 	}
