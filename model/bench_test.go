@@ -2,6 +2,7 @@ package model
 
 import (
 	"math/rand/v2"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -147,4 +148,36 @@ func (c *cpuTimer) stop() float64 {
 	s := (cpuTime() - c.start).Seconds() / float64(c.b.N)
 	c.b.ReportMetric(s, "cpu-s/op")
 	return s
+}
+
+// BenchmarkLoad loads the checkpoint named by $MODEL_BENCH_CKPT (skipped
+// when unset) and reports the process's peak RSS next to the weights' size
+// in memory. Run it alone, as peak RSS is per process:
+//
+//	MODEL_BENCH_CKPT=/path/to/ckpt go test ./model -run '^$' -bench '^BenchmarkLoad$' -benchtime 1x
+func BenchmarkLoad(b *testing.B) {
+	dir := os.Getenv("MODEL_BENCH_CKPT")
+	if dir == "" {
+		b.Skip("set MODEL_BENCH_CKPT to a checkpoint directory")
+	}
+	backend := testBackend(b)
+	before := peakRSS()
+	for i := 0; i < b.N; i++ {
+		m, err := Load(backend, dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(m.NumParameters()*4)/(1<<20), "weights-MB")
+	}
+	b.ReportMetric(float64(before)/(1<<20), "rss-before-MB")
+	b.ReportMetric(float64(peakRSS())/(1<<20), "peak-rss-MB")
+}
+
+// peakRSS is the process's peak resident set size in bytes (Linux: ru_maxrss is in KB).
+func peakRSS() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Maxrss * 1024
 }
