@@ -11,10 +11,11 @@ Same model (Qwen3: hidden 256, 4 layers, vocab 8192, 4 query / 2 kv heads of
 
 Run with Debian's python3-torch (OpenBLAS): /usr/bin/python3 scripts/bench_torch.py
 With --go FILE (the output of `go test -bench . ./model`), prints both side
-by side with the ratio Go / PyTorch (time per unit of work). `make bench` does
-this. Each PyTorch figure is the best of --repeat runs, as `go test -bench`
-reports a mean over -benchtime runs: on a shared machine compare min with min
-(see --go-min in README) or run both a few times.
+by side with the ratios GoMLX time / PyTorch time, in wall-clock and in CPU
+seconds (user + system, all threads; steadier than wall time on a machine
+shared with other work). `make bench` does this. PyTorch runs with its
+default threads (Debian's build: 1 intra-op thread, OpenBLAS with its own
+pthreads) unless --threads is given.
 """
 
 import argparse
@@ -94,22 +95,38 @@ class Qwen3(torch.nn.Module):
 
 
 def best(fn, repeat):
-    fn()  # warm-up
-    times = []
+    """(min wall seconds, min CPU seconds) of repeat runs after a warm-up."""
+    fn()
+    walls, cpus = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        w, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    return min(walls), min(cpus)
+
+
+def read_go(path):
+    """Benchmark name -> {"wall": s/op, "cpu": s/op} from `go test -bench` output (package model only)."""
+    go, in_model = {}, False
+    for line in open(path):
+        if line.startswith("pkg: "):
+            in_model = line.strip().endswith("/model")
+        m = re.match(r"Benchmark(\w+?)(-\d+)?\s+\d+\s+(\d+) ns/op(.*)", line)
+        if in_model and m:
+            metrics = {unit: float(val) for val, unit in re.findall(r"([\d.e+]+) (\S+)", m.group(4))}
+            go[m.group(1)] = {"wall": int(m.group(3)) / 1e9, "cpu": metrics.get("cpu-s/op")}
+    return go
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (the machine's cores)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = PyTorch's default)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--go", help="output of go test -bench for ./model, to print side by side")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = Qwen3()
     ids = torch.randint(0, V, (BATCH, SEQ))
@@ -138,28 +155,23 @@ def main():
                 (h @ model.embed.t()).log_softmax(-1).argmax(-1)
         return run
 
-    res = {}
-    t = best(fwd, a.repeat);                 res["Forward"] = ("tokens/s", BATCH * SEQ / t)
-    t = best(train, a.repeat);               res["TrainStep"] = ("s/step", t)
-    t = best(decode(1), a.repeat);           res["Decode1"] = ("tokens/s", NEW / t)
-    t = best(decode(8), a.repeat);           res["Decode8"] = ("tokens/s", 8 * NEW / t)
-
-    print(f"PyTorch {torch.__version__} float32, {torch.get_num_threads()} threads, best of {a.repeat}")
-    go = {}
-    if a.go:
-        for line in open(a.go):
-            m = re.match(r"Benchmark(\w+?)(-\d+)?\s+\d+\s+\d+ ns/op(.*)", line)
-            if m:
-                for val, unit in re.findall(r"([\d.e+]+) (\S+)", m.group(3)):
-                    go.setdefault(m.group(1), {})[unit] = float(val)
-    print(f"{'benchmark':<12} {'unit':<9} {'GoMLX':>10} {'PyTorch':>10} {'Go time / PyTorch time':>24}")
-    for name, (unit, val) in res.items():
-        g = go.get(name, {}).get(unit)
-        if g is None:
-            print(f"{name:<12} {unit:<9} {'-':>10} {val:>10.3g}")
-            continue
-        ratio = g / val if unit == "s/step" else val / g
-        print(f"{name:<12} {unit:<9} {g:>10.3g} {val:>10.3g} {ratio:>23.2f}x")
+    # name -> (tokens per op, function)
+    work = {"Forward": (BATCH * SEQ, fwd), "TrainStep": (BATCH * SEQ, train),
+            "Decode1": (NEW, decode(1)), "Decode8": (8 * NEW, decode(8))}
+    go = read_go(a.go) if a.go else {}
+    print(f"PyTorch {torch.__version__} float32, {torch.get_num_threads()} intra-op thread(s), best of {a.repeat};"
+          f" GoMLX: mean of go test -bench runs")
+    print(f"{'benchmark':<10} {'PyTorch s/op':>12} {'(cpu)':>7} {'tok/s':>8} | {'GoMLX s/op':>10} {'(cpu)':>7} {'tok/s':>8}"
+          f" | {'Go/PyTorch wall':>15} {'cpu':>6}")
+    for name, (tokens, fn) in work.items():
+        wall, cpu = best(fn, a.repeat)
+        line = f"{name:<10} {wall:>12.3f} {cpu:>7.3f} {tokens / wall:>8.0f}"
+        g = go.get(name)
+        if g:
+            gcpu = f"{g['cpu']:>7.3f}" if g["cpu"] is not None else f"{'-':>7}"
+            rcpu = f"{g['cpu'] / cpu:>5.1f}x" if g["cpu"] is not None else f"{'-':>6}"
+            line += f" | {g['wall']:>10.3f} {gcpu} {tokens / g['wall']:>8.0f} | {g['wall'] / wall:>14.1f}x {rcpu}"
+        print(line, flush=True)
     return 0
 
 
