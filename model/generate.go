@@ -251,6 +251,7 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 			break
 		}
 		// Feed the picked tokens: row b's token of step t goes to slot len_b + t.
+		// Finished and filler rows write into their slot 0: their cache no longer matters.
 		for b := 0; b < B; b++ {
 			next[b], pos[b] = 0, 0
 			if b < n && live[b] {
@@ -323,19 +324,22 @@ func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperatu
 	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
 	cache := make([]*Node, 2*m.cfg.NumHiddenLayers)
 	keep := func(li int, k, v *Node) (*Node, *Node) {
-		pad := func(x *Node) *Node { // [B, Lp, nkv, D] → [B, S, nkv, D]
+		// The cache keeps the prompt's keys and values and zeros elsewhere
+		// (padding included): decoding adds each new key/value into a zero slot.
+		store := func(x *Node) *Node { // [B, Lp, nkv, D] → [B, S, nkv, D]
+			x = Where(mask, x, ZerosLike(x))
 			if S == Lp {
 				return x
 			}
 			return Concatenate([]*Node{x, Zeros(g, shapes.Make(x.DType(), B, S-Lp, nkv, D))}, 1)
 		}
-		cache[2*li], cache[2*li+1] = pad(k), pad(v)
+		cache[2*li], cache[2*li+1] = store(k), store(v)
 		return k, v
 	}
 	h := m.forward(ctx, tokens, positionsOf(g, B, Lp), causalBias(mask), keep) // [B, Lp, H]
 	row := Iota(g, shapes.Make(dtypes.Int32, B), 0)
-	hLast := Gather(h, Stack([]*Node{row, last}, -1))          // [B, H]
-	logp := logSoftmax(Div(m.lmHead(ctx, hLast), temperature)) // [B, V]
+	hLast := Gather(h, Stack([]*Node{row, last}, -1))              // [B, H]
+	logp := logSoftmax(Div(m.lmHeadRows(ctx, hLast), temperature)) // [B, V]
 	return append([]*Node{logp}, cache...)
 }
 
@@ -358,26 +362,27 @@ func (m *Model) decodeExec() (*context.Exec, error) {
 
 // decodeGraph: token [B] int32 at position pos [B] int32, temperature
 // scalar, cache (k, v per layer, [B, S, nkv, D]) → [log-probs [B, V], the
-// updated cache…]. The new key/value of row b is written at slot pos[b] with
-// Where, and row b attends to slots ≤ pos[b].
+// updated cache…]. Row b's new key/value is added (ScatterSum) into slot
+// pos[b], which holds zeros until then: only B·nkv·D values are written, in
+// place when the cache buffers are donated. Row b attends to slots ≤ pos[b].
 func (m *Model) decodeGraph(ctx *context.Context, token, pos, temperature *Node, cache []*Node) []*Node {
 	g := token.Graph()
 	B := token.Shape().Dimensions[0]
 	S := cache[0].Shape().Dimensions[1]
 	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
-	slot := Equal(Iota(g, shapes.Make(dtypes.Int32, B, S), 1), Reshape(pos, B, 1)) // [B, S]: the slot written now
+	slot := Stack([]*Node{Iota(g, shapes.Make(dtypes.Int32, B), 0), pos}, -1) // [B, 2]: (b, pos[b])
 	updated := make([]*Node, len(cache))
 	write := func(li int, k, v *Node) (*Node, *Node) { // k, v: [B, 1, nkv, D]
 		upd := func(x, c *Node) *Node {
-			return Where(slot, BroadcastToDims(x, B, S, nkv, D), c) // [B, S, nkv, D]
+			return ScatterSum(c, slot, Reshape(x, B, nkv, D), true, true) // [B, S, nkv, D]
 		}
 		updated[2*li], updated[2*li+1] = upd(k, cache[2*li]), upd(v, cache[2*li+1])
 		return updated[2*li], updated[2*li+1]
 	}
 	allowed := LessOrEqual(Iota(g, shapes.Make(dtypes.Int32, B, 1, S), 2), Reshape(pos, B, 1, 1)) // [B, 1, S]
 	bias := Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
-	h := m.forward(ctx, Reshape(token, B, 1), Reshape(pos, B, 1), bias, write)           // [B, 1, H]
-	logp := logSoftmax(Div(m.lmHead(ctx, Reshape(h, B, m.cfg.HiddenSize)), temperature)) // [B, V]
+	h := m.forward(ctx, Reshape(token, B, 1), Reshape(pos, B, 1), bias, write)               // [B, 1, H]
+	logp := logSoftmax(Div(m.lmHeadRows(ctx, Reshape(h, B, m.cfg.HiddenSize)), temperature)) // [B, V]
 	return append([]*Node{logp}, updated...)
 }
 
