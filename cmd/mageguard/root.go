@@ -36,6 +36,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newDataCmd(),
 		newTokenizeCmd(),
 		newModelCmd(),
+		newTrainCmd(),
 	)
 	return root
 }
