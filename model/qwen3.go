@@ -305,12 +305,18 @@ func (m *Model) Logits(ctx *context.Context, tokens, attnMask *Node) *Node {
 	return m.lmHead(ctx, m.Hidden(ctx, tokens, attnMask))
 }
 
-// logSoftmax is z - logsumexp(z) over the last axis, float32. It is the one
-// implementation behind TokenLogProbs and the sampler's log-probs.
-func logSoftmax(z *Node) *Node {
-	zmax := StopGradient(ReduceAndKeep(z, ReduceMax, -1))
-	lse := Add(Log(ReduceAndKeep(Exp(Sub(z, zmax)), ReduceSum, -1)), zmax)
-	return Sub(z, lse)
+// logSumExp returns lse = log Σᵥ exp(z[…, v]) over the last axis ([…],
+// float32), and the shifted exponentials e = exp(z - max) [..., V] with
+// their sums [...] for reuse. log_softmax(z)[v] is then z[v] - lse: the one
+// formula behind TokenLogProbs and the sampler's log-probs. The full
+// [..., V] log-softmax is never materialized (on the pure-Go backend every
+// broadcast over the vocabulary is a slow pass).
+func logSumExp(z *Node) (lse, e, sumE *Node) {
+	zmax := StopGradient(ReduceAndKeep(z, ReduceMax, -1)) // [..., 1]
+	e = Exp(Sub(z, zmax))                                 // [..., V]
+	sumE = ReduceSum(e, -1)                               // [...]
+	lse = Add(Log(sumE), Squeeze(zmax, -1))               // [...]
+	return lse, e, sumE
 }
 
 // TokenLogProbs returns, for tokens [B, L] (int32, right-padded), attnMask
@@ -349,12 +355,12 @@ func (m *Model) tokenLogProbs(ctx *context.Context, tokens, attnMask, targetPos 
 	prev := SubScalar(targetPos, 1)                                     // [B, K]: p-1
 	hs := Gather(h, Stack([]*Node{row, prev}, -1))                      // [B, K, H]: only the needed positions
 	z := Div(m.lmHead(ctx, hs), Scalar(g, dtypes.Float32, temperature)) // [B, K, V] logits / temperature
-	lp := logSoftmax(z)                                                 // [B, K, V]
+	lse, e, sumE := logSumExp(z)                                        // [B, K]
 	target := Gather(tokens, Stack([]*Node{row, targetPos}, -1))        // [B, K]: tokens[b, p]
 	col := Iota(g, shapes.Make(dtypes.Int32, B, K), 1)                  // [B, K]: k
-	logp = Gather(lp, Stack([]*Node{row, col, target}, -1))             // [B, K]
+	logp = Sub(Gather(z, Stack([]*Node{row, col, target}, -1)), lse)    // [B, K]: z[target] - lse
 	if withEntropy {
-		entropy = Neg(ReduceSum(Mul(Exp(lp), lp), -1)) // [B, K]: -Σ p log p
+		entropy = Sub(lse, Div(ReduceSum(Mul(e, z), -1), sumE)) // [B, K]: -Σ p log p = lse - Σ p z
 	}
 	return logp, entropy
 }
