@@ -151,8 +151,9 @@ func (c *cpuTimer) stop() float64 {
 }
 
 // BenchmarkLoad loads the checkpoint named by $MODEL_BENCH_CKPT (skipped
-// when unset) and reports the process's peak RSS next to the weights' size
-// in memory. Run it alone, as peak RSS is per process:
+// when unset) as $MODEL_BENCH_DTYPE (float32 by default, or bfloat16) and
+// reports the process's peak RSS next to the weights' size in memory. Run it
+// alone, as peak RSS is per process:
 //
 //	MODEL_BENCH_CKPT=/path/to/ckpt go test ./model -run '^$' -bench '^BenchmarkLoad$' -benchtime 1x
 func BenchmarkLoad(b *testing.B) {
@@ -160,14 +161,18 @@ func BenchmarkLoad(b *testing.B) {
 	if dir == "" {
 		b.Skip("set MODEL_BENCH_CKPT to a checkpoint directory")
 	}
+	dtype, err := ParseDType(os.Getenv("MODEL_BENCH_DTYPE")) // "" = float32
+	if err != nil {
+		b.Fatal(err)
+	}
 	backend := testBackend(b)
 	before := peakRSS()
 	for i := 0; i < b.N; i++ {
-		m, err := Load(backend, dir)
+		m, err := LoadAs(backend, dir, dtype)
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64(m.NumParameters()*4)/(1<<20), "weights-MB")
+		b.ReportMetric(float64(m.NumParameters()*int64(dtype.Size()))/(1<<20), "weights-MB")
 	}
 	b.ReportMetric(float64(before)/(1<<20), "rss-before-MB")
 	b.ReportMetric(float64(peakRSS())/(1<<20), "peak-rss-MB")
