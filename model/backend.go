@@ -16,6 +16,9 @@ type BackendConfig struct {
 	Plugin      string `yaml:"plugin"`       // xla only: plugin name (e.g. "cuda", "cpu") or absolute path to a pjrt_c_api_*_plugin.so
 	Parallelism int    `yaml:"parallelism"`  // go only: worker goroutines; -1 = unlimited (measured not to deadlock on 2 cores), 0 = sequential
 	AutoInstall bool   `yaml:"auto_install"` // xla only: let go-xla download missing plugins (off: nothing is fetched at run time)
+	// go only: multiply with simplego's own matrix product instead of this
+	// package's AVX2 one (matmul.go); slower, for comparison.
+	SimpleGoMatmul bool `yaml:"simplego_matmul"`
 }
 
 // DefaultBackendConfig is the pure-Go backend with unlimited parallelism.
@@ -31,6 +34,9 @@ func (c *BackendConfig) Validate() error {
 			return fmt.Errorf("plugin is only used by backend xla, got %q with backend %q", c.Plugin, c.Name)
 		}
 	case "xla":
+		if c.SimpleGoMatmul {
+			return fmt.Errorf("simplego_matmul is only used by backend go, got it with backend xla")
+		}
 		if !xlaAvailable {
 			return fmt.Errorf("backend: xla is not compiled into this binary (built with -tags noxla)")
 		}
@@ -64,6 +70,9 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 		withStdoutOnStderr(func() { b, err = simplego.New(spec) })
 		if err != nil {
 			return nil, fmt.Errorf("model backend go (%s): %w", spec, err)
+		}
+		if cfg.SimpleGoMatmul {
+			markPlainMatmul(b)
 		}
 		return b, nil
 	default: // "xla", checked by Validate

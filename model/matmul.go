@@ -1,0 +1,352 @@
+package model
+
+// A faster matrix product for GoMLX's pure-Go backend.
+//
+// simplego (GoMLX v0.26) multiplies matrices with a scalar, bounds-checked Go
+// loop that runs at about 4.5 GFLOP/s per core on this project's machines; it
+// was 75–80% of a training step. This file holds a packed matrix product in
+// the style of BLIS/GotoBLAS: both operands are copied once into panels
+// (groups of 6 rows of the left operand, 16 rows of the right one, the
+// contracting axis running along each panel), and a 6×16 register-blocked
+// micro-kernel multiplies a panel pair, kc contracting steps at a time, into
+// the output. On amd64 the micro-kernel is AVX2/FMA Go assembly
+// (matmul_amd64.s, ~60–75 GFLOP/s per core); matmul_amd64.go installs the
+// product as simplego's DotGeneral executor when the CPU has AVX2 and FMA.
+// Elsewhere simplego keeps its own, and the portable micro-kernel
+// (kernel6x16Go) only serves the tests.
+//
+// The product is exact float32 arithmetic in another order of summation
+// (and with fused multiply-adds): results differ from simplego's in the last
+// bits, as any two BLAS libraries do.
+
+import (
+	"math/bits"
+	"reflect"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Blocking of the packed product: micro-tile mr × nr (the registers of the
+// micro-kernel), kc contracting steps per micro-kernel call (a 16 × kc panel
+// of the right operand stays in L1), mc × nc output tiles per task (an
+// mc × kc block of the left operand stays in L2).
+const (
+	gemmMR = 6
+	gemmNR = 16
+	gemmKC = 256
+	gemmMC = 96
+	gemmNC = 256
+)
+
+// fastMatmulMinCross is the smallest lhs and rhs cross size (rows of the
+// output, columns of the output) for which the packed product is used:
+// below it, packing the operands costs more than it saves (decode-shaped
+// products with a few rows go to simplego's own, unpacked loop).
+const fastMatmulMinCross = 16
+
+// dotParams are the axes and sizes of a simplego DotGeneral node.
+type dotParams struct {
+	lhsContracting, lhsBatch, rhsContracting, rhsBatch []int
+	batch, lhsCross, rhsCross, contracting             int
+}
+
+// readSimpleGoDotParams reads the parameters simplego keeps in the data field
+// of a DotGeneral node (v0.26: an unexported *dotGeneralNodeData), with
+// reflection, which may read unexported integer fields. ok is false when the
+// layout is not the expected one (another GoMLX version): the caller then
+// leaves the product to simplego.
+func readSimpleGoDotParams(node any) (p dotParams, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	v := reflect.ValueOf(node)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return p, false
+	}
+	v = v.Elem().FieldByName("data")
+	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
+		return p, false
+	}
+	v = v.Elem()
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return p, false
+	}
+	v = v.Elem()
+	ints := func(name string) ([]int, bool) {
+		f := v.FieldByName(name)
+		if !f.IsValid() || f.Kind() != reflect.Slice {
+			return nil, false
+		}
+		out := make([]int, f.Len())
+		for i := range out {
+			out[i] = int(f.Index(i).Int())
+		}
+		return out, true
+	}
+	size := func(name string) (int, bool) {
+		f := v.FieldByName(name)
+		if !f.IsValid() || f.Kind() != reflect.Int {
+			return 0, false
+		}
+		return int(f.Int()), true
+	}
+	oks := make([]bool, 8)
+	p.lhsContracting, oks[0] = ints("lhsContractingAxes")
+	p.lhsBatch, oks[1] = ints("lhsBatchAxes")
+	p.rhsContracting, oks[2] = ints("rhsContractingAxes")
+	p.rhsBatch, oks[3] = ints("rhsBatchAxes")
+	p.batch, oks[4] = size("batchSize")
+	p.lhsCross, oks[5] = size("lhsCrossSize")
+	p.rhsCross, oks[6] = size("rhsCrossSize")
+	p.contracting, oks[7] = size("contractingSize")
+	for _, o := range oks {
+		if !o {
+			return p, false
+		}
+	}
+	return p, true
+}
+
+// operandView addresses element (b, i, p) — batch index, cross index,
+// contracting index, each flattened row-major over its axes — of one operand
+// of a DotGeneral in the operand's own row-major data:
+// flat[bOff[b] + iOff[i] + pOff[p]]. No data is moved to build it.
+type operandView struct {
+	flat             []float32
+	bOff, iOff, pOff []int
+}
+
+// newOperandView describes an operand of dimensions dims whose contracting
+// and batch axes are given in DotGeneral's order; the other axes are its
+// cross axes, in increasing order.
+func newOperandView(flat []float32, dims, contracting, batch []int) operandView {
+	strides := make([]int, len(dims))
+	s := 1
+	for a := len(dims) - 1; a >= 0; a-- {
+		strides[a] = s
+		s *= dims[a]
+	}
+	var cross []int
+	for a := range dims {
+		if !containsInt(contracting, a) && !containsInt(batch, a) {
+			cross = append(cross, a)
+		}
+	}
+	return operandView{
+		flat: flat,
+		bOff: axisOffsets(dims, strides, batch),
+		iOff: axisOffsets(dims, strides, cross),
+		pOff: axisOffsets(dims, strides, contracting),
+	}
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// axisOffsets lists the flat offsets of every index combination of axes
+// (row-major over axes: the last one varies fastest).
+func axisOffsets(dims, strides, axes []int) []int {
+	offs := []int{0}
+	for _, a := range axes {
+		next := make([]int, 0, len(offs)*dims[a])
+		for _, o := range offs {
+			for i := 0; i < dims[a]; i++ {
+				next = append(next, o+i*strides[a])
+			}
+		}
+		offs = next
+	}
+	return offs
+}
+
+// uniformStride returns s when offs[i] = offs[0] + i·s for every i (s = 1
+// for a single offset), else 0.
+func uniformStride(offs []int) int {
+	if len(offs) < 2 {
+		return 1
+	}
+	s := offs[1] - offs[0]
+	for i := 2; i < len(offs); i++ {
+		if offs[i]-offs[i-1] != s {
+			return 0
+		}
+	}
+	return s
+}
+
+// packPanels copies rows [0, n) of batch b of operand o into panels of g
+// rows: panel q holds rows q·g … q·g+g-1 as dst[q·K·g + p·g + r] = o(b, q·g+r, p)
+// for p < K, zero for rows past n. Panels first to last are written by
+// calls for q in [q0, q1).
+func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
+	base := o.bOff[b]
+	pStride, iStride := uniformStride(o.pOff), uniformStride(o.iOff)
+	for q := q0; q < q1; q++ {
+		panel := dst[q*K*g : (q+1)*K*g]
+		i0 := q * g
+		rows := min(g, n-i0)
+		if rows < g {
+			clear(panel)
+		}
+		switch {
+		case pStride == 1: // contracting axis contiguous: read rows, write strided
+			for r := 0; r < rows; r++ {
+				src := o.flat[base+o.iOff[i0+r]:][:K]
+				for p, x := range src {
+					panel[p*g+r] = x
+				}
+			}
+		case iStride == 1: // cross axis contiguous: each p copies a run of rows
+			start := base + o.iOff[i0]
+			for p := 0; p < K; p++ {
+				copy(panel[p*g:p*g+rows], o.flat[start+o.pOff[p]:])
+			}
+		default:
+			for r := 0; r < rows; r++ {
+				row := base + o.iOff[i0+r]
+				for p := 0; p < K; p++ {
+					panel[p*g+r] = o.flat[row+o.pOff[p]]
+				}
+			}
+		}
+	}
+}
+
+// gemmNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) for b < batch,
+// i < M, j < N, p < K, into out (row-major [batch, M, N], overwritten), on
+// up to GOMAXPROCS goroutines.
+func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
+	mPanels, nPanels := ceilDiv(M, gemmMR), ceilDiv(N, gemmNR)
+	aSize, bSize := mPanels*gemmMR*K, nPanels*gemmNR*K // per batch element
+	pa, pb := getScratch(batch*aSize), getScratch(batch*bSize)
+	defer putScratch(pa)
+	defer putScratch(pb)
+
+	// Pack both operands, a chunk of panels per task.
+	const panelsPerTask = 8
+	aChunks, bChunks := ceilDiv(mPanels, panelsPerTask), ceilDiv(nPanels, panelsPerTask)
+	parallelFor(batch*(aChunks+bChunks), func(t int) {
+		b, c := t/(aChunks+bChunks), t%(aChunks+bChunks)
+		if c < aChunks {
+			q0 := c * panelsPerTask
+			packPanels(A, b, M, K, gemmMR, q0, min(q0+panelsPerTask, mPanels), pa[b*aSize:(b+1)*aSize])
+		} else {
+			q0 := (c - aChunks) * panelsPerTask
+			packPanels(B, b, N, K, gemmNR, q0, min(q0+panelsPerTask, nPanels), pb[b*bSize:(b+1)*bSize])
+		}
+	})
+
+	// Multiply, one mc × nc output tile per task.
+	mTiles, nTiles := ceilDiv(M, gemmMC), ceilDiv(N, gemmNC)
+	parallelFor(batch*mTiles*nTiles, func(t int) {
+		b, it, jt := t/(mTiles*nTiles), (t/nTiles)%mTiles, t%nTiles
+		i0, j0 := it*gemmMC, jt*gemmNC
+		i1, j1 := min(i0+gemmMC, M), min(j0+gemmNC, N)
+		paB, pbB, outB := pa[b*aSize:(b+1)*aSize], pb[b*bSize:(b+1)*bSize], out[b*M*N:(b+1)*M*N]
+		var tmp [gemmMR * gemmNR]float32 // edge tiles
+		for p0 := 0; p0 < K; p0 += gemmKC {
+			k, add := min(gemmKC, K-p0), p0 > 0
+			for j := j0; j < j1; j += gemmNR {
+				bp := pbB[(j/gemmNR)*gemmNR*K+p0*gemmNR:]
+				for i := i0; i < i1; i += gemmMR {
+					ap := paB[(i/gemmMR)*gemmMR*K+p0*gemmMR:]
+					if i+gemmMR <= M && j+gemmNR <= N {
+						kernel6x16(k, ap, bp, outB[i*N+j:], N, add)
+						continue
+					}
+					kernel6x16(k, ap, bp, tmp[:], gemmNR, false)
+					for r := 0; r < min(gemmMR, M-i); r++ {
+						dst := outB[(i+r)*N+j:][:min(gemmNR, N-j)]
+						for c := range dst {
+							if add {
+								dst[c] += tmp[r*gemmNR+c]
+							} else {
+								dst[c] = tmp[r*gemmNR+c]
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// kernel6x16Go is the micro-kernel in portable Go: with a = a 6-row panel
+// and b = a 16-row panel (k steps each), c[r·ldc + j] (+)= Σₚ a[p·6+r]·b[p·16+j]
+// for r < 6, j < 16; add false overwrites c. It defines what the assembly
+// kernel computes.
+func kernel6x16Go(k int, a, b, c []float32, ldc int, add bool) {
+	var acc [gemmMR][gemmNR]float32
+	for p := 0; p < k; p++ {
+		ap, bp := a[p*gemmMR:][:gemmMR], b[p*gemmNR:][:gemmNR]
+		for r, x := range ap {
+			for j, y := range bp {
+				acc[r][j] += x * y
+			}
+		}
+	}
+	for r := range acc {
+		row := c[r*ldc:][:gemmNR]
+		for j, x := range acc[r] {
+			if add {
+				row[j] += x
+			} else {
+				row[j] = x
+			}
+		}
+	}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// parallelFor runs fn(0) … fn(n-1) on up to GOMAXPROCS goroutines.
+func parallelFor(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// scratchPools recycle the packing buffers, by power-of-two capacity.
+var scratchPools [64]sync.Pool
+
+// getScratch returns a float32 slice of length n (contents undefined).
+func getScratch(n int) []float32 {
+	c := bits.Len(uint(max(n, 1) - 1))
+	if v, ok := scratchPools[c].Get().(*[]float32); ok {
+		return (*v)[:n]
+	}
+	return make([]float32, n, 1<<c)
+}
+
+// putScratch hands a slice from getScratch back for reuse.
+func putScratch(s []float32) {
+	c := bits.Len(uint(cap(s) - 1))
+	if cap(s) == 1<<c {
+		scratchPools[c].Put(&s)
+	}
+}

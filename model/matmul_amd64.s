@@ -1,0 +1,114 @@
+#include "textflag.h"
+
+// The micro-kernel of the packed matrix product (matmul.go), for CPUs with
+// AVX2 and FMA: kernel6x16Go in assembly. The 6×16 output tile lives in 12
+// YMM registers (Y4–Y15, two per row); each contracting step loads 16
+// values of the b panel (Y0, Y1), broadcasts the 6 values of the a panel
+// (Y2, Y3) and does 12 fused multiply-adds.
+
+// func kernel6x16AVX2(k int, a, b, c *float32, ldc int, add bool)
+// c[r*ldc + j] (+)= Σ_p a[p*6+r] · b[p*16+j] for r < 6, j < 16, p < k.
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-41
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	TESTQ CX, CX
+	JEQ store
+
+loop:
+	VMOVUPS (DX), Y0
+	VMOVUPS 32(DX), Y1
+	VBROADCASTSS (SI), Y2
+	VBROADCASTSS 4(SI), Y3
+	VFMADD231PS Y0, Y2, Y4
+	VFMADD231PS Y1, Y2, Y5
+	VFMADD231PS Y0, Y3, Y6
+	VFMADD231PS Y1, Y3, Y7
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VFMADD231PS Y0, Y2, Y8
+	VFMADD231PS Y1, Y2, Y9
+	VFMADD231PS Y0, Y3, Y10
+	VFMADD231PS Y1, Y3, Y11
+	VBROADCASTSS 16(SI), Y2
+	VBROADCASTSS 20(SI), Y3
+	VFMADD231PS Y0, Y2, Y12
+	VFMADD231PS Y1, Y2, Y13
+	VFMADD231PS Y0, Y3, Y14
+	VFMADD231PS Y1, Y3, Y15
+	ADDQ $24, SI
+	ADDQ $64, DX
+	DECQ CX
+	JNE loop
+
+store:
+	MOVBLZX add+40(FP), AX
+	TESTQ AX, AX
+	JEQ nostoreadd
+	VADDPS (DI), Y4, Y4
+	VADDPS 32(DI), Y5, Y5
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Y6, Y6
+	VADDPS 32(DI), Y7, Y7
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, 32(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Y8, Y8
+	VADDPS 32(DI), Y9, Y9
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 32(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Y10, Y10
+	VADDPS 32(DI), Y11, Y11
+	VMOVUPS Y10, (DI)
+	VMOVUPS Y11, 32(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Y12, Y12
+	VADDPS 32(DI), Y13, Y13
+	VMOVUPS Y12, (DI)
+	VMOVUPS Y13, 32(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Y14, Y14
+	VADDPS 32(DI), Y15, Y15
+	VMOVUPS Y14, (DI)
+	VMOVUPS Y15, 32(DI)
+	VZEROUPPER
+	RET
+
+nostoreadd:
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ R8, DI
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, 32(DI)
+	ADDQ R8, DI
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 32(DI)
+	ADDQ R8, DI
+	VMOVUPS Y10, (DI)
+	VMOVUPS Y11, 32(DI)
+	ADDQ R8, DI
+	VMOVUPS Y12, (DI)
+	VMOVUPS Y13, 32(DI)
+	ADDQ R8, DI
+	VMOVUPS Y14, (DI)
+	VMOVUPS Y15, 32(DI)
+	VZEROUPPER
+	RET

@@ -1,0 +1,23 @@
+//go:build !amd64
+
+package model
+
+import (
+	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
+)
+
+// kernel6x16 is the portable micro-kernel: the packed product is not
+// installed on this architecture (simplego keeps its own), only tested.
+func kernel6x16(k int, a, b, c []float32, ldc int, add bool) { kernel6x16Go(k, a, b, c, ldc, add) }
+
+// fastMatmulInstalled is false: simplego multiplies with its own executor.
+const fastMatmulInstalled = false
+
+func markPlainMatmul(backends.Backend) {}
+
+// fastMatmulCalls stays 0.
+var fastMatmulCalls atomic.Int64
+
+func haveFastKernel() bool { return false }
