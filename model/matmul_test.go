@@ -109,7 +109,7 @@ func TestGemmNT(t *testing.T) {
 func TestOperandView(t *testing.T) {
 	// dims [2, 3, 4, 5] (strides 60, 20, 5, 1): batch axes (2, 0), contracting (3, 1), cross none.
 	v := newOperandView(nil, []int{2, 3, 4, 5}, []int{3, 1}, []int{2, 0})
-	wantB := []int{0, 60, 5, 65, 10, 70, 15, 75}              // b = (axis2, axis0)
+	wantB := []int{0, 60, 5, 65, 10, 70, 15, 75}               // b = (axis2, axis0)
 	wantP := []int{0, 20, 40, 1, 21, 41, 2, 22, 42, 3, 23, 43} // first 12 of p = (axis3, axis1)
 	if !equalInts(v.bOff, wantB) || !equalInts(v.pOff[:12], wantP) || !equalInts(v.iOff, []int{0}) {
 		t.Errorf("offsets b %v p %v i %v", v.bOff, v.pOff[:12], v.iOff)
