@@ -117,6 +117,7 @@ func readSimpleGoDotParams(node any) (p dotParams, ok bool) {
 type operandView struct {
 	flat             []float32
 	bOff, iOff, pOff []int
+	iStride, pStride int // uniformStride of iOff and pOff
 }
 
 // newOperandView describes an operand of dimensions dims whose contracting
@@ -135,12 +136,14 @@ func newOperandView(flat []float32, dims, contracting, batch []int) operandView 
 			cross = append(cross, a)
 		}
 	}
-	return operandView{
+	v := operandView{
 		flat: flat,
 		bOff: axisOffsets(dims, strides, batch),
 		iOff: axisOffsets(dims, strides, cross),
 		pOff: axisOffsets(dims, strides, contracting),
 	}
+	v.iStride, v.pStride = uniformStride(v.iOff), uniformStride(v.pOff)
+	return v
 }
 
 func containsInt(xs []int, x int) bool {
@@ -189,7 +192,6 @@ func uniformStride(offs []int) int {
 // calls for q in [q0, q1).
 func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 	base := o.bOff[b]
-	pStride, iStride := uniformStride(o.pOff), uniformStride(o.iOff)
 	for q := q0; q < q1; q++ {
 		panel := dst[q*K*g : (q+1)*K*g]
 		i0 := q * g
@@ -198,14 +200,14 @@ func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 			clear(panel)
 		}
 		switch {
-		case pStride == 1: // contracting axis contiguous: read rows, write strided
+		case o.pStride == 1: // contracting axis contiguous: read rows, write strided
 			for r := 0; r < rows; r++ {
 				src := o.flat[base+o.iOff[i0+r]:][:K]
 				for p, x := range src {
 					panel[p*g+r] = x
 				}
 			}
-		case iStride == 1: // cross axis contiguous: each p copies a run of rows
+		case o.iStride == 1: // cross axis contiguous: each p copies a run of rows
 			start := base + o.iOff[i0]
 			for p := 0; p < K; p++ {
 				copy(panel[p*g:p*g+rows], o.flat[start+o.pOff[p]:])
@@ -218,6 +220,25 @@ func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 				}
 			}
 		}
+	}
+}
+
+// canMatmulNT reports whether matmulNT computes a product of M = lhsCross
+// rows and N = rhsCross columns of operands A and B.
+func canMatmulNT(A, B operandView, M, N int) bool {
+	return (M >= fastMatmulMinCross && N >= fastMatmulMinCross) || (A.pStride == 1 && B.pStride == 1)
+}
+
+// matmulNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) (row-major
+// [batch, M, N], overwritten) where canMatmulNT allows: with the packed
+// product when the output has at least fastMatmulMinCross rows and columns,
+// else (a few rows or columns, as in decoding) with dot products of
+// contiguous rows.
+func matmulNT(A, B operandView, batch, M, N, K int, out []float32) {
+	if M >= fastMatmulMinCross && N >= fastMatmulMinCross {
+		gemmNT(A, B, batch, M, N, K, out)
+	} else {
+		dotsNT(A, B, batch, M, N, K, out)
 	}
 }
 
@@ -278,6 +299,51 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 			}
 		}
 	})
+}
+
+// dotsNT computes what gemmNT does for operands whose contracting index is
+// contiguous (pStride 1) without packing them: each output element is the
+// dot product of a row of A and a row of B, four rows of B at a time. It
+// reads B once, which is what products with a few rows (decoding: M = the
+// batch, B = a weight or the KV cache) want.
+func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
+	const rowsPerTask = 256
+	chunks := ceilDiv(N, rowsPerTask)
+	parallelFor(batch*chunks, func(t int) {
+		b, j0 := t/chunks, (t%chunks)*rowsPerTask
+		j1 := min(j0+rowsPerTask, N)
+		aBase, bBase := A.bOff[b], B.bOff[b]
+		outB := out[b*M*N : (b+1)*M*N]
+		row := func(o operandView, base, i int) []float32 { return o.flat[base+o.iOff[i]:][:K] }
+		var d [4]float32
+		j := j0
+		for ; j+4 <= j1; j += 4 {
+			b0, b1, b2, b3 := row(B, bBase, j), row(B, bBase, j+1), row(B, bBase, j+2), row(B, bBase, j+3)
+			for i := 0; i < M; i++ {
+				dot4(row(A, aBase, i), b0, b1, b2, b3, &d)
+				copy(outB[i*N+j:i*N+j+4], d[:])
+			}
+		}
+		for ; j < j1; j++ { // the last rows of B, one at a time
+			bj := row(B, bBase, j)
+			for i := 0; i < M; i++ {
+				dot4(row(A, aBase, i), bj, bj, bj, bj, &d)
+				outB[i*N+j] = d[0]
+			}
+		}
+	})
+}
+
+// dot4Go is the portable dot4: out[r] = Σₚ a[p]·b_r[p], p < len(a).
+func dot4Go(a, b0, b1, b2, b3 []float32, out *[4]float32) {
+	var s0, s1, s2, s3 float32
+	for p, x := range a {
+		s0 += x * b0[p]
+		s1 += x * b1[p]
+		s2 += x * b2[p]
+		s3 += x * b3[p]
+	}
+	*out = [4]float32{s0, s1, s2, s3}
 }
 
 // kernel6x16Go is the micro-kernel in portable Go: with a = a 6-row panel

@@ -33,6 +33,20 @@ func kernel6x16(k int, a, b, c []float32, ldc int, add bool) {
 	kernel6x16AVX2(k, &a[0], &b[0], &c[0], ldc, add)
 }
 
+//go:noescape
+func dot4AVX2(k int, a, b0, b1, b2, b3, out *float32)
+
+// dot4 is dot4Go, in AVX2/FMA assembly when the CPU has it.
+func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) {
+	if !haveAVX2FMA {
+		dot4Go(a, b0, b1, b2, b3, out)
+		return
+	}
+	k := len(a)
+	_, _, _, _ = b0[k-1], b1[k-1], b2[k-1], b3[k-1]
+	dot4AVX2(k, &a[0], &b0[0], &b1[0], &b2[0], &b3[0], &out[0])
+}
+
 // simplego keeps its op executors in an unexported table, filled at init
 // with setNodeExecutor(op, priority, fn) and looked up at every node
 // execution; it has a priority reserved for user overrides (100) but no
@@ -112,13 +126,13 @@ func simplegoLayoutOK() (ok bool) {
 		fmt.Sprint(p.lhsContracting, p.lhsBatch, p.rhsContracting, p.rhsBatch) == "[2] [0] [2] [0]"
 }
 
-// fastDotGeneral is simplego's DotGeneral executor with the packed product
-// of matmul.go for float32 products of at least fastMatmulMinCross rows and
-// columns; it hands everything else to simplego's own executor. The output
+// fastDotGeneral is simplego's DotGeneral executor computing float32
+// products with matmulNT where canMatmulNT allows; it hands everything else
+// (other dtypes, small products in other layouts) to simplego's own. The output
 // is simplego's normalized [batch, lhs cross, rhs cross] buffer.
 func fastDotGeneral(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
 	p, ok := readSimpleGoDotParams(node)
-	if !ok || p.lhsCross < fastMatmulMinCross || p.rhsCross < fastMatmulMinCross {
+	if !ok {
 		return simplegoExecDotGeneral(backend, node, inputs, inputsOwned)
 	}
 	if _, plain := plainMatmulBackends.Load(backend); plain {
@@ -133,20 +147,33 @@ func fastDotGeneral(backend *simplego.Backend, node *simplego.Node, inputs []*si
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || !ok1 || !ok2 {
 		return simplegoExecDotGeneral(backend, node, inputs, inputsOwned)
 	}
+	A := newOperandView(lhsFlat, lhsShape.Dimensions, p.lhsContracting, p.lhsBatch)
+	B := newOperandView(rhsFlat, rhsShape.Dimensions, p.rhsContracting, p.rhsBatch)
+	if !canMatmulNT(A, B, p.lhsCross, p.rhsCross) {
+		return simplegoExecDotGeneral(backend, node, inputs, inputsOwned)
+	}
 	out := backend.NewBuffer(shapes.Make(dtypes.Float32, p.batch, p.lhsCross, p.rhsCross))
 	outData, err := backend.BufferData(out)
 	if err != nil {
 		return nil, fmt.Errorf("fast DotGeneral: %w", err)
 	}
 	fastMatmulCalls.Add(1)
-	A := newOperandView(lhsFlat, lhsShape.Dimensions, p.lhsContracting, p.lhsBatch)
-	B := newOperandView(rhsFlat, rhsShape.Dimensions, p.rhsContracting, p.rhsBatch)
-	gemmNT(A, B, p.batch, p.lhsCross, p.rhsCross, p.contracting, outData.([]float32))
+	matmulNT(A, B, p.batch, p.lhsCross, p.rhsCross, p.contracting, outData.([]float32))
 	return out, nil
 }
 
 // fastMatmulCalls counts the products fastDotGeneral computed itself (tests).
 var fastMatmulCalls atomic.Int64
+
+// fastMatmulFor reports whether backend's float32 products run through fastDotGeneral.
+func fastMatmulFor(backend backends.Backend) bool {
+	b, ok := backend.(*simplego.Backend)
+	if !ok || !fastMatmulInstalled {
+		return false
+	}
+	_, plain := plainMatmulBackends.Load(b)
+	return !plain
+}
 
 // markPlainMatmul keeps backend's products with simplego's own executor.
 func markPlainMatmul(backend backends.Backend) {

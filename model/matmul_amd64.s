@@ -112,3 +112,72 @@ nostoreadd:
 	VMOVUPS Y15, 32(DI)
 	VZEROUPPER
 	RET
+
+// func dot4AVX2(k int, a, b0, b1, b2, b3, out *float32)
+// out[r] = Σ_p a[p] · b_r[p] for r < 4, p < k: one row against four, for
+// products with a few rows (decoding), where packing would cost more than
+// it saves.
+TEXT ·dot4AVX2(SB), NOSPLIT, $0-56
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b0+16(FP), DX
+	MOVQ b1+24(FP), R9
+	MOVQ b2+32(FP), R10
+	MOVQ b3+40(FP), R11
+	MOVQ out+48(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	MOVQ CX, BX
+	SHRQ $3, BX
+	JEQ reduce
+
+loop8:
+	VMOVUPS (SI)(AX*1), Y4
+	VFMADD231PS (DX)(AX*1), Y4, Y0
+	VFMADD231PS (R9)(AX*1), Y4, Y1
+	VFMADD231PS (R10)(AX*1), Y4, Y2
+	VFMADD231PS (R11)(AX*1), Y4, Y3
+	ADDQ $32, AX
+	DECQ BX
+	JNE loop8
+
+reduce:
+	VEXTRACTF128 $1, Y0, X4
+	VADDPS X4, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VEXTRACTF128 $1, Y1, X4
+	VADDPS X4, X1, X1
+	VHADDPS X1, X1, X1
+	VHADDPS X1, X1, X1
+	VEXTRACTF128 $1, Y2, X4
+	VADDPS X4, X2, X2
+	VHADDPS X2, X2, X2
+	VHADDPS X2, X2, X2
+	VEXTRACTF128 $1, Y3, X4
+	VADDPS X4, X3, X3
+	VHADDPS X3, X3, X3
+	VHADDPS X3, X3, X3
+	ANDQ $7, CX
+	JEQ done
+
+tail:
+	VMOVSS (SI)(AX*1), X4
+	VFMADD231SS (DX)(AX*1), X4, X0
+	VFMADD231SS (R9)(AX*1), X4, X1
+	VFMADD231SS (R10)(AX*1), X4, X2
+	VFMADD231SS (R11)(AX*1), X4, X3
+	ADDQ $4, AX
+	DECQ CX
+	JNE tail
+
+done:
+	VMOVSS X0, (DI)
+	VMOVSS X1, 4(DI)
+	VMOVSS X2, 8(DI)
+	VMOVSS X3, 12(DI)
+	VZEROUPPER
+	RET

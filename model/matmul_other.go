@@ -12,10 +12,15 @@ import (
 // installed on this architecture (simplego keeps its own), only tested.
 func kernel6x16(k int, a, b, c []float32, ldc int, add bool) { kernel6x16Go(k, a, b, c, ldc, add) }
 
+// dot4 is the portable dot4Go.
+func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) { dot4Go(a, b0, b1, b2, b3, out) }
+
 // fastMatmulInstalled is false: simplego multiplies with its own executor.
 const fastMatmulInstalled = false
 
 func markPlainMatmul(backends.Backend) {}
+
+func fastMatmulFor(backends.Backend) bool { return false }
 
 // fastMatmulCalls stays 0.
 var fastMatmulCalls atomic.Int64

@@ -73,11 +73,37 @@ var fastDotGeneralCases = []dotGeneralCase{
 	{"two contracting axes, swapped", []int{3, 20, 4}, []int{4, 18, 3}, []int{0, 2}, nil, []int{2, 0}, nil},
 	{"contracting longer than a kc block", []int{40, 600}, []int{50, 600}, []int{1}, nil, []int{1}, nil},
 	{"batch last", []int{5, 17, 2}, []int{2, 5, 31}, []int{0}, []int{2}, []int{1}, []int{0}},
+	// Small products (dotsNT): decoding shapes.
+	{"decode linear", []int{3, 1, 24}, []int{41, 24}, []int{2}, nil, []int{1}, nil},
+	{"decode LM head, split", []int{5, 2, 13}, []int{5, 7, 13}, []int{2}, []int{0}, []int{2}, []int{0}},
+	{"decode attention scores", []int{2, 1, 2, 2, 8}, []int{2, 19, 2, 8}, []int{4}, []int{0, 2}, []int{3}, []int{0, 2}},
+	{"one column", []int{30, 9}, []int{1, 9}, []int{1}, nil, []int{1}, nil},
 }
 
-// TestGemmNT checks the packed product against a float64 triple loop over
-// each case's operand views.
-func TestGemmNT(t *testing.T) {
+// TestDot4 checks dot4 (assembly where the CPU has AVX2 and FMA) against
+// sums in float64, for lengths around its 8-wide steps.
+func TestDot4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, k := range []int{1, 7, 8, 9, 64, 100} {
+		a := randomFloats(rng, k)
+		bs := [4][]float32{randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k)}
+		var got [4]float32
+		dot4(a, bs[0], bs[1], bs[2], bs[3], &got)
+		for r := range bs {
+			var want float64
+			for p := range a {
+				want += float64(a[p]) * float64(bs[r][p])
+			}
+			if math.Abs(float64(got[r])-want) > 1e-4*(1+math.Abs(want)) {
+				t.Errorf("k=%d row %d: %g, want %g", k, r, got[r], want)
+			}
+		}
+	}
+}
+
+// TestMatmulNT checks the packed product and the small-product path against
+// a float64 triple loop over each case's operand views.
+func TestMatmulNT(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, c := range fastDotGeneralCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,8 +111,11 @@ func TestGemmNT(t *testing.T) {
 			A := newOperandView(a, c.lhsDims, c.lhsC, c.lhsB)
 			B := newOperandView(b, c.rhsDims, c.rhsC, c.rhsB)
 			batch, M, N, K := len(A.bOff), len(A.iOff), len(B.iOff), len(A.pOff)
+			if !canMatmulNT(A, B, M, N) {
+				t.Fatal("canMatmulNT refuses the case")
+			}
 			out := make([]float32, batch*M*N)
-			gemmNT(A, B, batch, M, N, K, out)
+			matmulNT(A, B, batch, M, N, K, out)
 			for bi := 0; bi < batch; bi++ {
 				for i := 0; i < M; i++ {
 					for j := 0; j < N; j++ {

@@ -369,7 +369,9 @@ func TestTrainingStepReducesLoss(t *testing.T) {
 }
 
 // TestLMHeadRows checks the split LM head of generation against the plain
-// product, where the split applies (B·V above the pure-Go backend's limit).
+// product, where the split applies (B·V above the pure-Go backend's limit,
+// with simplego's own matrix product: this package's reads the weight once
+// and needs no split).
 func TestLMHeadRows(t *testing.T) {
 	if n := lmHeadSplit(8, 151936); n != 128 { // 151936 = 128 · 1187; 8 · 1187 ≤ 16384
 		t.Errorf("lmHeadSplit(8, 151936) = %d, want 128", n)
@@ -382,7 +384,17 @@ func TestLMHeadRows(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.VocabSize = 6000
-	m := newTestModel(t, cfg, 8)
+	bcfg := DefaultBackendConfig()
+	bcfg.SimpleGoMatmul = true
+	backend, err := NewBackend(bcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Finalize()
+	m, err := New(backend, cfg, 8, dtypes.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, B := range []int{1, 3, 8} {
 		if lmHeadSplit(B, 6000) == 1 && B > 2 {
 			t.Fatalf("B=%d: no split to test", B)

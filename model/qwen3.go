@@ -249,15 +249,17 @@ func lmHeadSplit(B, V int) int {
 }
 
 // lmHeadRows maps a few hidden states h [B, H] (the rows being generated)
-// to float32 logits [B, V]. On the pure-Go backend, [B, H]·[V, H]ᵀ with
-// B×V above smallProductLimit would copy the whole [V, H] weight into blocks
-// and pad B to 32 rows at every decoding step; instead the weight is viewed
-// as [n, V/n, H] (no copy) and multiplied as n batched products of size
-// B×V/n under the limit. Same numbers, ~4× (B = 8) to ~30× (B = 1) less work.
+// to float32 logits [B, V]. On the pure-Go backend with simplego's own
+// matrix product (no AVX2, or BackendConfig.SimpleGoMatmul), [B, H]·[V, H]ᵀ
+// with B×V above smallProductLimit would copy the whole [V, H] weight into
+// blocks and pad B to 32 rows at every decoding step; instead the weight is
+// viewed as [n, V/n, H] (no copy) and multiplied as n batched products of
+// size B×V/n under the limit. Same numbers, ~4× (B = 8) to ~30× (B = 1) less
+// work. This package's product (matmul.go) reads the weight once either way.
 func (m *Model) lmHeadRows(ctx *context.Context, h *Node) *Node {
 	B, H, V := h.Shape().Dimensions[0], m.cfg.HiddenSize, m.cfg.VocabSize
 	n := lmHeadSplit(B, V)
-	if n == 1 || m.backend.Name() != "SimpleGo (go)" {
+	if n == 1 || m.backend.Name() != "SimpleGo (go)" || fastMatmulFor(m.backend) {
 		return m.lmHead(ctx, h)
 	}
 	w := Reshape(m.lmWeight(ctx, h.Graph()), n, V/n, H)            // [n, V/n, H]
