@@ -4,13 +4,22 @@ package model
 //
 // Two compiled graphs: prefill (the right-padded prompts [B, Lp] → log-probs
 // at each row's last prompt position and the KV cache [B, S, nkv, D] per
-// layer, capacity S) and decode (one token per row → log-probs and the
-// updated cache). Shapes are bucketed — B and Lp and S to powers of two — so
-// one decode graph serves every position of every generation with the same
-// (B, S), and an Exec never recompiles per length. Every row keeps its own
+// layer, capacity S) and extend (tokens [B, T] at given positions on top of
+// the cache → log-probs and the updated cache; decoding runs it with one
+// token per row). Shapes are bucketed — B and Lp and S to powers of two — so
+// one decoding graph serves every position of every generation with the
+// same (B, S), and an Exec never recompiles per length. Every row keeps its own
 // position: row b writes its t-th new token at slot len_b + t, and attends
 // to slots ≤ that position, so rows of different lengths share the batch
 // without left-padding and a padded batch equals its rows run alone.
+//
+// Shared prefix: when the prompts of a batch start with the same tokens (a
+// role's system prompt, ~400–475 of a guard prompt's ~450–600), that prefix
+// is prefilled once, at batch 1, and its keys and values are broadcast into
+// every row's cache; each row then prefills only its own remaining tokens
+// (the extend graph: tokens at given positions, written into the cache and
+// attending to every slot up to their position — decoding is the same graph
+// with one token per row).
 //
 // Sampling runs on the host from the [B, V] logits / temperature and their
 // logsumexp that each step brings back (log-prob = z - lse, the same
@@ -71,6 +80,10 @@ type GenerateOptions struct {
 	Seed         uint64  // row i samples from its own PCG stream (Seed, i): same seed, same samples
 	StopTokens   []int   // a row stops after emitting any of these ids (nil = never stop early)
 	MaxBatch     int     // rows run together at most (0 = all); the results do not depend on it
+	// NoPrefixReuse turns off the shared-prefix cache: every row's whole
+	// prompt is prefilled (the results do not depend on it, up to float32
+	// rounding).
+	NoPrefixReuse bool
 	// Constrain, when set, is called before each step for each live row with
 	// the tokens it generated so far; its Constraint applies to that step.
 	Constrain func(row int, generated []int) Constraint
@@ -90,6 +103,10 @@ const (
 	minPromptBucket   = 16
 	minCapacityBucket = 32
 )
+
+// minSharedPrefix is the shortest common prefix that Generate prefills once
+// for the whole batch (shorter ones are not worth an extra graph run).
+const minSharedPrefix = 32
 
 // bucket returns the smallest power of two ≥ max(n, lo).
 func bucket(n, lo int) int {
@@ -153,37 +170,21 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 		maxLen = max(maxLen, len(p))
 	}
 	B := bucket(n, 1)
-	Lp := bucket(maxLen, minPromptBucket)
 	S := bucket(maxLen+opts.MaxNewTokens, minCapacityBucket)
-
-	tokens := make([][]int32, B)
-	mask := make([][]bool, B)
-	last := make([]int32, B)
-	for b := range tokens {
-		tokens[b] = make([]int32, Lp)
-		mask[b] = make([]bool, Lp)
-		p := []int{0} // filler rows: one token, ignored
-		if b < n {
-			p = prompts[b]
-		}
-		for j, id := range p {
-			tokens[b][j] = int32(id)
-			mask[b][j] = true
-		}
-		last[b] = int32(len(p) - 1)
-	}
 	temp := float32(opts.Temperature)
 	if opts.Temperature == 0 {
 		temp = 1 // greedy: log-probs reported under temperature 1
 	}
 
-	prefill, err := m.prefillExec(S)
+	var res []*tensors.Tensor
+	var err error
+	if P := sharedPrefixLen(prompts); P >= minSharedPrefix && n > 1 && !opts.NoPrefixReuse {
+		res, err = m.prefillShared(prompts, P, B, S, temp)
+	} else {
+		res, err = m.prefillRows(prompts, B, S, temp)
+	}
 	if err != nil {
 		return err
-	}
-	res, err := execRecover(prefill, tokens, mask, last, temp)
-	if err != nil {
-		return fmt.Errorf("generate: prefill: %w", err)
 	}
 	z, lse, cache := res[0], res[1], res[2:]
 	defer func() {
@@ -205,14 +206,19 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 	for _, id := range opts.StopTokens {
 		stop[id] = true
 	}
-	decode, err := m.decodeExec()
+	decode, err := m.extendExec()
 	if err != nil {
 		return err
 	}
 	V := m.cfg.VocabSize
-	next := make([]int32, B)
-	pos := make([]int32, B)
-	lp := make([]float32, V) // one row's log-probs
+	next := make([][]int32, B) // [B, 1]
+	pos := make([][]int32, B)
+	valid := make([][]bool, B)
+	for b := range next {
+		next[b], pos[b], valid[b] = make([]int32, 1), make([]int32, 1), []bool{true}
+	}
+	zeros := make([]int32, B) // each row's last (only) token: index 0
+	lp := make([]float32, V)  // one row's log-probs
 	for step := 0; step < opts.MaxNewTokens; step++ {
 		// Pick the next token of every live row from this step's log-probs,
 		// log_softmax(z)[v] = z[v] - lse (float32, as in TokenLogProbs).
@@ -263,13 +269,13 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 		// Feed the picked tokens: row b's token of step t goes to slot len_b + t.
 		// Finished and filler rows write into their slot 0: their cache no longer matters.
 		for b := 0; b < B; b++ {
-			next[b], pos[b] = 0, 0
+			next[b][0], pos[b][0] = 0, 0
 			if b < n && live[b] {
-				next[b] = int32(out[b].Tokens[step])
-				pos[b] = int32(len(prompts[b]) + step)
+				next[b][0] = int32(out[b].Tokens[step])
+				pos[b][0] = int32(len(prompts[b]) + step)
 			}
 		}
-		args := []any{next, pos, temp}
+		args := []any{next, pos, valid, zeros, temp}
 		for _, t := range cache {
 			args = append(args, donate(t, m))
 		}
@@ -354,47 +360,167 @@ func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperatu
 	return append([]*Node{z, lse}, cache...)
 }
 
-// decodeExec returns the decode executable (compiled per (B, S) bucket).
-func (m *Model) decodeExec() (*context.Exec, error) {
+// sharedPrefixLen returns the length of the longest common prefix of the
+// prompts, short of each prompt's last token (every row prefills at least
+// that one: its logits start the generation).
+func sharedPrefixLen(prompts [][]int) int {
+	if len(prompts) == 0 {
+		return 0
+	}
+	P := len(prompts[0]) - 1
+	for _, p := range prompts[1:] {
+		P = min(P, len(p)-1)
+		for j := 0; j < P; j++ {
+			if p[j] != prompts[0][j] {
+				P = j
+				break
+			}
+		}
+	}
+	return max(P, 0)
+}
+
+// prefillRows prefills every row's whole prompt (right-padded to a bucket):
+// → [z, lse, cache…] as prefillGraph returns them.
+func (m *Model) prefillRows(prompts [][]int, B, S int, temp float32) ([]*tensors.Tensor, error) {
+	maxLen := 0
+	for _, p := range prompts {
+		maxLen = max(maxLen, len(p))
+	}
+	Lp := bucket(maxLen, minPromptBucket)
+	tokens := make([][]int32, B)
+	mask := make([][]bool, B)
+	last := make([]int32, B)
+	for b := range tokens {
+		tokens[b] = make([]int32, Lp)
+		mask[b] = make([]bool, Lp)
+		p := []int{0} // filler rows: one token, ignored
+		if b < len(prompts) {
+			p = prompts[b]
+		}
+		for j, id := range p {
+			tokens[b][j] = int32(id)
+			mask[b][j] = true
+		}
+		last[b] = int32(len(p) - 1)
+	}
+	prefill, err := m.prefillExec(S)
+	if err != nil {
+		return nil, err
+	}
+	res, err := execRecover(prefill, tokens, mask, last, temp)
+	if err != nil {
+		return nil, fmt.Errorf("generate: prefill: %w", err)
+	}
+	return res, nil
+}
+
+// prefillShared prefills the P tokens every prompt starts with once, at
+// batch 1 (the cache [1, S, nkv, D] per layer), then each row's remaining
+// tokens at positions P… with the extend graph, which broadcasts the prefix
+// cache to the B rows and writes the rows' keys and values after it:
+// → [z, lse, cache…] as prefillRows returns them.
+func (m *Model) prefillShared(prompts [][]int, P, B, S int, temp float32) ([]*tensors.Tensor, error) {
+	prefix, err := m.prefillRows([][]int{prompts[0][:P]}, 1, S, temp)
+	if err != nil {
+		return nil, err
+	}
+	m.sharedPrefills.Add(1)
+	prefix[0].FinalizeAll() // the prefix's own next-token logits are not needed
+	prefix[1].FinalizeAll()
+
+	maxRest := 0
+	for _, p := range prompts {
+		maxRest = max(maxRest, len(p)-P)
+	}
+	T := bucket(maxRest, minPromptBucket)
+	tokens, pos, valid := make([][]int32, B), make([][]int32, B), make([][]bool, B)
+	last := make([]int32, B)
+	for b := range tokens {
+		tokens[b], pos[b], valid[b] = make([]int32, T), make([]int32, T), make([]bool, T)
+		rest := []int{0} // filler rows: one token at slot 0, ignored
+		start := 0
+		if b < len(prompts) {
+			rest, start = prompts[b][P:], P
+		}
+		for j, id := range rest {
+			tokens[b][j], pos[b][j], valid[b][j] = int32(id), int32(start+j), true
+		}
+		last[b] = int32(len(rest) - 1)
+	}
+	extend, err := m.extendExec()
+	if err != nil {
+		return nil, err
+	}
+	args := []any{tokens, pos, valid, last, temp}
+	for _, t := range prefix[2:] {
+		args = append(args, t)
+	}
+	res, err := execRecover(extend, args...)
+	for _, t := range prefix[2:] {
+		t.FinalizeAll()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("generate: prefill after the shared prefix: %w", err)
+	}
+	return res, nil
+}
+
+// extendExec returns the extend executable (compiled per shape bucket).
+func (m *Model) extendExec() (*context.Exec, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.decode != nil {
-		return m.decode, nil
+	if m.extend != nil {
+		return m.extend, nil
 	}
 	e, err := context.NewExec(m.backend, m.ctx, func(ctx *context.Context, in []*Node) []*Node {
-		return m.decodeGraph(ctx, in[0], in[1], in[2], in[3:])
+		return m.extendGraph(ctx, in[0], in[1], in[2], in[3], in[4], in[5:])
 	})
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	m.decode = e
+	m.extend = e
 	return e, nil
 }
 
-// decodeGraph: token [B] int32 at position pos [B] int32, temperature
-// scalar, cache (k, v per layer, [B, S, nkv, D]) → [z = logits / T [B, V],
-// lse [B], the updated cache…]. Row b's new key/value is added (ScatterSum) into slot
-// pos[b], which holds zeros until then: only B·nkv·D values are written, in
-// place when the cache buffers are donated. Row b attends to slots ≤ pos[b].
-func (m *Model) decodeGraph(ctx *context.Context, token, pos, temperature *Node, cache []*Node) []*Node {
-	g := token.Graph()
-	B := token.Shape().Dimensions[0]
+// extendGraph runs tokens [B, T] int32 at positions pos [B, T] int32 (valid
+// [B, T] bool: false for padding) on top of a KV cache (k, v per layer,
+// [B, S, nkv, D], or [1, S, nkv, D] to be broadcast to the B rows: a shared
+// prefix) and returns [z = logits / T [B, V] at each row's token last[b]
+// (int32, an index into T), lse [B], the updated cache [B, S, nkv, D]…].
+// Token (b, t) adds its key and value (ScatterSum) into slot pos[b, t],
+// which holds zeros until then (padding adds zeros into slot 0), and
+// attends to slots ≤ pos[b, t]. Decoding is T = 1: only B·nkv·D values per
+// layer are written, in place when the cache buffers are donated.
+func (m *Model) extendGraph(ctx *context.Context, tokens, pos, valid, last, temperature *Node, cache []*Node) []*Node {
+	g := tokens.Graph()
+	B, T := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
 	S := cache[0].Shape().Dimensions[1]
 	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
-	slot := Stack([]*Node{Iota(g, shapes.Make(dtypes.Int32, B), 0), pos}, -1) // [B, 2]: (b, pos[b])
+	pos = Where(valid, pos, ZerosLike(pos))
+	row := Iota(g, shapes.Make(dtypes.Int32, B, T), 0)
+	slot := Stack([]*Node{row, pos}, -1) // [B, T, 2]: (b, pos[b, t])
+	keep := BroadcastToDims(Reshape(valid, B, T, 1, 1), B, T, nkv, D)
 	updated := make([]*Node, len(cache))
-	write := func(li int, k, v *Node) (*Node, *Node) { // k, v: [B, 1, nkv, D]
+	write := func(li int, k, v *Node) (*Node, *Node) { // k, v: [B, T, nkv, D]
 		upd := func(x, c *Node) *Node {
-			return ScatterSum(c, slot, Reshape(x, B, nkv, D), true, true) // [B, S, nkv, D]
+			if c.Shape().Dimensions[0] != B {
+				c = BroadcastToDims(c, B, S, nkv, D)
+			}
+			if T > 1 { // padding tokens add zeros
+				x = Where(keep, x, ZerosLike(x))
+			}
+			return ScatterSum(c, slot, x, T == 1, T == 1) // [B, S, nkv, D]
 		}
 		updated[2*li], updated[2*li+1] = upd(k, cache[2*li]), upd(v, cache[2*li+1])
 		return updated[2*li], updated[2*li+1]
 	}
-	allowed := LessOrEqual(Iota(g, shapes.Make(dtypes.Int32, B, 1, S), 2), Reshape(pos, B, 1, 1)) // [B, 1, S]
+	allowed := LessOrEqual(Iota(g, shapes.Make(dtypes.Int32, B, T, S), 2), Reshape(pos, B, T, 1)) // [B, T, S]
 	bias := Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
-	h := m.forward(ctx, Reshape(token, B, 1), Reshape(pos, B, 1), bias, write) // [B, 1, H]
-	z := Div(m.lmHeadRows(ctx, Reshape(h, B, m.cfg.HiddenSize)), temperature)  // [B, V]: logits / temperature
-	lse, _, _ := logSumExp(z)                                                  // [B]
+	h := m.forward(ctx, tokens, pos, bias, write)                                          // [B, T, H]
+	hLast := Gather(h, Stack([]*Node{Iota(g, shapes.Make(dtypes.Int32, B), 0), last}, -1)) // [B, H]
+	z := Div(m.lmHeadRows(ctx, hLast), temperature)                                        // [B, V]: logits / temperature
+	lse, _, _ := logSumExp(z)                                                              // [B]
 	return append([]*Node{z, lse}, updated...)
 }
 

@@ -198,3 +198,78 @@ func TestGenerateRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedPrefixLen pins the common prefix that generation prefills once.
+func TestSharedPrefixLen(t *testing.T) {
+	cases := []struct {
+		prompts [][]int
+		want    int
+	}{
+		{[][]int{{1, 2, 3, 4}, {1, 2, 3, 4}}, 3}, // identical: all but the last token
+		{[][]int{{1, 2, 3, 4}, {1, 2, 9, 4}}, 2},
+		{[][]int{{1, 2, 3}, {1, 2, 3, 4, 5}}, 2}, // one is a prefix of the other
+		{[][]int{{7, 2}, {1, 2}}, 0},
+		{[][]int{{5, 6, 7}}, 2},
+		{[][]int{{5}, {5}}, 0},
+	}
+	for _, c := range cases {
+		if got := sharedPrefixLen(c.prompts); got != c.want {
+			t.Errorf("sharedPrefixLen(%v) = %d, want %d", c.prompts, got, c.want)
+		}
+	}
+}
+
+// TestSharedPrefixEqualsRows generates from prompts that share a 40-token
+// prefix (prefilled once, then broadcast) and again with NoPrefixReuse
+// (every prompt prefilled whole): same tokens, and every step's log-probs
+// within 1e-5, greedy and sampled, with rows of different lengths and a
+// batch that is not a power of two.
+func TestSharedPrefixEqualsRows(t *testing.T) {
+	m := newTestModel(t, testConfig(), 5)
+	rng := rand.New(rand.NewPCG(9, 9))
+	prefix := randomSeqs(rng, m.cfg.VocabSize, 40)[0]
+	var prompts [][]int
+	for _, n := range []int{1, 5, 13} {
+		prompts = append(prompts, append(slices.Clone(prefix), randomSeqs(rng, m.cfg.VocabSize, n)[0]...))
+	}
+	if P := sharedPrefixLen(prompts); P != 40 {
+		t.Fatalf("shared prefix %d, want 40", P)
+	}
+	for _, temp := range []float64{0, 0.8} {
+		run := func(noReuse bool) ([]Generation, map[[2]int][]float32) {
+			steps := map[[2]int][]float32{}
+			opts := GenerateOptions{MaxNewTokens: 12, Temperature: temp, Seed: 4, NoPrefixReuse: noReuse}
+			opts.observe = func(row, step int, lp []float32) { steps[[2]int{row, step}] = slices.Clone(lp) }
+			gens, err := m.Generate(prompts, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return gens, steps
+		}
+		before := m.sharedPrefills.Load()
+		shared, sharedSteps := run(false)
+		if m.sharedPrefills.Load() != before+1 {
+			t.Fatal("the shared prefix was not prefilled once")
+		}
+		whole, wholeSteps := run(true)
+		if m.sharedPrefills.Load() != before+1 {
+			t.Fatal("NoPrefixReuse still prefilled a shared prefix")
+		}
+		worst := 0.0
+		for i := range whole {
+			if !slices.Equal(shared[i].Tokens, whole[i].Tokens) {
+				t.Fatalf("T=%g row %d: tokens %v with the shared prefix, %v without", temp, i, shared[i].Tokens, whole[i].Tokens)
+			}
+			for s := range whole[i].Tokens {
+				a, b := sharedSteps[[2]int{i, s}], wholeSteps[[2]int{i, s}]
+				for v := range b {
+					worst = math.Max(worst, math.Abs(float64(a[v]-b[v])))
+				}
+			}
+		}
+		if worst > 1e-5 {
+			t.Errorf("T=%g: max |shared prefix - whole prompt| log-prob = %g > 1e-5", temp, worst)
+		}
+		t.Logf("T=%g: max |shared prefix - whole prompt| log-prob = %.3g", temp, worst)
+	}
+}

@@ -45,6 +45,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -63,7 +64,9 @@ type Model struct {
 	mu      sync.Mutex            // guards the compiled executables below
 	logits  *context.Exec         // full logits [B, L, V] (scoring)
 	prefill map[int]*context.Exec // per KV-cache capacity
-	decode  *context.Exec         // one step for every position and every batch/capacity bucket
+	extend  *context.Exec         // tokens on top of a KV cache: decoding steps, prompts after a shared prefix
+
+	sharedPrefills atomic.Int64 // generation batches whose common prompt prefix was prefilled once (tests)
 }
 
 // Config returns a copy of the model's architecture.
