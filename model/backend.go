@@ -16,9 +16,10 @@ type BackendConfig struct {
 	Plugin      string `yaml:"plugin"`       // xla only: plugin name (e.g. "cuda", "cpu") or absolute path to a pjrt_c_api_*_plugin.so
 	Parallelism int    `yaml:"parallelism"`  // go only: worker goroutines; -1 = unlimited (measured not to deadlock on 2 cores), 0 = sequential
 	AutoInstall bool   `yaml:"auto_install"` // xla only: let go-xla download missing plugins (off: nothing is fetched at run time)
-	// go only: multiply with simplego's own matrix product instead of this
-	// package's AVX2 one (matmul.go); slower, for comparison.
-	SimpleGoMatmul bool `yaml:"simplego_matmul"`
+	// go only: run every op with simplego's own code instead of this
+	// package's AVX2 matrix product (matmul.go) and float32 elementwise ops
+	// (elementwise.go); slower, for comparison.
+	SimpleGoOps bool `yaml:"simplego_ops"`
 }
 
 // DefaultBackendConfig is the pure-Go backend with unlimited parallelism.
@@ -34,8 +35,8 @@ func (c *BackendConfig) Validate() error {
 			return fmt.Errorf("plugin is only used by backend xla, got %q with backend %q", c.Plugin, c.Name)
 		}
 	case "xla":
-		if c.SimpleGoMatmul {
-			return fmt.Errorf("simplego_matmul is only used by backend go, got it with backend xla")
+		if c.SimpleGoOps {
+			return fmt.Errorf("simplego_ops is only used by backend go, got it with backend xla")
 		}
 		if !xlaAvailable {
 			return fmt.Errorf("backend: xla is not compiled into this binary (built with -tags noxla)")
@@ -71,8 +72,8 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("model backend go (%s): %w", spec, err)
 		}
-		if cfg.SimpleGoMatmul {
-			markPlainMatmul(b)
+		if cfg.SimpleGoOps {
+			markPlainOps(b)
 		}
 		return b, nil
 	default: // "xla", checked by Validate

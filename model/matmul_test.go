@@ -149,7 +149,7 @@ func TestOperandView(t *testing.T) {
 }
 
 // TestFastDotGeneral runs each case through a GoMLX graph on the default
-// backend (the packed product) and on one with SimpleGoMatmul (simplego's
+// backend (the packed product) and on one with SimpleGoOps (simplego's
 // own executor), and compares; on amd64 with AVX2 it also checks that the
 // packed product was installed and did the work.
 func TestFastDotGeneral(t *testing.T) {
@@ -158,7 +158,7 @@ func TestFastDotGeneral(t *testing.T) {
 	}
 	fast := testBackend(t)
 	plainCfg := DefaultBackendConfig()
-	plainCfg.SimpleGoMatmul = true
+	plainCfg.SimpleGoOps = true
 	plain, err := NewBackend(plainCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestFastDotGeneral(t *testing.T) {
 			calls = fastMatmulCalls.Load()
 			want := run(plain)
 			if fastMatmulCalls.Load() != calls {
-				t.Error("the packed product ran on a backend with SimpleGoMatmul")
+				t.Error("the packed product ran on a backend with SimpleGoOps")
 			}
 			for i := range want {
 				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {

@@ -385,7 +385,7 @@ func TestLMHeadRows(t *testing.T) {
 	cfg := testConfig()
 	cfg.VocabSize = 6000
 	bcfg := DefaultBackendConfig()
-	bcfg.SimpleGoMatmul = true
+	bcfg.SimpleGoOps = true
 	backend, err := NewBackend(bcfg)
 	if err != nil {
 		t.Fatal(err)

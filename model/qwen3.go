@@ -253,7 +253,7 @@ func lmHeadSplit(B, V int) int {
 
 // lmHeadRows maps a few hidden states h [B, H] (the rows being generated)
 // to float32 logits [B, V]. On the pure-Go backend with simplego's own
-// matrix product (no AVX2, or BackendConfig.SimpleGoMatmul), [B, H]·[V, H]ᵀ
+// matrix product (no AVX2, or BackendConfig.SimpleGoOps), [B, H]·[V, H]ᵀ
 // with B×V above smallProductLimit would copy the whole [V, H] weight into
 // blocks and pad B to 32 rows at every decoding step; instead the weight is
 // viewed as [n, V/n, H] (no copy) and multiplied as n batched products of

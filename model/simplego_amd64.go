@@ -1,0 +1,431 @@
+package model
+
+// Installing matmul.go's product and elementwise.go's ops as executors of
+// GoMLX's pure-Go backend (simplego), on amd64 CPUs with AVX2 and FMA.
+//
+// simplego keeps its op executors in an unexported table, filled at init
+// with setNodeExecutor(op, priority, fn) and looked up at every node
+// execution; it reserves a priority for user overrides (100) but has no
+// exported way to register one. setNodeExecutor and the executors it falls
+// back to are simplego's own functions, reached with go:linkname (the Go
+// toolchain restricts that only for the standard library), with the
+// signatures of GoMLX v0.26.0, which go.mod pins: if GoMLX changes them the
+// build fails at link time. What the executors read from simplego's nodes
+// (unexported fields, with reflection) is checked at every call — DotGeneral's
+// layout also once at install time on a real node — and anything unexpected
+// (another layout, another dtype, a shape they do not handle) goes to
+// simplego's own executor. Backends created with BackendConfig.SimpleGoOps
+// always use simplego's own.
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	_ "unsafe" // go:linkname
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"golang.org/x/sys/cpu"
+)
+
+// haveAVX2FMA: the CPU (and OS) run the assembly kernels.
+var haveAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+func haveFastKernel() bool { return haveAVX2FMA }
+
+//go:noescape
+func kernel6x16AVX2(k int, a, b, c *float32, ldc int, add bool)
+
+// kernel6x16 is kernel6x16Go, in AVX2/FMA assembly when the CPU has it. The
+// slices are checked to hold what the kernel reads and writes.
+func kernel6x16(k int, a, b, c []float32, ldc int, add bool) {
+	if !haveAVX2FMA {
+		kernel6x16Go(k, a, b, c, ldc, add)
+		return
+	}
+	_, _, _ = a[gemmMR*k-1], b[gemmNR*k-1], c[(gemmMR-1)*ldc+gemmNR-1]
+	kernel6x16AVX2(k, &a[0], &b[0], &c[0], ldc, add)
+}
+
+//go:noescape
+func dot4AVX2(k int, a, b0, b1, b2, b3, out *float32)
+
+// dot4 is dot4Go, in AVX2/FMA assembly when the CPU has it.
+func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) {
+	if !haveAVX2FMA {
+		dot4Go(a, b0, b1, b2, b3, out)
+		return
+	}
+	k := len(a)
+	_, _, _, _ = b0[k-1], b1[k-1], b2[k-1], b3[k-1]
+	dot4AVX2(k, &a[0], &b0[0], &b1[0], &b2[0], &b3[0], &out[0])
+}
+
+//go:noescape
+func expAVX2(dst, x *float32, n int) (done int)
+
+// expFloat32 is dst[i] = exp(x[i]) (dst may be x): the AVX2 exponential
+// where the CPU has it, math.Exp for the blocks it leaves and the last
+// elements.
+func expFloat32(dst, x []float32) {
+	x = x[:len(dst)]
+	if !haveAVX2FMA {
+		expFloat32Go(dst, x)
+		return
+	}
+	i := 0
+	for len(dst)-i >= 8 {
+		i += expAVX2(&dst[i], &x[i], len(dst)-i)
+		if len(dst)-i >= 8 { // stopped at a block with a large or NaN lane
+			expFloat32Go(dst[i:i+8], x[i:i+8])
+			i += 8
+		}
+	}
+	expFloat32Go(dst[i:], x[i:])
+}
+
+// simplegoExecutor is the type of simplego's op executors.
+type simplegoExecutor = func(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoSetNodeExecutor github.com/gomlx/gomlx/backends/simplego.setNodeExecutor
+func simplegoSetNodeExecutor(op backends.OpType, priority int, fn simplegoExecutor)
+
+//go:linkname simplegoExecDotGeneral github.com/gomlx/gomlx/backends/simplego.execDotGeneral
+func simplegoExecDotGeneral(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoExecAdd github.com/gomlx/gomlx/backends/simplego.execAdd
+func simplegoExecAdd(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoExecSub github.com/gomlx/gomlx/backends/simplego.execSub
+func simplegoExecSub(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoExecMul github.com/gomlx/gomlx/backends/simplego.execMul
+func simplegoExecMul(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoExecDiv github.com/gomlx/gomlx/backends/simplego.execDiv
+func simplegoExecDiv(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoExecExp github.com/gomlx/gomlx/backends/simplego.execExp
+func simplegoExecExp(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoExecReduce github.com/gomlx/gomlx/backends/simplego.execReduce
+func simplegoExecReduce(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+//go:linkname simplegoExecBroadcastInDim github.com/gomlx/gomlx/backends/simplego.execBroadcastInDim
+func simplegoExecBroadcastInDim(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
+// simplegoUserPriority is simplego's priority for user overrides.
+const simplegoUserPriority = 100
+
+// plainBackends are the simplego backends created with
+// BackendConfig.SimpleGoOps: every op stays with simplego's own executor.
+var plainBackends sync.Map
+
+// fastMatmulInstalled reports whether this file's executors replaced
+// simplego's.
+var fastMatmulInstalled bool
+
+// fastMatmulCalls counts the products fastDotGeneral computed itself, and
+// fastOpCalls the elementwise ops computed here (tests).
+var fastMatmulCalls, fastOpCalls atomic.Int64
+
+func init() { installFastOps() }
+
+// installFastOps makes this file's executors simplego's when the CPU has
+// AVX2 and FMA and simplego's DotGeneral node layout is the one
+// readSimpleGoDotParams reads.
+func installFastOps() {
+	if !haveAVX2FMA || !simplegoLayoutOK() {
+		return
+	}
+	set := func(op backends.OpType, fn simplegoExecutor) { simplegoSetNodeExecutor(op, simplegoUserPriority, fn) }
+	set(backends.OpTypeDotGeneral, fastDotGeneral)
+	set(backends.OpTypeAdd, fastBinary(opAdd, simplegoExecAdd))
+	set(backends.OpTypeSub, fastBinary(opSub, simplegoExecSub))
+	set(backends.OpTypeMul, fastBinary(opMul, simplegoExecMul))
+	set(backends.OpTypeDiv, fastBinary(opDiv, simplegoExecDiv))
+	set(backends.OpTypeExp, fastExp)
+	set(backends.OpTypeReduceSum, fastReduce(reduceSum))
+	set(backends.OpTypeReduceMax, fastReduce(reduceMax))
+	set(backends.OpTypeBroadcastInDim, fastBroadcastInDim)
+	fastMatmulInstalled = true
+}
+
+// simplegoLayoutOK builds one DotGeneral node with simplego's builder and
+// checks that its parameters read back as built.
+func simplegoLayoutOK() (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	b, err := simplego.New("")
+	if err != nil {
+		return false
+	}
+	defer b.Finalize()
+	builder := b.Builder("fast_ops_check")
+	lhs, err := builder.Parameter("lhs", shapes.Make(dtypes.Float32, 2, 3, 5), nil)
+	if err != nil {
+		return false
+	}
+	rhs, err := builder.Parameter("rhs", shapes.Make(dtypes.Float32, 2, 7, 5), nil)
+	if err != nil {
+		return false
+	}
+	op, err := builder.DotGeneral(lhs, []int{2}, []int{0}, rhs, []int{2}, []int{0})
+	if err != nil {
+		return false
+	}
+	// DotGeneral returns a Reshape of the DotGeneral node: its input.
+	node, isNode := op.(*simplego.Node)
+	if !isNode {
+		return false
+	}
+	inputs := reflectNodeInputs(node)
+	if len(inputs) != 1 {
+		return false
+	}
+	p, ok := readSimpleGoDotParams(inputs[0])
+	return ok && p.batch == 2 && p.lhsCross == 3 && p.rhsCross == 7 && p.contracting == 5 &&
+		fmt.Sprint(p.lhsContracting, p.lhsBatch, p.rhsContracting, p.rhsBatch) == "[2] [0] [2] [0]"
+}
+
+// reflectNodeInputs returns the inputs of a simplego node (an unexported
+// field, read with reflection).
+func reflectNodeInputs(node *simplego.Node) []*simplego.Node {
+	f := reflect.ValueOf(node).Elem().FieldByName("inputs")
+	if !f.IsValid() || f.Kind() != reflect.Slice {
+		return nil
+	}
+	out := make([]*simplego.Node, f.Len())
+	for i := range out {
+		out[i] = (*simplego.Node)(f.Index(i).UnsafePointer())
+	}
+	return out
+}
+
+// nodeOutputDims returns the dimensions of a float32 node's output (its
+// unexported shape field); ok is false for other dtypes or layouts.
+func nodeOutputDims(node *simplego.Node) (dims []int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	s := reflect.ValueOf(node).Elem().FieldByName("shape")
+	dt, d := s.FieldByName("DType"), s.FieldByName("Dimensions")
+	if !dt.IsValid() || !d.IsValid() || d.Kind() != reflect.Slice || dtypes.DType(dt.Int()) != dtypes.Float32 {
+		return nil, false
+	}
+	dims = make([]int, d.Len())
+	for i := range dims {
+		dims[i] = int(d.Index(i).Int())
+	}
+	return dims, true
+}
+
+// nodeIntsData returns a node's data field when it holds an []int (the axes
+// of reductions and broadcasts).
+func nodeIntsData(node *simplego.Node) (ints []int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	v := reflect.ValueOf(node).Elem().FieldByName("data")
+	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
+		return nil, false
+	}
+	v = v.Elem()
+	if v.Kind() != reflect.Slice || v.Type().Elem().Kind() != reflect.Int {
+		return nil, false
+	}
+	ints = make([]int, v.Len())
+	for i := range ints {
+		ints[i] = int(v.Index(i).Int())
+	}
+	return ints, true
+}
+
+// float32Buffer returns a buffer's data and dimensions when it is float32.
+func float32Buffer(backend *simplego.Backend, buf *simplego.Buffer) (flat []float32, dims []int, ok bool) {
+	shape, err := backend.BufferShape(buf)
+	if err != nil || shape.DType != dtypes.Float32 {
+		return nil, nil, false
+	}
+	data, err := backend.BufferData(buf)
+	if err != nil {
+		return nil, nil, false
+	}
+	flat, ok = data.([]float32)
+	return flat, shape.Dimensions, ok
+}
+
+// isPlain reports whether backend keeps simplego's own executors.
+func isPlain(backend *simplego.Backend) bool {
+	_, plain := plainBackends.Load(backend)
+	return plain
+}
+
+// newFloat32Buffer returns a new buffer of dimensions dims and its data.
+func newFloat32Buffer(backend *simplego.Backend, dims []int) (*simplego.Buffer, []float32, error) {
+	out := backend.NewBuffer(shapes.Make(dtypes.Float32, dims...))
+	data, err := backend.BufferData(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, data.([]float32), nil
+}
+
+// fastDotGeneral is simplego's DotGeneral executor computing float32
+// products with matmulNT where canMatmulNT allows; it hands everything else
+// (other dtypes, small products in other layouts) to simplego's own.
+func fastDotGeneral(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
+	p, ok := readSimpleGoDotParams(node)
+	if !ok || isPlain(backend) {
+		return simplegoExecDotGeneral(backend, node, inputs, inputsOwned)
+	}
+	lhsFlat, lhsDims, ok1 := float32Buffer(backend, inputs[0])
+	rhsFlat, rhsDims, ok2 := float32Buffer(backend, inputs[1])
+	if !ok1 || !ok2 {
+		return simplegoExecDotGeneral(backend, node, inputs, inputsOwned)
+	}
+	A := newOperandView(lhsFlat, lhsDims, p.lhsContracting, p.lhsBatch)
+	B := newOperandView(rhsFlat, rhsDims, p.rhsContracting, p.rhsBatch)
+	if !canMatmulNT(A, B, p.lhsCross, p.rhsCross) {
+		return simplegoExecDotGeneral(backend, node, inputs, inputsOwned)
+	}
+	out, outFlat, err := newFloat32Buffer(backend, []int{p.batch, p.lhsCross, p.rhsCross})
+	if err != nil {
+		return nil, fmt.Errorf("fast DotGeneral: %w", err)
+	}
+	fastMatmulCalls.Add(1)
+	matmulNT(A, B, p.batch, p.lhsCross, p.rhsCross, p.contracting, outFlat)
+	return out, nil
+}
+
+// fastBinary returns the executor of a float32 arithmetic op with
+// broadcasting (binaryBroadcast); orig is simplego's. Like simplego's, it
+// writes into an input it owns that has the output's shape.
+func fastBinary(op binaryOp, orig simplegoExecutor) simplegoExecutor {
+	return func(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
+		outDims, ok := nodeOutputDims(node)
+		if !ok || isPlain(backend) {
+			return orig(backend, node, inputs, inputsOwned)
+		}
+		a, aDims, ok1 := float32Buffer(backend, inputs[0])
+		b, bDims, ok2 := float32Buffer(backend, inputs[1])
+		if !ok1 || !ok2 {
+			return orig(backend, node, inputs, inputsOwned)
+		}
+		reuse := -1
+		switch {
+		case inputsOwned[1] && equalInts(bDims, outDims):
+			reuse = 1
+		case inputsOwned[0] && equalInts(aDims, outDims):
+			reuse = 0
+		}
+		var out *simplego.Buffer
+		var outFlat []float32
+		if reuse >= 0 {
+			out, outFlat = inputs[reuse], [][]float32{a, b}[reuse]
+		} else {
+			var err error
+			if out, outFlat, err = newFloat32Buffer(backend, outDims); err != nil {
+				return nil, fmt.Errorf("fast %v: %w", op, err)
+			}
+		}
+		if !binaryBroadcast(op, outFlat, a, b, outDims, aDims, bDims) { // nothing written
+			if reuse < 0 {
+				_ = backend.BufferFinalize(out)
+			}
+			return orig(backend, node, inputs, inputsOwned)
+		}
+		if reuse >= 0 {
+			inputs[reuse] = nil // tells simplego the buffer became the output
+		}
+		fastOpCalls.Add(1)
+		return out, nil
+	}
+}
+
+// fastExp is the executor of Exp for float32 (expFloat32).
+func fastExp(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
+	x, dims, ok := float32Buffer(backend, inputs[0])
+	if !ok || isPlain(backend) {
+		return simplegoExecExp(backend, node, inputs, inputsOwned)
+	}
+	out, outFlat := inputs[0], x
+	if inputsOwned[0] {
+		inputs[0] = nil // computed in place
+	} else {
+		var err error
+		if out, outFlat, err = newFloat32Buffer(backend, dims); err != nil {
+			return nil, fmt.Errorf("fast Exp: %w", err)
+		}
+	}
+	expParallel(outFlat, x)
+	fastOpCalls.Add(1)
+	return out, nil
+}
+
+// fastReduce returns the executor of ReduceSum or ReduceMax for float32
+// over a block of consecutive axes (reduceAxes).
+func fastReduce(kind reduceKind) simplegoExecutor {
+	return func(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
+		outDims, ok1 := nodeOutputDims(node)
+		axes, ok2 := nodeIntsData(node)
+		x, dims, ok3 := float32Buffer(backend, inputs[0])
+		if !ok1 || !ok2 || !ok3 || len(axes) == 0 || isPlain(backend) {
+			return simplegoExecReduce(backend, node, inputs, inputsOwned)
+		}
+		out, outFlat, err := newFloat32Buffer(backend, outDims)
+		if err != nil {
+			return nil, fmt.Errorf("fast reduce: %w", err)
+		}
+		if !reduceAxes(kind, outFlat, x, dims, axes) {
+			_ = backend.BufferFinalize(out)
+			return simplegoExecReduce(backend, node, inputs, inputsOwned)
+		}
+		fastOpCalls.Add(1)
+		return out, nil
+	}
+}
+
+// fastBroadcastInDim is the executor of BroadcastInDim for float32.
+func fastBroadcastInDim(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
+	outDims, ok1 := nodeOutputDims(node)
+	axes, ok2 := nodeIntsData(node)
+	x, dims, ok3 := float32Buffer(backend, inputs[0])
+	if !ok1 || !ok2 || !ok3 || isPlain(backend) {
+		return simplegoExecBroadcastInDim(backend, node, inputs, inputsOwned)
+	}
+	out, outFlat, err := newFloat32Buffer(backend, outDims)
+	if err != nil {
+		return nil, fmt.Errorf("fast BroadcastInDim: %w", err)
+	}
+	if !broadcastInDim(outFlat, x, outDims, dims, axes) {
+		_ = backend.BufferFinalize(out)
+		return simplegoExecBroadcastInDim(backend, node, inputs, inputsOwned)
+	}
+	fastOpCalls.Add(1)
+	return out, nil
+}
+
+// fastMatmulFor reports whether backend's float32 ops run through this
+// file's executors.
+func fastMatmulFor(backend backends.Backend) bool {
+	b, ok := backend.(*simplego.Backend)
+	return ok && fastMatmulInstalled && !isPlain(b)
+}
+
+// markPlainOps keeps backend's ops with simplego's own executors.
+func markPlainOps(backend backends.Backend) {
+	if b, ok := backend.(*simplego.Backend); ok {
+		plainBackends.Store(b, true)
+	}
+}

@@ -1,0 +1,32 @@
+//go:build !amd64
+
+package model
+
+import (
+	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
+)
+
+// kernel6x16 is the portable micro-kernel: the packed product and the
+// elementwise ops are not installed on this architecture (simplego keeps
+// its own executors), only tested.
+func kernel6x16(k int, a, b, c []float32, ldc int, add bool) { kernel6x16Go(k, a, b, c, ldc, add) }
+
+// dot4 is the portable dot4Go.
+func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) { dot4Go(a, b0, b1, b2, b3, out) }
+
+// fastMatmulInstalled is false: simplego runs every op with its own executor.
+const fastMatmulInstalled = false
+
+func markPlainOps(backends.Backend) {}
+
+func fastMatmulFor(backends.Backend) bool { return false }
+
+// fastMatmulCalls and fastOpCalls stay 0.
+var fastMatmulCalls, fastOpCalls atomic.Int64
+
+func haveFastKernel() bool { return false }
+
+// expFloat32 is the portable exponential.
+func expFloat32(dst, x []float32) { expFloat32Go(dst, x) }
