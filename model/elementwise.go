@@ -386,11 +386,16 @@ func sumRun(x []float32) float32 {
 }
 
 func maxRun(x []float32) float32 {
-	m := float32(math.Inf(-1))
-	for _, v := range x {
-		m = max(m, v)
+	inf := float32(math.Inf(-1))
+	m0, m1, m2, m3 := inf, inf, inf, inf
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0, m1, m2, m3 = max(m0, x[i]), max(m1, x[i+1]), max(m2, x[i+2]), max(m3, x[i+3])
 	}
-	return m
+	for ; i < len(x); i++ {
+		m0 = max(m0, x[i])
+	}
+	return max(max(m0, m1), max(m2, m3))
 }
 
 // expFloat32Go is the portable exponential: math.Exp in float64.

@@ -528,7 +528,8 @@ func (m *Model) extendGraph(ctx *context.Context, tokens, pos, valid, last, temp
 type sampler struct {
 	opts   GenerateOptions
 	rng    *rand.Rand
-	banned []bool // scratch for BanTokens, all false between calls
+	banned []bool    // scratch for BanTokens, all false between calls
+	probs  []float32 // scratch for sampleVocabulary
 }
 
 func newSampler(vocab int, opts GenerateOptions, row int) *sampler {
@@ -624,6 +625,9 @@ func (s *sampler) pick(lp []float32, c Constraint) (int, error) {
 	if topP >= 1 {
 		topP = 0
 	}
+	if s.opts.TopK == 0 && topP == 0 && (c.Kind == Free || c.Kind == BanTokens) {
+		return s.sampleVocabulary(lp)
+	}
 	if s.opts.TopK == 0 && topP == 0 {
 		// Inverse CDF over the candidates (the distribution renormalized to them).
 		var total float64
@@ -709,6 +713,39 @@ func (s *sampler) pick(lp []float32, c Constraint) (int, error) {
 		}
 	}
 	return kept[len(kept)-1].id, nil
+}
+
+// sampleVocabulary draws from the whole vocabulary except the banned ids
+// by inverse CDF, like pick's loop over candidates, with the exponentials
+// computed in one vectorized pass (expFloat32) instead of twice per id.
+func (s *sampler) sampleVocabulary(lp []float32) (int, error) {
+	if len(s.probs) != len(lp) {
+		s.probs = make([]float32, len(lp))
+	}
+	p := s.probs
+	expFloat32(p, lp)
+	var total float64
+	last := -1 // the last candidate, taken when rounding leaves the draw past the end
+	for id, x := range p {
+		if s.banned[id] {
+			p[id] = 0
+			continue
+		}
+		total += float64(x)
+		last = id
+	}
+	if !(total > 0) {
+		return 0, errors.New("candidates have zero probability")
+	}
+	u := s.rng.Float64() * total
+	var acc float64
+	for id, x := range p {
+		acc += float64(x)
+		if acc > u {
+			return id, nil
+		}
+	}
+	return last, nil
 }
 
 func allTrue(b []bool) bool {

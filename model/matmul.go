@@ -188,10 +188,31 @@ func uniformStride(offs []int) int {
 
 // packPanels copies rows [0, n) of batch b of operand o into panels of g
 // rows: panel q holds rows q·g … q·g+g-1 as dst[q·K·g + p·g + r] = o(b, q·g+r, p)
-// for p < K, zero for rows past n. Panels first to last are written by
-// calls for q in [q0, q1).
+// for p < K, zero for rows past n. Panels q0 … q1-1 are written.
 func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 	base := o.bOff[b]
+	if o.iStride == 1 && o.pStride != 1 {
+		// Cross axis contiguous (a weight contracted on its rows, or an
+		// activation's gradient contracted on its tokens): walk p outside,
+		// so that each of the K source rows is read once, contiguously,
+		// across the panels.
+		lo := q0 * g
+		hi := min(q1*g, n)
+		if q1*g > n {
+			clear(dst[(q1-1)*K*g : q1*K*g]) // the last panel's missing rows
+		}
+		for p := 0; p < K; p++ {
+			src := o.flat[base+o.pOff[p]+o.iOff[lo]:][:hi-lo]
+			for q := q0; q < q1; q++ {
+				panel := dst[q*K*g+p*g:][:g]
+				run := src[(q-q0)*g : min((q-q0+1)*g, len(src))]
+				for r, x := range run {
+					panel[r] = x
+				}
+			}
+		}
+		return
+	}
 	for q := q0; q < q1; q++ {
 		panel := dst[q*K*g : (q+1)*K*g]
 		i0 := q * g
@@ -199,25 +220,19 @@ func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 		if rows < g {
 			clear(panel)
 		}
-		switch {
-		case o.pStride == 1: // contracting axis contiguous: read rows, write strided
+		if o.pStride == 1 { // contracting axis contiguous: read rows, write strided
 			for r := 0; r < rows; r++ {
 				src := o.flat[base+o.iOff[i0+r]:][:K]
 				for p, x := range src {
 					panel[p*g+r] = x
 				}
 			}
-		case o.iStride == 1: // cross axis contiguous: each p copies a run of rows
-			start := base + o.iOff[i0]
+			continue
+		}
+		for r := 0; r < rows; r++ {
+			row := base + o.iOff[i0+r]
 			for p := 0; p < K; p++ {
-				copy(panel[p*g:p*g+rows], o.flat[start+o.pOff[p]:])
-			}
-		default:
-			for r := 0; r < rows; r++ {
-				row := base + o.iOff[i0+r]
-				for p := 0; p < K; p++ {
-					panel[p*g+r] = o.flat[row+o.pOff[p]]
-				}
+				panel[p*g+r] = o.flat[row+o.pOff[p]]
 			}
 		}
 	}

@@ -356,14 +356,17 @@ func (m *Model) tokenLogProbs(ctx *context.Context, tokens, attnMask, targetPos 
 	B, K := targetPos.Shape().Dimensions[0], targetPos.Shape().Dimensions[1]
 	h := m.Hidden(ctx, tokens, attnMask) // [B, L, H]
 
-	row := Iota(g, shapes.Make(dtypes.Int32, B, K), 0)                  // [B, K]: b
-	prev := SubScalar(targetPos, 1)                                     // [B, K]: p-1
-	hs := Gather(h, Stack([]*Node{row, prev}, -1))                      // [B, K, H]: only the needed positions
-	z := Div(m.lmHead(ctx, hs), Scalar(g, dtypes.Float32, temperature)) // [B, K, V] logits / temperature
-	lse, e, sumE := logSumExp(z)                                        // [B, K]
-	target := Gather(tokens, Stack([]*Node{row, targetPos}, -1))        // [B, K]: tokens[b, p]
-	col := Iota(g, shapes.Make(dtypes.Int32, B, K), 1)                  // [B, K]: k
-	logp = Sub(Gather(z, Stack([]*Node{row, col, target}, -1)), lse)    // [B, K]: z[target] - lse
+	row := Iota(g, shapes.Make(dtypes.Int32, B, K), 0) // [B, K]: b
+	prev := SubScalar(targetPos, 1)                    // [B, K]: p-1
+	hs := Gather(h, Stack([]*Node{row, prev}, -1))     // [B, K, H]: only the needed positions
+	z := m.lmHead(ctx, hs)                             // [B, K, V] logits / temperature
+	if temperature != 1 {                              // (a pass over [B, K, V] forward and backward saved at T = 1)
+		z = Div(z, Scalar(g, dtypes.Float32, temperature))
+	}
+	lse, e, sumE := logSumExp(z)                                     // [B, K]
+	target := Gather(tokens, Stack([]*Node{row, targetPos}, -1))     // [B, K]: tokens[b, p]
+	col := Iota(g, shapes.Make(dtypes.Int32, B, K), 1)               // [B, K]: k
+	logp = Sub(Gather(z, Stack([]*Node{row, col, target}, -1)), lse) // [B, K]: z[target] - lse
 	if withEntropy {
 		entropy = Sub(lse, Div(ReduceSum(Mul(e, z), -1), sumE)) // [B, K]: -Σ p log p = lse - Σ p z
 	}
