@@ -220,11 +220,24 @@ func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 		if rows < g {
 			clear(panel)
 		}
-		if o.pStride == 1 { // contracting axis contiguous: read rows, write strided
+		if o.pStride == 1 && K*g <= 8192 { // contracting axis contiguous, the panel in L1: read rows, write strided
 			for r := 0; r < rows; r++ {
 				src := o.flat[base+o.iOff[i0+r]:][:K]
 				for p, x := range src {
 					panel[p*g+r] = x
+				}
+			}
+			continue
+		}
+		if o.pStride == 1 { // long rows: read them side by side, write the panel in order
+			var srcs [gemmNR][]float32
+			for r := 0; r < rows; r++ {
+				srcs[r] = o.flat[base+o.iOff[i0+r]:][:K]
+			}
+			for p := 0; p < K; p++ {
+				out := panel[p*g : p*g+rows]
+				for r := range out {
+					out[r] = srcs[r][p]
 				}
 			}
 			continue
@@ -241,20 +254,45 @@ func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 // canMatmulNT reports whether matmulNT computes a product of M = lhsCross
 // rows and N = rhsCross columns of operands A and B.
 func canMatmulNT(A, B operandView, M, N int) bool {
-	return (M >= fastMatmulMinCross && N >= fastMatmulMinCross) || (A.pStride == 1 && B.pStride == 1)
+	return (M >= fastMatmulMinCross && N >= fastMatmulMinCross) || (A.pStride == 1 && B.pStride == 1) || B.iStride == 1
 }
 
 // matmulNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) (row-major
 // [batch, M, N], overwritten) where canMatmulNT allows: with the packed
 // product when the output has at least fastMatmulMinCross rows and columns,
 // else (a few rows or columns, as in decoding) with dot products of
-// contiguous rows.
+// contiguous rows, or with scaled rows of B added up when B's cross axis is
+// contiguous (attention probabilities times the value cache).
 func matmulNT(A, B operandView, batch, M, N, K int, out []float32) {
-	if M >= fastMatmulMinCross && N >= fastMatmulMinCross {
+	switch {
+	case M >= fastMatmulMinCross && N >= fastMatmulMinCross:
 		gemmNT(A, B, batch, M, N, K, out)
-	} else {
+	case A.pStride == 1 && B.pStride == 1:
 		dotsNT(A, B, batch, M, N, K, out)
+	default:
+		axpyNT(A, B, batch, M, N, K, out)
 	}
+}
+
+// axpyNT computes what gemmNT does for operands where B's cross axis is
+// contiguous (iStride 1), without packing: row i of the output is
+// Σₚ A(b, i, p)·B(b, ·, p), one scaled row of B added per p.
+func axpyNT(A, B operandView, batch, M, N, K int, out []float32) {
+	parallelFor(batch, func(b int) {
+		outB := out[b*M*N : (b+1)*M*N]
+		clear(outB)
+		aBase, bBase := A.bOff[b], B.bOff[b]
+		for p := 0; p < K; p++ {
+			row := B.flat[bBase+B.pOff[p]+B.iOff[0]:][:N]
+			for i := 0; i < M; i++ {
+				a := A.flat[aBase+A.iOff[i]+A.pOff[p]]
+				dst := outB[i*N : (i+1)*N]
+				for j, x := range row {
+					dst[j] += a * x
+				}
+			}
+		}
+	})
 }
 
 // gemmNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) for b < batch,

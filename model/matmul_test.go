@@ -73,11 +73,13 @@ var fastDotGeneralCases = []dotGeneralCase{
 	{"two contracting axes, swapped", []int{3, 20, 4}, []int{4, 18, 3}, []int{0, 2}, nil, []int{2, 0}, nil},
 	{"contracting longer than a kc block", []int{40, 600}, []int{50, 600}, []int{1}, nil, []int{1}, nil},
 	{"batch last", []int{5, 17, 2}, []int{2, 5, 31}, []int{0}, []int{2}, []int{1}, []int{0}},
+	{"long rows", []int{20, 1500}, []int{17, 1500}, []int{1}, nil, []int{1}, nil},
 	// Small products (dotsNT): decoding shapes.
 	{"decode linear", []int{3, 1, 24}, []int{41, 24}, []int{2}, nil, []int{1}, nil},
 	{"decode LM head, split", []int{5, 2, 13}, []int{5, 7, 13}, []int{2}, []int{0}, []int{2}, []int{0}},
 	{"decode attention scores", []int{2, 1, 2, 2, 8}, []int{2, 19, 2, 8}, []int{4}, []int{0, 2}, []int{3}, []int{0, 2}},
 	{"one column", []int{30, 9}, []int{1, 9}, []int{1}, nil, []int{1}, nil},
+	{"decode attention values (axpyNT)", []int{2, 2, 1, 2, 19}, []int{2, 19, 2, 8}, []int{4}, []int{0, 1}, []int{1}, []int{0, 2}},
 }
 
 // TestDot4 checks dot4 (assembly where the CPU has AVX2 and FMA) against
