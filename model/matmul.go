@@ -206,8 +206,15 @@ func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 			for q := q0; q < q1; q++ {
 				panel := dst[q*K*g+p*g:][:g]
 				run := src[(q-q0)*g : min((q-q0+1)*g, len(src))]
-				for r, x := range run {
-					panel[r] = x
+				switch { // whole runs as array copies (a few vector moves)
+				case len(run) == gemmMR && g == gemmMR:
+					*(*[gemmMR]float32)(panel) = [gemmMR]float32(run)
+				case len(run) == gemmNR && g == gemmNR:
+					*(*[gemmNR]float32)(panel) = [gemmNR]float32(run)
+				default:
+					for r, x := range run {
+						panel[r] = x
+					}
 				}
 			}
 		}
