@@ -4,12 +4,12 @@ package model
 //
 // simplego (GoMLX v0.26) multiplies matrices with a scalar, bounds-checked Go
 // loop that runs at about 4.5 GFLOP/s per core on this project's machines; it
-// was 75–80% of a training step. This file holds a packed matrix product in
-// the style of BLIS/GotoBLAS: both operands are copied once into panels
-// (groups of 6 rows of the left operand, 16 rows of the right one, the
-// contracting axis running along each panel), and a 6×16 register-blocked
-// micro-kernel multiplies a panel pair, kc contracting steps at a time, into
-// the output. On amd64 the micro-kernel is AVX2/FMA Go assembly
+// was 75–80% of a training step. This file holds a blocked matrix product in
+// the style of BLIS/GotoBLAS: a 6×16 register-blocked micro-kernel
+// multiplies 6 rows of the left operand by 16 of the right one, kc
+// contracting steps at a time, into the output; operands whose layout the
+// kernel cannot read where they lie are first copied into panels (groups of
+// 6 or 16 rows, the contracting axis running along each panel). On amd64 the micro-kernel is AVX2/FMA Go assembly
 // (matmul_amd64.s, ~60–75 GFLOP/s per core); matmul_amd64.go installs the
 // product as simplego's DotGeneral executor when the CPU has AVX2 and FMA.
 // Elsewhere simplego keeps its own, and the portable micro-kernel
@@ -38,6 +38,10 @@ const (
 	gemmMC = 96
 	gemmNC = 256
 )
+
+// gemmDirectStride is the longest stride (in values) at which gemmNT reads
+// the left operand where it lies instead of copying it into panels.
+const gemmDirectStride = 1024
 
 // fastMatmulMinCross is the smallest lhs and rhs cross size (rows of the
 // output, columns of the output) for which the packed product is used:
@@ -186,25 +190,25 @@ func uniformStride(offs []int) int {
 	return s
 }
 
-// packPanels copies rows [0, n) of batch b of operand o into panels of g
-// rows: panel q holds rows q·g … q·g+g-1 as dst[q·K·g + p·g + r] = o(b, q·g+r, p)
-// for p < K, zero for rows past n. Panels q0 … q1-1 are written.
-func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
+// packPanels copies cross indices [0, n) of batch b of operand o,
+// contracting indices [p0, p0+k), into panels of g rows: panel q holds rows
+// q·g … q·g+g-1 as dst[(q-q0)·k·g + p·g + r] = o(b, q·g+r, p0+p), zero for
+// rows past n. Panels q0 … q1-1 are written.
+func packPanels(o operandView, b, n, p0, k, g, q0, q1 int, dst []float32) {
 	base := o.bOff[b]
 	if o.iStride == 1 && o.pStride != 1 {
 		// Cross axis contiguous (a weight contracted on its rows, or an
 		// activation's gradient contracted on its tokens): walk p outside,
-		// so that each of the K source rows is read once, contiguously,
+		// so that each of the k source rows is read once, contiguously,
 		// across the panels.
-		lo := q0 * g
-		hi := min(q1*g, n)
+		lo, hi := q0*g, min(q1*g, n)
 		if q1*g > n {
-			clear(dst[(q1-1)*K*g : q1*K*g]) // the last panel's missing rows
+			clear(dst[(q1-1-q0)*k*g : (q1-q0)*k*g]) // the last panel's missing rows
 		}
-		for p := 0; p < K; p++ {
-			src := o.flat[base+o.pOff[p]+o.iOff[lo]:][:hi-lo]
+		for p := 0; p < k; p++ {
+			src := o.flat[base+o.pOff[p0+p]+o.iOff[lo]:][:hi-lo]
 			for q := q0; q < q1; q++ {
-				panel := dst[q*K*g+p*g:][:g]
+				panel := dst[(q-q0)*k*g+p*g:][:g]
 				run := src[(q-q0)*g : min((q-q0+1)*g, len(src))]
 				switch { // whole runs as array copies (a few vector moves)
 				case len(run) == gemmMR && g == gemmMR:
@@ -221,38 +225,25 @@ func packPanels(o operandView, b, n, K, g, q0, q1 int, dst []float32) {
 		return
 	}
 	for q := q0; q < q1; q++ {
-		panel := dst[q*K*g : (q+1)*K*g]
+		panel := dst[(q-q0)*k*g : (q-q0+1)*k*g]
 		i0 := q * g
 		rows := min(g, n-i0)
 		if rows < g {
 			clear(panel)
 		}
-		if o.pStride == 1 && K*g <= 8192 { // contracting axis contiguous, the panel in L1: read rows, write strided
+		if o.pStride == 1 { // contracting axis contiguous: read rows, write strided
 			for r := 0; r < rows; r++ {
-				src := o.flat[base+o.iOff[i0+r]:][:K]
+				src := o.flat[base+o.iOff[i0+r]+p0:][:k]
 				for p, x := range src {
 					panel[p*g+r] = x
 				}
 			}
 			continue
 		}
-		if o.pStride == 1 { // long rows: read them side by side, write the panel in order
-			var srcs [gemmNR][]float32
-			for r := 0; r < rows; r++ {
-				srcs[r] = o.flat[base+o.iOff[i0+r]:][:K]
-			}
-			for p := 0; p < K; p++ {
-				out := panel[p*g : p*g+rows]
-				for r := range out {
-					out[r] = srcs[r][p]
-				}
-			}
-			continue
-		}
 		for r := 0; r < rows; r++ {
 			row := base + o.iOff[i0+r]
-			for p := 0; p < K; p++ {
-				panel[p*g+r] = o.flat[row+o.pOff[p]]
+			for p := 0; p < k; p++ {
+				panel[p*g+r] = o.flat[row+o.pOff[p0+p]]
 			}
 		}
 	}
@@ -305,25 +296,32 @@ func axpyNT(A, B operandView, batch, M, N, K int, out []float32) {
 // gemmNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) for b < batch,
 // i < M, j < N, p < K, into out (row-major [batch, M, N], overwritten), on
 // up to GOMAXPROCS goroutines.
+//
+// The micro-kernel reads, for each p, one value of each of 6 rows of A
+// (each row at its own start, stepping by a fixed stride along p) and 16
+// contiguous values of B. B is copied once into panels of 16 of its rows,
+// p-major (usually a weight, reused by every tile of rows). A is read where
+// it lies when its rows or columns are contiguous with a short stride (at
+// most gemmDirectStride: rows of activations); otherwise each task copies
+// its mc × kc block of A into panels of 6 rows (long strides, as in the
+// gradient of the [tokens, vocabulary] logits, thrash the cache when read in
+// place). Partial groups of 6 rows at the edge are copied into a small
+// zero-padded panel.
 func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
-	mPanels, nPanels := ceilDiv(M, gemmMR), ceilDiv(N, gemmNR)
-	aSize, bSize := mPanels*gemmMR*K, nPanels*gemmNR*K // per batch element
-	pa, pb := getScratch(batch*aSize), getScratch(batch*bSize)
-	defer putScratch(pa)
+	aDirect := (A.pStride == 1 && A.iStride > 0 && A.iStride <= gemmDirectStride) ||
+		(A.iStride == 1 && A.pStride > 0 && A.pStride <= gemmDirectStride)
+	nPanels := ceilDiv(N, gemmNR)
+	bSize := nPanels * gemmNR * K // per batch element
+	pb := getScratch(batch * bSize)
 	defer putScratch(pb)
 
-	// Pack both operands, a chunk of panels per task.
+	// Pack B, a chunk of panels per task.
 	const panelsPerTask = 8
-	aChunks, bChunks := ceilDiv(mPanels, panelsPerTask), ceilDiv(nPanels, panelsPerTask)
-	parallelFor(batch*(aChunks+bChunks), func(t int) {
-		b, c := t/(aChunks+bChunks), t%(aChunks+bChunks)
-		if c < aChunks {
-			q0 := c * panelsPerTask
-			packPanels(A, b, M, K, gemmMR, q0, min(q0+panelsPerTask, mPanels), pa[b*aSize:(b+1)*aSize])
-		} else {
-			q0 := (c - aChunks) * panelsPerTask
-			packPanels(B, b, N, K, gemmNR, q0, min(q0+panelsPerTask, nPanels), pb[b*bSize:(b+1)*bSize])
-		}
+	chunks := ceilDiv(nPanels, panelsPerTask)
+	parallelFor(batch*chunks, func(t int) {
+		b, q0 := t/chunks, (t%chunks)*panelsPerTask
+		q1 := min(q0+panelsPerTask, nPanels)
+		packPanels(B, b, N, 0, K, gemmNR, q0, q1, pb[b*bSize+q0*K*gemmNR:(b+1)*bSize])
 	})
 
 	// Multiply, one mc × nc output tile per task.
@@ -332,19 +330,39 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 		b, it, jt := t/(mTiles*nTiles), (t/nTiles)%mTiles, t%nTiles
 		i0, j0 := it*gemmMC, jt*gemmNC
 		i1, j1 := min(i0+gemmMC, M), min(j0+gemmNC, N)
-		paB, pbB, outB := pa[b*aSize:(b+1)*aSize], pb[b*bSize:(b+1)*bSize], out[b*M*N:(b+1)*M*N]
-		var tmp [gemmMR * gemmNR]float32 // edge tiles
+		outB := out[b*M*N : (b+1)*M*N]
+		pa := getScratch(gemmMC * gemmKC) // this tile's block of A, packed (or only its partial last group)
+		defer putScratch(pa)
+		var tmp [gemmMR * gemmNR]float32 // edge tiles of the output
 		for p0 := 0; p0 < K; p0 += gemmKC {
 			k, add := min(gemmKC, K-p0), p0 > 0
+			switch {
+			case !aDirect:
+				packPanels(A, b, M, p0, k, gemmMR, i0/gemmMR, ceilDiv(i1, gemmMR), pa)
+			case i1 == M && M%gemmMR != 0:
+				last := M / gemmMR
+				packPanels(A, b, M, p0, k, gemmMR, last, last+1, pa)
+			}
 			for j := j0; j < j1; j += gemmNR {
-				bp := pbB[(j/gemmNR)*gemmNR*K+p0*gemmNR:]
+				bp := pb[b*bSize+(j/gemmNR)*gemmNR*K+p0*gemmNR:]
 				for i := i0; i < i1; i += gemmMR {
-					ap := paB[(i/gemmMR)*gemmMR*K+p0*gemmMR:]
+					var ap []float32
+					ars, aps := 1, gemmMR
+					switch {
+					case !aDirect:
+						ap = pa[((i-i0)/gemmMR)*gemmMR*k:]
+					case i+gemmMR > M:
+						ap = pa
+					case A.pStride == 1:
+						ap, ars, aps = A.flat[A.bOff[b]+A.iOff[i]+p0:], A.iStride, 1
+					default: // A.iStride == 1
+						ap, aps = A.flat[A.bOff[b]+A.iOff[i]+A.pOff[p0]:], A.pStride
+					}
 					if i+gemmMR <= M && j+gemmNR <= N {
-						kernel6x16(k, ap, bp, outB[i*N+j:], N, add)
+						kernel6x16(k, ap, ars, aps, bp, gemmNR, outB[i*N+j:], N, add)
 						continue
 					}
-					kernel6x16(k, ap, bp, tmp[:], gemmNR, false)
+					kernel6x16(k, ap, ars, aps, bp, gemmNR, tmp[:], gemmNR, false)
 					for r := 0; r < min(gemmMR, M-i); r++ {
 						dst := outB[(i+r)*N+j:][:min(gemmNR, N-j)]
 						for c := range dst {
@@ -406,15 +424,17 @@ func dot4Go(a, b0, b1, b2, b3 []float32, out *[4]float32) {
 	*out = [4]float32{s0, s1, s2, s3}
 }
 
-// kernel6x16Go is the micro-kernel in portable Go: with a = a 6-row panel
-// and b = a 16-row panel (k steps each), c[r·ldc + j] (+)= Σₚ a[p·6+r]·b[p·16+j]
-// for r < 6, j < 16; add false overwrites c. It defines what the assembly
-// kernel computes.
-func kernel6x16Go(k int, a, b, c []float32, ldc int, add bool) {
+// kernel6x16Go is the micro-kernel in portable Go: for r < 6, j < 16,
+// c[r·ldc + j] (+)= Σₚ a[r·ars + p·aps]·b[p·bps + j], p < k (add false
+// overwrites c). A packed panel of a is ars = 1, aps = 6; rows of a with a
+// contiguous contracting axis are ars = row stride, aps = 1; b's 16 values
+// of one p are contiguous. It defines what the assembly kernel computes.
+func kernel6x16Go(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
 	var acc [gemmMR][gemmNR]float32
 	for p := 0; p < k; p++ {
-		ap, bp := a[p*gemmMR:][:gemmMR], b[p*gemmNR:][:gemmNR]
-		for r, x := range ap {
+		bp := b[p*bps:][:gemmNR]
+		for r := range acc {
+			x := a[r*ars+p*aps]
 			for j, y := range bp {
 				acc[r][j] += x * y
 			}

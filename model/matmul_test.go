@@ -20,24 +20,28 @@ func randomFloats(rng *rand.Rand, n int) []float32 {
 }
 
 // TestKernel6x16 checks the micro-kernel (assembly where the CPU has AVX2
-// and FMA) against sums in float64, overwriting and accumulating, with a
-// row stride wider than the tile (the columns beyond it stay untouched).
+// and FMA) against sums in float64, overwriting and accumulating, with
+// strided operands and an output row stride wider than the tile (the
+// columns beyond it stay untouched).
 func TestKernel6x16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const ldc = 21
 	for _, k := range []int{1, 3, 8, 256} {
 		for _, add := range []bool{false, true} {
-			a, b := randomFloats(rng, gemmMR*k), randomFloats(rng, gemmNR*k)
+			// a: 6 rows of k at row stride k+3 (rows mode); b: p-major with stride 19.
+			const bps = gemmNR + 3
+			ars := k + 3
+			a, b := randomFloats(rng, gemmMR*ars), randomFloats(rng, bps*k)
 			c := randomFloats(rng, gemmMR*ldc)
 			before := append([]float32(nil), c...)
-			kernel6x16(k, a, b, c, ldc, add)
+			kernel6x16(k, a, ars, 1, b, bps, c, ldc, add)
 			for r := 0; r < gemmMR; r++ {
 				for j := 0; j < ldc; j++ {
 					want := float64(before[r*ldc+j])
 					if j < gemmNR {
 						var s float64
 						for p := 0; p < k; p++ {
-							s += float64(a[p*gemmMR+r]) * float64(b[p*gemmNR+j])
+							s += float64(a[r*ars+p]) * float64(b[p*bps+j])
 						}
 						if add {
 							want += s
@@ -74,6 +78,7 @@ var fastDotGeneralCases = []dotGeneralCase{
 	{"contracting longer than a kc block", []int{40, 600}, []int{50, 600}, []int{1}, nil, []int{1}, nil},
 	{"batch last", []int{5, 17, 2}, []int{2, 5, 31}, []int{0}, []int{2}, []int{1}, []int{0}},
 	{"long rows", []int{20, 1500}, []int{17, 1500}, []int{1}, nil, []int{1}, nil},
+	{"contracting rows, long stride", []int{30, 1100}, []int{30, 17}, []int{0}, nil, []int{0}, nil},
 	// Small products (dotsNT): decoding shapes.
 	{"decode linear", []int{3, 1, 24}, []int{41, 24}, []int{2}, nil, []int{1}, nil},
 	{"decode LM head, split", []int{5, 2, 13}, []int{5, 7, 13}, []int{2}, []int{0}, []int{2}, []int{0}},

@@ -37,17 +37,17 @@ var haveAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 func haveFastKernel() bool { return haveAVX2FMA }
 
 //go:noescape
-func kernel6x16AVX2(k int, a, b, c *float32, ldc int, add bool)
+func kernel6x16AVX2(k int, a *float32, ars, aps int, b *float32, bps int, c *float32, ldc int, add bool)
 
 // kernel6x16 is kernel6x16Go, in AVX2/FMA assembly when the CPU has it. The
 // slices are checked to hold what the kernel reads and writes.
-func kernel6x16(k int, a, b, c []float32, ldc int, add bool) {
+func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
 	if !haveAVX2FMA {
-		kernel6x16Go(k, a, b, c, ldc, add)
+		kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
 		return
 	}
-	_, _, _ = a[gemmMR*k-1], b[gemmNR*k-1], c[(gemmMR-1)*ldc+gemmNR-1]
-	kernel6x16AVX2(k, &a[0], &b[0], &c[0], ldc, add)
+	_, _, _ = a[(gemmMR-1)*ars+(k-1)*aps], b[(k-1)*bps+gemmNR-1], c[(gemmMR-1)*ldc+gemmNR-1]
+	kernel6x16AVX2(k, &a[0], ars, aps, &b[0], bps, &c[0], ldc, add)
 }
 
 //go:noescape

@@ -1,20 +1,30 @@
 #include "textflag.h"
 
-// The micro-kernel of the packed matrix product (matmul.go), for CPUs with
-// AVX2 and FMA: kernel6x16Go in assembly. The 6×16 output tile lives in 12
-// YMM registers (Y4–Y15, two per row); each contracting step loads 16
-// values of the b panel (Y0, Y1), broadcasts the 6 values of the a panel
-// (Y2, Y3) and does 12 fused multiply-adds.
+// The micro-kernel of the matrix product (matmul.go), for CPUs with AVX2
+// and FMA: kernel6x16Go in assembly. The 6×16 output tile lives in 12 YMM
+// registers (Y4–Y15, two per row); each contracting step loads 16
+// contiguous values of b (Y0, Y1), broadcasts one value of each of the 6
+// rows of a (Y2, Y3) and does 12 fused multiply-adds. a's rows start at
+// a + r·ars (SI, R9–R13) and step by aps per p (offset AX); b steps by bps.
 
-// func kernel6x16AVX2(k int, a, b, c *float32, ldc int, add bool)
-// c[r*ldc + j] (+)= Σ_p a[p*6+r] · b[p*16+j] for r < 6, j < 16, p < k.
-TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-41
+// func kernel6x16AVX2(k int, a *float32, ars, aps int, b *float32, bps int, c *float32, ldc int, add bool)
+// c[r*ldc + j] (+)= Σ_p a[r*ars + p*aps] · b[p*bps + j] for r < 6, j < 16, p < k.
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-65
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), R8
+	MOVQ ars+16(FP), R8
 	SHLQ $2, R8
+	LEAQ (SI)(R8*1), R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	LEAQ (R11)(R8*1), R12
+	LEAQ (R12)(R8*1), R13
+	MOVQ aps+24(FP), R8
+	SHLQ $2, R8
+	MOVQ b+32(FP), DX
+	MOVQ bps+40(FP), BX
+	SHLQ $2, BX
+	XORQ AX, AX
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
@@ -33,33 +43,36 @@ TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-41
 loop:
 	VMOVUPS (DX), Y0
 	VMOVUPS 32(DX), Y1
-	VBROADCASTSS (SI), Y2
-	VBROADCASTSS 4(SI), Y3
+	VBROADCASTSS (SI)(AX*1), Y2
+	VBROADCASTSS (R9)(AX*1), Y3
 	VFMADD231PS Y0, Y2, Y4
 	VFMADD231PS Y1, Y2, Y5
 	VFMADD231PS Y0, Y3, Y6
 	VFMADD231PS Y1, Y3, Y7
-	VBROADCASTSS 8(SI), Y2
-	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (R10)(AX*1), Y2
+	VBROADCASTSS (R11)(AX*1), Y3
 	VFMADD231PS Y0, Y2, Y8
 	VFMADD231PS Y1, Y2, Y9
 	VFMADD231PS Y0, Y3, Y10
 	VFMADD231PS Y1, Y3, Y11
-	VBROADCASTSS 16(SI), Y2
-	VBROADCASTSS 20(SI), Y3
+	VBROADCASTSS (R12)(AX*1), Y2
+	VBROADCASTSS (R13)(AX*1), Y3
 	VFMADD231PS Y0, Y2, Y12
 	VFMADD231PS Y1, Y2, Y13
 	VFMADD231PS Y0, Y3, Y14
 	VFMADD231PS Y1, Y3, Y15
-	ADDQ $24, SI
-	ADDQ $64, DX
+	ADDQ R8, AX
+	ADDQ BX, DX
 	DECQ CX
 	JNE loop
 
 store:
-	MOVBLZX add+40(FP), AX
+	MOVQ c+48(FP), DI
+	MOVQ ldc+56(FP), R8
+	SHLQ $2, R8
+	MOVBLZX add+64(FP), AX
 	TESTQ AX, AX
-	JEQ nostoreadd
+	JEQ overwrite
 	VADDPS (DI), Y4, Y4
 	VADDPS 32(DI), Y5, Y5
 	VMOVUPS Y4, (DI)
@@ -92,7 +105,7 @@ store:
 	VZEROUPPER
 	RET
 
-nostoreadd:
+overwrite:
 	VMOVUPS Y4, (DI)
 	VMOVUPS Y5, 32(DI)
 	ADDQ R8, DI

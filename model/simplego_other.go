@@ -11,7 +11,9 @@ import (
 // kernel6x16 is the portable micro-kernel: the packed product and the
 // elementwise ops are not installed on this architecture (simplego keeps
 // its own executors), only tested.
-func kernel6x16(k int, a, b, c []float32, ldc int, add bool) { kernel6x16Go(k, a, b, c, ldc, add) }
+func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
+}
 
 // dot4 is the portable dot4Go.
 func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) { dot4Go(a, b0, b1, b2, b3, out) }
