@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -20,15 +21,24 @@ type BackendConfig struct {
 	// package's AVX2 matrix product (matmul.go) and float32 elementwise ops
 	// (elementwise.go); slower, for comparison.
 	SimpleGoOps bool `yaml:"simplego_ops"`
+	// go only: the Go garbage collector's target percentage (GOGC), set by
+	// NewBackend unless the GOGC environment variable is set; 0 = leave it.
+	GCPercent int `yaml:"gc_percent"`
 }
 
-// DefaultBackendConfig is the pure-Go backend with unlimited parallelism.
+// DefaultBackendConfig is the pure-Go backend with unlimited parallelism and
+// GC percent 400: the backend allocates large short-lived buffers at every
+// op, and collecting less often cut a training step's CPU time by 15–25%
+// (BenchmarkTrainStep, GOGC 400 against 100).
 func DefaultBackendConfig() BackendConfig {
-	return BackendConfig{Name: "go", Parallelism: -1}
+	return BackendConfig{Name: "go", Parallelism: -1, GCPercent: 400}
 }
 
 // Validate checks the backend name. Errors start with the key.
 func (c *BackendConfig) Validate() error {
+	if c.GCPercent < 0 {
+		return fmt.Errorf("gc_percent must be >= 0 (0 = leave Go's setting), got %d", c.GCPercent)
+	}
 	switch c.Name {
 	case "", "go":
 		if c.Plugin != "" {
@@ -52,7 +62,9 @@ var stdoutMu sync.Mutex
 
 // NewBackend creates the backend described by cfg.
 //
-// "go": the pure-Go simplego backend with cfg.Parallelism workers. simplego
+// "go": the pure-Go simplego backend with cfg.Parallelism workers, this
+// package's matrix product and elementwise ops (simplego_amd64.go) unless
+// cfg.SimpleGoOps, and the Go GC percent cfg.GCPercent. simplego
 // prints "SimpleGo backend: parallelism set to N" on stdout when given a
 // parallelism; NewBackend sends that line to stderr so commands that write
 // data to stdout stay clean.
@@ -74,6 +86,9 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 		}
 		if cfg.SimpleGoOps {
 			markPlainOps(b)
+		}
+		if cfg.GCPercent > 0 && os.Getenv("GOGC") == "" {
+			debug.SetGCPercent(cfg.GCPercent) // process-wide; the backend's buffers dominate the heap
 		}
 		return b, nil
 	default: // "xla", checked by Validate

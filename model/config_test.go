@@ -139,6 +139,9 @@ func TestSettingsValidate(t *testing.T) {
 		{func(s *Settings) { s.Plugin = "cuda" }, "plugin"},
 		{func(s *Settings) { s.HiddenSize = -1 }, "hidden_size"},
 		{func(s *Settings) { s.EOSTokenIDs = []int{200000} }, "bos_token_id/eos_token_id"},
+		{func(s *Settings) { s.GCPercent = -5 }, "gc_percent"},
+		{func(s *Settings) { s.GCPercent = 0; s.SimpleGoOps = true }, ""},
+		{func(s *Settings) { s.BackendConfig.Name = "xla"; s.SimpleGoOps = true }, "simplego_ops"},
 	}
 	if !xlaAvailable { // built with -tags noxla
 		cases[1].key = "backend"
