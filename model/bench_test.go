@@ -3,10 +3,12 @@ package model
 import (
 	"math/rand/v2"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -22,6 +24,35 @@ func benchConfig() *Config {
 		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 1e6,
 		TieWordEmbeddings: true, MaxPositionEmbeddings: 4096, InitializerRange: 0.02, BOSTokenID: 1, EOSTokenIDs: []int{2},
 	}
+}
+
+var (
+	plainBenchOnce    sync.Once
+	plainBenchBackend backends.Backend
+	plainBenchErr     error
+)
+
+// newBenchModel is the bench model on the test backend or, with
+// MODEL_BENCH_SIMPLEGO_OPS=1, on a backend that keeps simplego's own matrix
+// product and elementwise ops (BackendConfig.SimpleGoOps): the figures
+// before this package's executors, from the same binary.
+func newBenchModel(b *testing.B) *Model {
+	if os.Getenv("MODEL_BENCH_SIMPLEGO_OPS") != "1" {
+		return newTestModel(b, benchConfig(), 1)
+	}
+	plainBenchOnce.Do(func() { // once: simplego's message must not split a benchmark's output line
+		cfg := DefaultBackendConfig()
+		cfg.SimpleGoOps = true
+		plainBenchBackend, plainBenchErr = NewBackend(cfg)
+	})
+	if plainBenchErr != nil {
+		b.Fatal(plainBenchErr)
+	}
+	m, err := New(plainBenchBackend, benchConfig(), 1, dtypes.Float32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }
 
 // Bench shapes, shared with scripts/bench_torch.py.
@@ -53,7 +84,7 @@ func benchBatchInputs() (tokens, mask, target [][]int32) {
 // BenchmarkForward: log-probs of every token of a 4 × 256 batch (the
 // training forward without the backward pass).
 func BenchmarkForward(b *testing.B) {
-	m := newTestModel(b, benchConfig(), 1)
+	m := newBenchModel(b)
 	tokens, mask, target := benchBatchInputs()
 	e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, tok, msk, tgt *Node) *Node {
 		return m.TokenLogProbs(ctx, tok, msk, tgt, 1)
@@ -76,7 +107,7 @@ func BenchmarkForward(b *testing.B) {
 // BenchmarkTrainStep: forward + backward + AdamW (GoMLX's optimizer) on the
 // mean negative log-likelihood of a 4 × 256 batch.
 func BenchmarkTrainStep(b *testing.B) {
-	m := newTestModel(b, benchConfig(), 1)
+	m := newBenchModel(b)
 	tokens, mask, target := benchBatchInputs()
 	opt := optimizers.Adam().LearningRate(1e-4).WeightDecay(0.01).Done()
 	e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, tok, msk, tgt *Node) *Node {
@@ -99,7 +130,7 @@ func BenchmarkTrainStep(b *testing.B) {
 }
 
 func benchmarkDecode(b *testing.B, batch int) {
-	m := newTestModel(b, benchConfig(), 1)
+	m := newBenchModel(b)
 	rng := rand.New(rand.NewPCG(3, 4))
 	prompts := randomSeqs(rng, 8192, make([]int, batch)...)
 	for i := range prompts {
@@ -123,8 +154,6 @@ func benchmarkDecode(b *testing.B, batch int) {
 // 16-token prompt (prefill included) at batch 1 and 8.
 func BenchmarkDecode1(b *testing.B) { benchmarkDecode(b, 1) }
 func BenchmarkDecode8(b *testing.B) { benchmarkDecode(b, 8) }
-
-var _ = dtypes.Float32
 
 // cpuTime is the CPU time (user + system, all threads) the process has used.
 // On a machine shared with other work it is a steadier measure than wall time.

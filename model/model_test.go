@@ -421,3 +421,84 @@ func TestLMHeadRows(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenLogProbsShared compares the shared-prefix log-probs, and the
+// gradient of a weighted sum of them with respect to every weight, with
+// TokenLogProbs on the concatenated sequences (rows of different lengths, a
+// padded prefix, temperature 0.7).
+func TestTokenLogProbsShared(t *testing.T) {
+	m := newTestModel(t, testConfig(), 6)
+	rng := rand.New(rand.NewPCG(10, 10))
+	const n, P, L, K = 7, 10, 9, 4 // shared tokens, prefix bucket, own tokens bucket, targets per row
+	shared := randomSeqs(rng, m.cfg.VocabSize, n)[0]
+	own := randomSeqs(rng, m.cfg.VocabSize, 5, 9, 2)
+	B := len(own)
+	prefix, prefixMask := [][]int32{make([]int32, P)}, [][]int32{make([]int32, P)}
+	for j, id := range shared {
+		prefix[0][j], prefixMask[0][j] = int32(id), 1
+	}
+	tokens, mask := make([][]int32, B), make([][]int32, B)        // own tokens
+	whole, wholeMask := make([][]int32, B), make([][]int32, B)    // prefix ++ own tokens
+	target, wholeTarget := make([][]int32, B), make([][]int32, B) // positions in own / whole
+	weights := make([][]float32, B)
+	for b, seq := range own {
+		tokens[b], mask[b] = make([]int32, L), make([]int32, L)
+		whole[b], wholeMask[b] = make([]int32, n+L), make([]int32, n+L)
+		for j, id := range shared {
+			whole[b][j], wholeMask[b][j] = int32(id), 1
+		}
+		for j, id := range seq {
+			tokens[b][j], mask[b][j] = int32(id), 1
+			whole[b][n+j], wholeMask[b][n+j] = int32(id), 1
+		}
+		for k := 0; k < K; k++ {
+			p := min(1+k, len(seq)-1) // targets 1…len-1, the last one repeated as padding
+			target[b] = append(target[b], int32(p))
+			wholeTarget[b] = append(wholeTarget[b], int32(n+p))
+			weights[b] = append(weights[b], float32(rng.NormFloat64()))
+		}
+	}
+	var names []string
+	for v := range m.Context().IterVariables() {
+		names = append(names, v.ScopeAndName())
+	}
+	gradients := func(g *Graph, logp, w *Node) []*Node {
+		var values []*Node
+		for v := range m.Context().IterVariables() {
+			values = append(values, v.ValueGraph(g))
+		}
+		return append([]*Node{logp}, Gradient(ReduceAllSum(Mul(logp, w)), values...)...)
+	}
+	sharedExec := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, in []*Node) []*Node {
+		return gradients(in[0].Graph(), m.TokenLogProbsShared(ctx, in[0], in[1], in[2], in[3], in[4], 0.7), in[5])
+	})
+	plainExec := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, in []*Node) []*Node {
+		return gradients(in[0].Graph(), m.TokenLogProbs(ctx, in[0], in[1], in[2], 0.7), in[3])
+	})
+	got, err := sharedExec.Exec(prefix, prefixMask, tokens, mask, target, weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := plainExec.Exec(whole, wholeMask, wholeTarget, weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		a, b := tensors.MustCopyFlatData[float32](got[i]), tensors.MustCopyFlatData[float32](want[i])
+		scale, worst := 1.0, 0.0
+		for j := range b {
+			scale = math.Max(scale, math.Abs(float64(b[j])))
+			worst = math.Max(worst, math.Abs(float64(a[j]-b[j])))
+		}
+		what := "log-probs"
+		if i > 0 {
+			what = "gradient of " + names[i-1]
+		}
+		if worst > 1e-5*scale {
+			t.Errorf("%s: max |shared - plain| = %g (scale %g)", what, worst, scale)
+		}
+		if i == 0 {
+			t.Logf("log-probs: max |shared - plain| = %.3g", worst)
+		}
+	}
+}

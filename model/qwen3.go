@@ -347,15 +347,25 @@ func (m *Model) TokenLogProbsAndEntropy(ctx *context.Context, tokens, attnMask, 
 }
 
 func (m *Model) tokenLogProbs(ctx *context.Context, tokens, attnMask, targetPos *Node, temperature float64, withEntropy bool) (logp, entropy *Node) {
+	checkTemperature(temperature)
+	tokens = ConvertDType(tokens, dtypes.Int32)
+	h := m.Hidden(ctx, tokens, attnMask) // [B, L, H]
+	return m.logProbsAt(ctx, h, tokens, targetPos, temperature, withEntropy)
+}
+
+func checkTemperature(temperature float64) {
 	if !(temperature > 0) {
 		panic(fmt.Sprintf("model.TokenLogProbs: temperature must be > 0, got %g", temperature))
 	}
-	g := tokens.Graph()
-	tokens = ConvertDType(tokens, dtypes.Int32)
+}
+
+// logProbsAt applies the LM head to hidden states h [B, L, H] at positions
+// targetPos-1 and returns log_softmax(logits / temperature) at the tokens
+// [B, L] of targetPos [B, K] (and the entropies when asked).
+func (m *Model) logProbsAt(ctx *context.Context, h, tokens, targetPos *Node, temperature float64, withEntropy bool) (logp, entropy *Node) {
+	g := h.Graph()
 	targetPos = ConvertDType(targetPos, dtypes.Int32)
 	B, K := targetPos.Shape().Dimensions[0], targetPos.Shape().Dimensions[1]
-	h := m.Hidden(ctx, tokens, attnMask) // [B, L, H]
-
 	row := Iota(g, shapes.Make(dtypes.Int32, B, K), 0) // [B, K]: b
 	prev := SubScalar(targetPos, 1)                    // [B, K]: p-1
 	hs := Gather(h, Stack([]*Node{row, prev}, -1))     // [B, K, H]: only the needed positions
@@ -371,4 +381,47 @@ func (m *Model) tokenLogProbs(ctx *context.Context, tokens, attnMask, targetPos 
 		entropy = Sub(lse, Div(ReduceSum(Mul(e, z), -1), sumE)) // [B, K]: -Σ p log p = lse - Σ p z
 	}
 	return logp, entropy
+}
+
+// TokenLogProbsShared is TokenLogProbs for B sequences that all start with
+// the same tokens: prefix [1, P] (int32, right-padded, prefixMask [1, P]: its
+// first n entries are the shared tokens), then each row's own tokens [B, L]
+// (right-padded, attnMask [B, L]). It returns the [B, K] log-probs of
+// tokens[b, p] for p = targetPos[b, k], positions in the row's own tokens
+// (1 ≤ p < L; p - 1 is the position the LM head reads):
+//
+//	TokenLogProbsShared(prefix, tokens, targetPos) = TokenLogProbs(prefix[:n] ++ tokens, targetPos + n)
+//
+// The prefix runs once, at batch 1; its keys and values are broadcast to the
+// B rows, so in a gradient the prefix's share flows back once, summed over
+// the rows. On guard prompts (a ~450-token role prompt shared by a batch of
+// ~500-token sequences) that is most of the forward and backward work.
+func (m *Model) TokenLogProbsShared(ctx *context.Context, prefix, prefixMask, tokens, attnMask, targetPos *Node, temperature float64) *Node {
+	checkTemperature(temperature)
+	g := tokens.Graph()
+	prefix, tokens = ConvertDType(prefix, dtypes.Int32), ConvertDType(tokens, dtypes.Int32)
+	P := prefix.Shape().Dimensions[1]
+	B, L := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
+	pmask := asBoolMask(prefixMask) // [1, P]
+
+	// The prefix, at batch 1: keep each layer's keys and values.
+	kv := make([][2]*Node, m.cfg.NumHiddenLayers)
+	keep := func(li int, k, v *Node) (*Node, *Node) { kv[li] = [2]*Node{k, v}; return k, v }
+	m.forward(ctx, prefix, positionsOf(g, 1, P), causalBias(pmask), keep) // only the keys and values are used
+
+	// The rows at positions n, n+1, …, attending to the prefix's n tokens and causally to their own.
+	n := ReduceSum(ConvertDType(pmask, dtypes.Int32), -1)                                           // [1]
+	positions := Add(positionsOf(g, B, L), Reshape(n, 1, 1))                                        // [B, L]
+	prefixBias := Where(pmask, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue)) // [1, P]
+	prefixBias = BroadcastToDims(Reshape(prefixBias, 1, 1, P), B, L, P)                             // [B, L, P]
+	bias := Concatenate([]*Node{prefixBias, causalBias(asBoolMask(attnMask))}, -1)                  // [B, L, P+L]
+	attend := func(li int, k, v *Node) (*Node, *Node) {                                             // [B, L, nkv, D] → [B, P+L, nkv, D]
+		kp := BroadcastToDims(kv[li][0], B, P, nkv, D)
+		vp := BroadcastToDims(kv[li][1], B, P, nkv, D)
+		return Concatenate([]*Node{kp, k}, 1), Concatenate([]*Node{vp, v}, 1)
+	}
+	h := m.forward(ctx, tokens, positions, bias, attend) // [B, L, H]
+	logp, _ := m.logProbsAt(ctx, h, tokens, targetPos, temperature, false)
+	return logp
 }
