@@ -129,6 +129,64 @@ func BenchmarkTrainStep(b *testing.B) {
 	b.ReportMetric(float64(benchBatch*benchSeq*b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
 
+// benchSharedPrefix is how many of the benchSeq tokens of every row the
+// shared-prefix benchmarks share (a role's system prompt: ~450 of ~500).
+const benchSharedPrefix = 192
+
+// benchmarkTrainStepPrefix: a training step on 4 × 256 tokens whose first
+// 192 are the same in every row, with log-probs of the last 63 (the
+// completion), by TokenLogProbs on the whole rows or by TokenLogProbsShared.
+func benchmarkTrainStepPrefix(b *testing.B, shared bool) {
+	m := newBenchModel(b)
+	tokens, mask, _ := benchBatchInputs()
+	for r := range tokens {
+		copy(tokens[r][:benchSharedPrefix], tokens[0][:benchSharedPrefix])
+	}
+	own := benchSeq - benchSharedPrefix
+	var prefix, prefixMask, rest, restMask, target, wholeTarget [][]int32
+	prefix, prefixMask = [][]int32{tokens[0][:benchSharedPrefix]}, [][]int32{mask[0][:benchSharedPrefix]}
+	for r := range tokens {
+		rest, restMask = append(rest, tokens[r][benchSharedPrefix:]), append(restMask, mask[r][benchSharedPrefix:])
+		var t, w []int32
+		for p := 1; p < own; p++ {
+			t, w = append(t, int32(p)), append(w, int32(benchSharedPrefix+p))
+		}
+		target, wholeTarget = append(target, t), append(wholeTarget, w)
+	}
+	opt := optimizers.Adam().LearningRate(1e-4).WeightDecay(0.01).Done()
+	e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, in []*Node) *Node {
+		var logp *Node
+		if shared {
+			logp = m.TokenLogProbsShared(ctx, in[0], in[1], in[2], in[3], in[4], 1)
+		} else {
+			logp = m.TokenLogProbs(ctx, in[0], in[1], in[2], 1)
+		}
+		loss := Neg(ReduceAllMean(logp))
+		opt.UpdateGraph(ctx, in[0].Graph(), loss)
+		return loss
+	})
+	args := []any{tokens, mask, wholeTarget}
+	if shared {
+		args = []any{prefix, prefixMask, rest, restMask, target}
+	}
+	if _, err := e.Exec(args...); err != nil {
+		b.Fatal(err)
+	}
+	cpu := startCPU(b)
+	for i := 0; i < b.N; i++ {
+		if _, err := e.Exec(args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu.stop()
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/step")
+}
+
+// BenchmarkTrainStepPrefixWhole / BenchmarkTrainStepPrefixShared: the same
+// step without and with the shared-prefix computation.
+func BenchmarkTrainStepPrefixWhole(b *testing.B)  { benchmarkTrainStepPrefix(b, false) }
+func BenchmarkTrainStepPrefixShared(b *testing.B) { benchmarkTrainStepPrefix(b, true) }
+
 func benchmarkDecode(b *testing.B, batch int) {
 	m := newBenchModel(b)
 	rng := rand.New(rand.NewPCG(3, 4))
