@@ -208,6 +208,36 @@ func benchmarkDecode(b *testing.B, batch int) {
 	b.ReportMetric(float64(batch*benchNewTokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
 
+// benchmarkGeneratePrefix: 8 prompts of 448 shared + 64 own tokens (a
+// guard prompt's shape), 32 new tokens each, with the shared prefix
+// prefilled once or every prompt prefilled whole (NoPrefixReuse).
+func benchmarkGeneratePrefix(b *testing.B, reuse bool) {
+	m := newBenchModel(b)
+	rng := rand.New(rand.NewPCG(5, 6))
+	shared := randomSeqs(rng, 8192, 448)[0]
+	prompts := make([][]int, 8)
+	for i := range prompts {
+		prompts[i] = append(append([]int(nil), shared...), randomSeqs(rng, 8192, 64)[0]...)
+	}
+	opts := GenerateOptions{MaxNewTokens: 32, NoPrefixReuse: !reuse}
+	if _, err := m.Generate(prompts, opts); err != nil { // compile outside the timing
+		b.Fatal(err)
+	}
+	cpu := startCPU(b)
+	for i := 0; i < b.N; i++ {
+		if _, err := m.Generate(prompts, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu.stop()
+}
+
+// BenchmarkGeneratePrefixWhole / BenchmarkGeneratePrefixShared: generation
+// from prompts that share most of their tokens, without and with the shared
+// prefix computed once.
+func BenchmarkGeneratePrefixWhole(b *testing.B)  { benchmarkGeneratePrefix(b, false) }
+func BenchmarkGeneratePrefixShared(b *testing.B) { benchmarkGeneratePrefix(b, true) }
+
 // BenchmarkDecode1 / BenchmarkDecode8: greedy generation of 64 tokens after a
 // 16-token prompt (prefill included) at batch 1 and 8.
 func BenchmarkDecode1(b *testing.B) { benchmarkDecode(b, 1) }
