@@ -25,6 +25,12 @@ bench:
 	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt; \
 	else echo "bench: no /usr/bin/python3 with torch, PyTorch comparison skipped"; fi
 
+# The main job on the bundled data: a tiny random Qwen3 trained for a few
+# GRPO steps on CPU (configs/tiny.yaml), into runs/tiny.
+demo: build
+	rm -rf runs/tiny
+	$(BIN) train --config configs/tiny.yaml --out runs/tiny
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 

@@ -72,7 +72,6 @@ func loadFile(path string, dst any, depth int) error {
 	return nil
 }
 
-
 // Set applies one `key=value` override, where key is dotted
 // (e.g. "rewards.gamma=0.25") and value is a YAML scalar, list or map.
 func Set(dst any, kv string) error {
