@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/mageguard/mageguard/grpo"
@@ -136,7 +137,25 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 
 	// 4. The GRPO update: forced tokens (structured decoding) carry no
 	// choice and are left out of the loss.
-	batch, err := newBatch(seqs, forced)
+	// Micro-batches are padded to their longest row: ordering the sequences by
+	// phase (memory completions are longer than judge ones) and length keeps
+	// the padding small. The loss is a sum over sequences: order is free.
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		sa, sb := &seqs[order[a]], &seqs[order[b]]
+		if sa.Phase != sb.Phase {
+			return sa.Phase < sb.Phase
+		}
+		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
+	})
+	sorted, sortedForced := make([]grpo.Sequence, len(seqs)), make([][]bool, len(seqs))
+	for i, j := range order {
+		sorted[i], sortedForced[i] = seqs[j], forced[j]
+	}
+	batch, err := newBatch(sorted, sortedForced)
 	if err != nil {
 		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
