@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -193,4 +195,53 @@ func (p *evalProgress) add(trajs, turns int, s rollout.Stats) {
 
 func (p *evalProgress) done() {
 	p.printf("eval: finished in %s: %s\n", time.Since(p.start).Round(time.Millisecond), p.stats)
+}
+
+// Files EvaluateInto writes into its directory, besides WriteReport's.
+const DecisionsJSONL = "decisions.jsonl"
+
+// EvaluateInto runs Evaluate and writes the eval's files into dir (created
+// if needed): decisions.jsonl, streamed as the chunks finish and renamed
+// into place at the end, then report.json, report.md and the plots
+// (WriteReport). An older report.json in dir is removed before the new
+// decisions are published, so a report.json always describes the
+// decisions.jsonl beside it; a failed or cancelled eval leaves no new file.
+// opts.Emit, when set, still receives every chunk.
+func EvaluateInto(ctx context.Context, dir string, guard *rollout.Guard, trajs []*dataset.Trajectory, opts Options, ropts ReportOptions, progress io.Writer) (Report, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Report{}, fmt.Errorf("eval: %w", err)
+	}
+	dw, err := CreateDecisions(filepath.Join(dir, DecisionsJSONL))
+	if err != nil {
+		return Report{}, err
+	}
+	emit := opts.Emit
+	opts.Emit = func(ds []Decision) error {
+		for _, d := range ds {
+			if err := dw.Write(d); err != nil {
+				return err
+			}
+		}
+		if emit != nil {
+			return emit(ds)
+		}
+		return nil
+	}
+	ds, nSkipped, err := Evaluate(ctx, guard, trajs, opts, progress)
+	if err != nil {
+		dw.Abort()
+		return Report{}, err
+	}
+	if err := os.Remove(filepath.Join(dir, ReportJSON)); err != nil && !os.IsNotExist(err) {
+		dw.Abort()
+		return Report{}, fmt.Errorf("eval: remove the old report: %w", err)
+	}
+	if err := dw.Close(); err != nil {
+		return Report{}, err
+	}
+	report := Compute(ds, nSkipped)
+	if err := WriteReport(dir, ds, report, ropts); err != nil {
+		return Report{}, err
+	}
+	return report, nil
 }

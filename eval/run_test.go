@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -459,4 +461,81 @@ func fmtPtr[T any](p *T) string {
 		return "null"
 	}
 	return fmt.Sprint(*p)
+}
+
+func TestEvaluateInto(t *testing.T) {
+	tok := qwenTokenizer(t)
+	script := map[string]string{"A0": "a", "A1": "r", "A2": "x", "B0": "a", "B1": "a", "C0": "a"}
+	gen := &scriptedGuard{tok: tok, judge: script}
+	g, err := rollout.NewGuard(rollout.DefaultConfig(), tok, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var emitted int
+	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Chunk: 2, Emit: func(ds []Decision) error { emitted += len(ds); return nil }}
+	report, err := EvaluateInto(context.Background(), dir, g, scriptedTrajectories(), opts, ReportOptions{Name: "mage"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if emitted != 6 {
+		t.Errorf("Emit saw %d decisions, want 6", emitted)
+	}
+	// report.json follows from decisions.jsonl (and n_skipped).
+	ds, err := ReadDecisions(filepath.Join(dir, DecisionsJSONL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDisk, err := ReadReport(filepath.Join(dir, ReportJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := MarshalReport(Compute(ds, 2))
+	b, _ := MarshalReport(onDisk)
+	c, _ := MarshalReport(report)
+	if !bytes.Equal(a, b) || !bytes.Equal(b, c) {
+		t.Fatalf("report.json differs from the report of decisions.jsonl:\n%s\n%s", a, b)
+	}
+	for _, f := range []string{ReportMarkdown, PlotHorizon, PlotLatency, PlotTokensPerTask} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// A failed eval leaves the earlier files as they were and no temporary file.
+	before := listDir(t, dir)
+	oldDecisions := mustReadFile(t, filepath.Join(dir, DecisionsJSONL))
+	gen.calls, gen.nJudge = nil, nil
+	opts.Emit = func([]Decision) error { return errors.New("boom") }
+	if _, err := EvaluateInto(context.Background(), dir, g, scriptedTrajectories(), opts, ReportOptions{}, nil); err == nil {
+		t.Fatal("no error")
+	}
+	if after := listDir(t, dir); after != before {
+		t.Fatalf("files after a failed eval:\n%s\nbefore:\n%s", after, before)
+	}
+	if !bytes.Equal(mustReadFile(t, filepath.Join(dir, DecisionsJSONL)), oldDecisions) {
+		t.Fatal("a failed eval changed decisions.jsonl")
+	}
+}
+
+func listDir(t *testing.T, dir string) string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, "\n")
+}
+
+func mustReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
