@@ -1,0 +1,47 @@
+package model
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// WriteTensorFile writes named float32 tensors (e.g. optimizer state) to a
+// safetensors file at path, atomically (temporary name, then rename).
+func WriteTensorFile(path string, ts map[string]*tensors.Tensor) error {
+	names := make([]string, 0, len(ts))
+	for name := range ts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []stTensor
+	for _, name := range names {
+		t := ts[name]
+		if t.DType() != dtypes.Float32 {
+			return fmt.Errorf("safetensors %s: tensor %s is %s, want float32", path, name, t.DType())
+		}
+		out = append(out, stTensor{name: name, dtype: stF32, shape: t.Shape().Dimensions, src: t})
+	}
+	return writeSafetensors(path, out, nil)
+}
+
+// ReadTensorFile reads every tensor of a safetensors file as float32.
+func ReadTensorFile(path string) (map[string]*tensors.Tensor, error) {
+	st, err := openSafetensors(path)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	out := map[string]*tensors.Tensor{}
+	for name, e := range st.entries {
+		t := tensors.FromShape(shapes.Make(dtypes.Float32, e.Shape...))
+		if err := st.readInto(name, t); err != nil {
+			return nil, err
+		}
+		out[name] = t
+	}
+	return out, nil
+}
