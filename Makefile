@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean
+.PHONY: build test bench fmt vet demo clean acceptance-eval
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -17,6 +17,17 @@ test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS)
+
+# The long acceptance run of `mageguard eval` (not part of `make test`): a random
+# tiny checkpoint evaluated over the bundled eval split as MAGE and as judge-only
+# with structured decoding, then compared; outputs stay in $(ACCEPTANCE_OUT).
+# ACCEPTANCE_LIMIT=N evaluates the first N trajectories only (0 = all 74).
+ACCEPTANCE_OUT   ?= runs/acceptance
+ACCEPTANCE_LIMIT ?= 0
+acceptance-eval:
+	mkdir -p $(ACCEPTANCE_OUT)
+	MAGEGUARD_ACCEPTANCE=$(abspath $(ACCEPTANCE_OUT)) MAGEGUARD_ACCEPTANCE_LIMIT=$(ACCEPTANCE_LIMIT) \
+	  $(GO) test -count=1 -v -timeout 6h -run '^TestAcceptanceEval$$' ./cmd/mageguard
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
