@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -397,4 +398,51 @@ func writeFileAtomicCmd(path string, data []byte) error {
 		os.Remove(f.Name())
 	}
 	return err
+}
+
+// trainEvalHook is train's periodic held-out eval (train.Options.Evaluate):
+// the guard being trained, decoded as the eval section says (greedy by
+// default), over the first train.eval_limit trajectories of
+// train.eval_data, written into dir like `mageguard eval` does. It returns
+// report.json's top-level metrics: float64 values, nil for null.
+func trainEvalHook(cfg *config.Config, log io.Writer) func(ctx context.Context, m *model.Model, guard *rollout.Guard, step int, dir string) (map[string]any, error) {
+	var trajs []*dataset.Trajectory
+	return func(ctx context.Context, _ *model.Model, guard *rollout.Guard, step int, dir string) (map[string]any, error) {
+		if trajs == nil {
+			var err error
+			if trajs, err = dataset.ReadAll(cfg.Train.EvalData); err != nil {
+				return nil, fmt.Errorf("train.eval_data: %w", err)
+			}
+		}
+		opts := cfg.Eval.Options(cfg.Rollout)
+		opts.Limit = cfg.Train.EvalLimit
+		meta := evalMeta(cfg)
+		meta[0] = [2]string{"checkpoint", fmt.Sprintf("the model under training at step %d", step)}
+		meta[1] = [2]string{"data", cfg.Train.EvalData}
+		meta = slices.DeleteFunc(meta, func(kv [2]string) bool { return kv[0] == "limit" })
+		if opts.Limit > 0 {
+			meta = append(meta, [2]string{"limit", fmt.Sprintf("the first %d trajectories with an action", opts.Limit)})
+		}
+		ropts := eval.ReportOptions{Title: fmt.Sprintf("mageguard held-out eval at step %d", step), Name: cfg.Rollout.Variant, Meta: meta}
+		report, err := eval.EvaluateInto(ctx, dir, guard, trajs, opts, ropts, log)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "eval at step %d: %s\n", step, strings.ReplaceAll(eval.ViolationSummary(report.Metrics), "**", ""))
+		return reportValues(report), nil
+	}
+}
+
+// reportValues maps report.json's top-level metric names to their values:
+// float64, or nil for null.
+func reportValues(r eval.Report) map[string]any {
+	out := map[string]any{}
+	for _, f := range r.Fields() {
+		if f.Value == nil {
+			out[f.Name] = nil
+		} else {
+			out[f.Name] = *f.Value
+		}
+	}
+	return out
 }

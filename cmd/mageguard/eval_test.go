@@ -2,16 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rollout"
 )
 
 const (
@@ -204,5 +210,56 @@ func TestEvalCommandErrors(t *testing.T) {
 	}
 	if es, _ := os.ReadDir(dir); len(es) != 1 {
 		t.Errorf("failed evals left files in the output folder: %v", es)
+	}
+}
+
+func TestTrainEvalHook(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	cfg, err := config.Load("", []string{tokSet, "model.path=" + ckpt, "rollout.max_memory_tokens=2", "rollout.max_judge_tokens=2",
+		"train.eval_data=" + evalSubset(t, "two.jsonl", 7, 42, 26), "train.eval_limit=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, tokPath, err := checkpointTokenizer(cfg.Model, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := &rollout.ModelGenerator{}
+	guard, err := rollout.NewGuard(cfg.Rollout, tok, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen.Stops = guard.Stops()
+	if gen.Model, err = loadCheckpoint(cfg.Model, tok, tokPath, io.Discard, "test"); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "eval-3")
+	var log bytes.Buffer
+	values, err := trainEvalHook(cfg, &log)(context.Background(), gen.Model, guard, 3, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The values are report.json's: one attack run of one turn (the limit),
+	// the run without an action before it skipped.
+	raw, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onDisk map[string]any
+	if err := json.Unmarshal(raw, &onDisk); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"by_suite", "by_attack_type", "by_horizon", "detection_latency_histogram"} {
+		delete(onDisk, k)
+	}
+	if !reflect.DeepEqual(values, onDisk) {
+		t.Errorf("hook values %v\nreport.json %v", values, onDisk)
+	}
+	if values["n_attack"] != 1.0 || values["n_turns"] != 1.0 || values["n_skipped"] != 1.0 || values["bu"] != nil {
+		t.Errorf("values %v: want 1 attack run, 1 turn, 1 skipped, bu null", values)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	if !strings.Contains(string(md), "held-out eval at step 3") || !strings.Contains(log.String(), "eval at step 3: WARNING") {
+		t.Errorf("report.md / log do not name the step:\n%s\n%s", md, log.String())
 	}
 }
