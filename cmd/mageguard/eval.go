@@ -141,18 +141,28 @@ a second Ctrl-C kills at once.`,
 	return cmd
 }
 
-// interruptible returns a context cancelled by the first Ctrl-C or SIGTERM,
-// after which the default handling is back (a second Ctrl-C kills).
-func interruptible(parent context.Context, stderr io.Writer, name string) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+// interruptible returns a context cancelled by the first Ctrl-C or
+// SIGTERM, after which the default handling is back (a second Ctrl-C kills).
+// Call the returned function when done.
+func interruptible(parent context.Context, stderr io.Writer, name string) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		stop()
-		if parent.Err() == nil {
+		select {
+		case <-sig:
+			signal.Stop(sig)
 			fmt.Fprintf(stderr, "%s: interrupted: stopping after the current chunk (Ctrl-C again to kill)\n", name)
+			cancel()
+		case <-done:
 		}
 	}()
-	return ctx, stop
+	return ctx, func() {
+		signal.Stop(sig)
+		close(done)
+		cancel()
+	}
 }
 
 // evalCheckpoint evaluates the checkpoint cfg.Model.Path on cfg.Eval.Data

@@ -216,7 +216,7 @@ func TestEvalCommandErrors(t *testing.T) {
 func TestTrainEvalHook(t *testing.T) {
 	ckpt := tinyCheckpoint(t)
 	cfg, err := config.Load("", []string{tokSet, "model.path=" + ckpt, "rollout.max_memory_tokens=2", "rollout.max_judge_tokens=2",
-		"train.eval_data=" + evalSubset(t, "two.jsonl", 7, 42, 26), "train.eval_limit=1"})
+		"train.eval_data=" + evalSubset(t, "three.jsonl", 7, 42, 26), "train.eval_limit=1"})
 	if err != nil {
 		t.Fatal(err)
 	}
