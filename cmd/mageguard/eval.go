@@ -371,7 +371,11 @@ func compareReports(w io.Writer, args []string) error {
 		if err != nil {
 			return fmt.Errorf("eval --compare: %w", err)
 		}
-		name := filepath.Base(filepath.Dir(filepath.Clean(path)))
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return fmt.Errorf("eval --compare: %w", err)
+		}
+		name := filepath.Base(filepath.Dir(abs))
 		if filepath.Base(path) != eval.ReportJSON {
 			name = filepath.Base(path)
 		}
