@@ -4,6 +4,7 @@ package model
 // model's GoMLX variables, random initialization, and checkpoint load/save.
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -358,8 +359,12 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		return fmt.Errorf("save %s: dtype must be float32, bfloat16 or float16, got %q", dir, opts.DType)
 	}
 	if opts.TokenizerDir != "" {
-		if _, err := os.Stat(filepath.Join(opts.TokenizerDir, "tokenizer.json")); err != nil {
-			return fmt.Errorf("save %s: tokenizer: %w", dir, err)
+		_, err := os.Stat(filepath.Join(opts.TokenizerDir, "tokenizer.json"))
+		if err != nil {
+			_, err = os.Stat(filepath.Join(opts.TokenizerDir, "tokenizer.json.gz"))
+		}
+		if err != nil {
+			return fmt.Errorf("save %s: tokenizer: %s has no tokenizer.json or tokenizer.json.gz", dir, opts.TokenizerDir)
 		}
 	}
 	maxShard := opts.MaxShardBytes
@@ -441,10 +446,16 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	if opts.TokenizerDir != "" {
 		for _, name := range tokenizerFiles {
 			src := filepath.Join(opts.TokenizerDir, name)
+			gz := false
 			if _, err := os.Stat(src); err != nil {
-				continue
+				// A bundled tokenizer may be gzip-compressed: serving
+				// stacks want it plain.
+				if _, err := os.Stat(src + ".gz"); err != nil {
+					continue
+				}
+				src, gz = src+".gz", true
 			}
-			if err := copyFileAtomic(src, filepath.Join(dir, name)); err != nil {
+			if err := copyFileAtomic(src, filepath.Join(dir, name), gz); err != nil {
 				return fmt.Errorf("save %s: %w", final, err)
 			}
 		}
@@ -495,12 +506,20 @@ func writeFileAtomic(path string, data []byte) error {
 }
 
 // copyFileAtomic copies src to dst through a temporary file and a rename.
-func copyFileAtomic(src, dst string) error {
-	in, err := os.Open(src)
+func copyFileAtomic(src, dst string, gunzip bool) error {
+	f, err := os.Open(src)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer f.Close()
+	var in io.Reader = f
+	if gunzip {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+		in = zr
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
 	if err != nil {
 		return err

@@ -35,6 +35,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newConfigCmd(),
 		newDataCmd(),
 		newTokenizeCmd(),
+		newTrainCmd(),
 		newEvalCmd(),
 	)
 	return root

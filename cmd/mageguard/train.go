@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mageguard/mageguard/config"
+	"github.com/mageguard/mageguard/train"
+)
+
+func newTrainCmd() *cobra.Command {
+	var data, modelDir, out string
+	var resume bool
+	cmd := &cobra.Command{
+		Use:   "train --config FILE [--data FILE] [--model DIR] [--out DIR] [--resume]",
+		Short: "Train a MAGE guard with turn-wise GRPO on labeled trajectories",
+		Long: `train runs turn-wise GRPO (DESIGN.md): each step samples train.trajectories
+trajectories (balanced between attack runs with a label-1 action and the rest
+when train.balance), runs rollout.group_size shadow-memory chains of the guard
+over each (memory call, then judge call, every turn), scores every turn with
+the judge and discounted memory rewards, and updates the model.
+
+Without model.path (--model) training starts from a random Qwen3 built from the
+model.* architecture keys and model.seed (what configs/tiny.yaml does).
+
+Writes to --out: config.yaml (the resolved config), metrics.jsonl (a line per
+step), rollouts.jsonl (with train.log_rollouts), checkpoint-STEP/ (Hugging Face
+model directories with optimizer.safetensors and trainer_state.json) every
+train.save_every steps and at the end, keeping the newest train.keep_last, and
+checkpoint-best/ by train.best_metric when train.eval_every > 0.
+Ctrl-C saves a checkpoint of the last finished step and exits; --resume
+continues from the newest checkpoint in --out.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			// Flags beat --set and the file.
+			if cmd.Flags().Changed("data") {
+				cfg.Train.Data = data
+			}
+			if cmd.Flags().Changed("model") {
+				cfg.Model.Path = modelDir
+			}
+			if err := config.Validate(cfg); err != nil {
+				return err
+			}
+			resolved, err := config.Marshal(cfg)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			go func() { // a second Ctrl-C kills at once
+				<-ctx.Done()
+				stop()
+			}()
+			res, err := train.Run(ctx, train.Options{
+				Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
+				Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
+				Evaluate: evaluateHook(cfg),
+			})
+			if err != nil {
+				return err
+			}
+			if res.Stopped {
+				fmt.Fprintf(os.Stderr, "stopped after step %d; resume with --resume --out %s\n", res.Steps, out)
+			}
+			fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\n", res.Checkpoint, filepath.Join(out, "metrics.jsonl"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")
+	cmd.Flags().StringVar(&modelDir, "model", "", "starting checkpoint directory (sets model.path; default: a random model from model.*)")
+	cmd.Flags().StringVar(&out, "out", "runs/train", "output directory")
+	cmd.Flags().BoolVar(&resume, "resume", false, "continue from the newest checkpoint in --out")
+	return cmd
+}

@@ -1,0 +1,329 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rollout"
+)
+
+// rolloutRow is one line of rollouts.jsonl: one step × trajectory × turn ×
+// chain. Turns are numbered from 0 in the trajectory; decision is the
+// effective one (after the format fallback); memory_tokens and judge_tokens
+// are the calls' generated tokens.
+type rolloutRow struct {
+	Step            int     `json:"step"`
+	TrajectoryID    string  `json:"trajectory_id"`
+	Turn            int     `json:"turn"`
+	Chain           int     `json:"chain"`
+	Label           int     `json:"label"`
+	MemoryChars     int     `json:"memory_chars"`
+	MemoryParsed    bool    `json:"memory_parsed"`
+	JudgeParsed     bool    `json:"judge_parsed"`
+	Decision        string  `json:"decision"`
+	RewardJudge     float64 `json:"reward_judge"`
+	RewardMemory    float64 `json:"reward_memory"`
+	AdvantageJudge  float64 `json:"advantage_judge"`
+	AdvantageMemory float64 `json:"advantage_memory"`
+	MemoryTokens    int     `json:"memory_tokens"`
+	JudgeTokens     int     `json:"judge_tokens"`
+	MemoryText      *string `json:"memory_text,omitempty"`
+	JudgeText       *string `json:"judge_text,omitempty"`
+}
+
+func newRolloutRow(step int, ep *rollout.Episode, ch *rollout.Chain, t int, sc *scored, texts bool) rolloutRow {
+	tu := &ch.Turns[t]
+	row := rolloutRow{
+		Step: step, TrajectoryID: ep.Traj.ID, Turn: tu.Index, Chain: ch.Index, Label: tu.Label,
+		MemoryChars: tu.MemoryChars(), MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
+		JudgeParsed: tu.Judge.Parsed, Decision: tu.Decision,
+		RewardJudge: sc.rewards.Judge[t][ch.Index], RewardMemory: sc.rewards.Memory[t][ch.Index],
+		AdvantageJudge: sc.advJudge[t][ch.Index], AdvantageMemory: sc.advMemory[t][ch.Index],
+		JudgeTokens: len(tu.Judge.Completion),
+	}
+	if tu.Memory != nil {
+		row.MemoryTokens = len(tu.Memory.Completion)
+	}
+	if texts {
+		jt := tu.Judge.Text
+		row.JudgeText = &jt
+		if tu.Memory != nil {
+			mt := tu.Memory.Text
+			row.MemoryText = &mt
+		}
+	}
+	return row
+}
+
+// jsonlFile appends JSON lines to a file, flushing each line.
+type jsonlFile struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+// openJSONL opens path for appending. Lines of steps after `keep` (left by
+// a run that was interrupted after its last checkpoint) are dropped first,
+// so a resumed run's file reads as one uninterrupted run's.
+func openJSONL(path string, keep int) (*jsonlFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var kept bytes.Buffer
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		var s struct {
+			Step int `json:"step"`
+		}
+		if len(bytes.TrimSpace(line)) == 0 || json.Unmarshal(line, &s) != nil || s.Step > keep {
+			continue
+		}
+		if !bytes.HasSuffix(line, []byte("\n")) {
+			continue // a torn last line
+		}
+		kept.Write(line)
+	}
+	if !bytes.Equal(kept.Bytes(), data) {
+		if err := writeFileAtomic(path, kept.Bytes()); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &jsonlFile{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+func (j *jsonlFile) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	j.w.Write(b)
+	j.w.WriteByte('\n')
+	if err := j.w.Flush(); err != nil {
+		return fmt.Errorf("write %s: %w", j.f.Name(), err)
+	}
+	return nil
+}
+
+func (j *jsonlFile) close() {
+	j.w.Flush()
+	j.f.Close()
+}
+
+// writeFileAtomic writes data through a temporary file and a rename.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+var checkpointRe = regexp.MustCompile(`^checkpoint-(\d+)$`)
+
+func checkpointDir(out string, step int) string {
+	return filepath.Join(out, fmt.Sprintf("checkpoint-%d", step))
+}
+
+// prepareOut creates the output directory. Without resume, it refuses a
+// directory that already holds checkpoints, so nothing is overwritten.
+func prepareOut(out string, resume bool) error {
+	if out == "" {
+		return fmt.Errorf("train: no output directory (--out)")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	if !resume {
+		if dir, _, err := latestCheckpoint(out); err != nil {
+			return err
+		} else if dir != "" {
+			return fmt.Errorf("train: %s already holds %s: use --resume to continue it, or another --out", out, filepath.Base(dir))
+		}
+	}
+	// Leftovers of a checkpoint write that crashed.
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if matched, _ := filepath.Match(".checkpoint-*.tmp", e.Name()); matched {
+			os.RemoveAll(filepath.Join(out, e.Name()))
+		}
+	}
+	return nil
+}
+
+// latestCheckpoint returns the newest complete checkpoint in out (one with
+// its trainer_state.json, which is written last) and its step.
+func latestCheckpoint(out string) (string, int, error) {
+	entries, err := os.ReadDir(out)
+	if os.IsNotExist(err) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	best, bestStep := "", 0
+	for _, e := range entries {
+		m := checkpointRe.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		step, _ := strconv.Atoi(m[1])
+		dir := filepath.Join(out, e.Name())
+		if _, err := os.Stat(filepath.Join(dir, "trainer_state.json")); err != nil {
+			continue
+		}
+		if step > bestStep {
+			best, bestStep = dir, step
+		}
+	}
+	return best, bestStep, nil
+}
+
+// trainerState is trainer_state.json: where a checkpoint stands.
+type trainerState struct {
+	Step           int    `json:"step"`            // training steps done
+	OptimizerSteps int    `json:"optimizer_steps"` // AdamW steps done (step × num_iterations)
+	Seed           uint64 `json:"seed"`
+	Time           string `json:"time"`
+}
+
+// saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,
+// optimizer.safetensors and trainer_state.json, built under a temporary
+// name and renamed, then prunes old checkpoints beyond keep_last.
+func (r *run) saveCheckpoint(step int) (string, error) {
+	o := r.opts
+	final := checkpointDir(o.Out, step)
+	tmp := filepath.Join(o.Out, fmt.Sprintf(".checkpoint-%d.tmp", step))
+	os.RemoveAll(tmp)
+	if err := r.model.Save(tmp, model.SaveOptions{DType: o.Train.CheckpointDType, TokenizerDir: r.tokDir}); err != nil {
+		return "", fmt.Errorf("checkpoint %d: %w", step, err)
+	}
+	state, err := r.trainer.OptimizerState()
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %d: %w", step, err)
+	}
+	moments := map[string]*tensors.Tensor{}
+	for k, v := range state {
+		if k != "step" {
+			moments[k] = v
+		}
+	}
+	if err := model.WriteTensorFile(filepath.Join(tmp, "optimizer.safetensors"), moments); err != nil {
+		return "", fmt.Errorf("checkpoint %d: %w", step, err)
+	}
+	ts, _ := json.MarshalIndent(trainerState{Step: step, OptimizerSteps: r.trainer.Steps(), Seed: o.Train.Seed,
+		Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
+	if err := writeFileAtomic(filepath.Join(tmp, "trainer_state.json"), ts); err != nil {
+		return "", fmt.Errorf("checkpoint %d: %w", step, err)
+	}
+	os.RemoveAll(final) // a stale copy without trainer_state.json
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("checkpoint %d: %w", step, err)
+	}
+	fmt.Fprintf(r.log, "saved %s\n", final)
+	r.prune()
+	return final, nil
+}
+
+// prune removes step checkpoints beyond the newest keep_last.
+func (r *run) prune() {
+	keep := r.opts.Train.KeepLast
+	if keep <= 0 {
+		return
+	}
+	entries, _ := os.ReadDir(r.opts.Out)
+	var steps []int
+	for _, e := range entries {
+		if m := checkpointRe.FindStringSubmatch(e.Name()); m != nil {
+			s, _ := strconv.Atoi(m[1])
+			steps = append(steps, s)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(steps)))
+	for i, s := range steps {
+		if i >= keep {
+			os.RemoveAll(checkpointDir(r.opts.Out, s))
+		}
+	}
+}
+
+// restoreTrainer loads the optimizer state of a checkpoint.
+func (r *run) restoreTrainer(dir string, step int) error {
+	data, err := os.ReadFile(filepath.Join(dir, "trainer_state.json"))
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	var ts trainerState
+	if err := json.Unmarshal(data, &ts); err != nil {
+		return fmt.Errorf("resume: %s: %w", filepath.Join(dir, "trainer_state.json"), err)
+	}
+	if ts.Step != step {
+		return fmt.Errorf("resume: %s says step %d", dir, ts.Step)
+	}
+	if ts.Seed != r.opts.Train.Seed {
+		fmt.Fprintf(r.log, "resume: warning: train.seed %d differs from the checkpoint's %d: the next steps will not match an uninterrupted run\n", r.opts.Train.Seed, ts.Seed)
+	}
+	state := map[string]*tensors.Tensor{}
+	if ts.OptimizerSteps > 0 {
+		if state, err = model.ReadTensorFile(filepath.Join(dir, "optimizer.safetensors")); err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+	}
+	state["step"] = tensors.FromScalar(int64(ts.OptimizerSteps))
+	if err := r.trainer.SetOptimizerState(state); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	return nil
+}
+
+// progress prints one step's summary: an updating line on a terminal,
+// plain lines otherwise.
+func (r *run) progress(m *Metrics) {
+	T := r.opts.Train.Steps
+	done := m.Step
+	eta := time.Duration(m.Elapsed / float64(max(done-r.firstStep()+1, 1)) * float64(T-done) * float64(time.Second))
+	line := fmt.Sprintf("step %d/%d  reward judge %.3f memory %.3f  acc %.3f  violations %.2f/%.2f  mem %4.0f chars  loss %.4f  kl %.4f  %.0f tok/s  %.1fs (rollout %.1fs, update %.1fs)  ETA %s",
+		m.Step, T, m.RewardJudge, m.RewardMemory, m.AccuracyJudge, m.MemoryViolationRate, m.JudgeViolationRate,
+		m.MemoryChars, m.Loss, m.KL, m.TokensPerSecond, m.Seconds, m.RolloutSeconds, m.UpdateSeconds, eta.Round(time.Second))
+	if isTerminal(r.log) {
+		fmt.Fprintf(r.log, "\r\033[K%s", line)
+		if done == T {
+			fmt.Fprintln(r.log)
+		}
+		return
+	}
+	fmt.Fprintln(r.log, line)
+}
+
+func (r *run) firstStep() int { return r.resumedFrom + 1 }
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,313 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rewards"
+	"github.com/mageguard/mageguard/rollout"
+)
+
+// Options is everything a training run needs: the configuration sections
+// it reads, where it writes, and where it reports progress.
+type Options struct {
+	Model   model.Settings
+	Rollout rollout.Config
+	Rewards rewards.Config
+	GRPO    grpo.Config
+	Train   Config
+
+	Out            string    // output directory: config.yaml, metrics.jsonl, rollouts.jsonl, checkpoint-N/
+	Resume         bool      // continue from the newest checkpoint in Out
+	ResolvedConfig []byte    // the fully resolved configuration, written to Out/config.yaml
+	Progress       io.Writer // progress and logs (stderr); nil = discard
+
+	// Evaluate, when set and Train.EvalEvery > 0, runs the held-out eval of
+	// the current model every EvalEvery steps and returns report.json's
+	// top-level metrics (logged into metrics.jsonl). dir is where it may
+	// write its files.
+	Evaluate func(ctx context.Context, m *model.Model, guard *rollout.Guard, step int, dir string) (map[string]any, error)
+}
+
+// Result says what a run produced.
+type Result struct {
+	Steps      int    // training steps completed (in total, over resumes)
+	Checkpoint string // the newest checkpoint directory
+	Stopped    bool   // the run stopped early on cancellation (after saving)
+}
+
+// run is the state of one training run.
+type run struct {
+	opts        Options
+	log         io.Writer
+	backend     backends.Backend
+	tok         *tokenizer.Tokenizer
+	model       *model.Model
+	guard       *rollout.Guard
+	trainer     *grpo.Trainer
+	refCtx      *mlctx.Context // π_ref (nil when beta = 0)
+	pool        []*dataset.Trajectory
+	positive    []bool
+	tokDir      string // tokenizer files copied into checkpoints
+	metrics     *jsonlFile
+	rollouts    *jsonlFile
+	best        bestTracker
+	started     time.Time
+	resumedFrom int // steps done before this process started
+}
+
+// Run trains: it samples Train.Trajectories trajectories per step, runs G
+// chains of the guard over each, scores them, and takes a GRPO update; it
+// writes metrics every step and checkpoints every SaveEvery steps and at the
+// end. When ctx is cancelled (Ctrl-C) it stops after saving a checkpoint of
+// the last completed step.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	r := &run{opts: opts, log: opts.Progress, started: time.Now()}
+	if r.log == nil {
+		r.log = io.Discard
+	}
+	start, err := r.setup()
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	r.resumedFrom = start
+
+	res := &Result{Steps: start}
+	T := opts.Train
+	lastSaved := -1
+	if start > 0 {
+		lastSaved = start
+		res.Checkpoint = checkpointDir(opts.Out, start)
+	}
+	for step := start + 1; step <= T.Steps; step++ {
+		if ctx.Err() != nil {
+			res.Stopped = true
+			break
+		}
+		m, err := r.step(ctx, step)
+		if errors.Is(err, context.Canceled) {
+			res.Stopped = true
+			break
+		}
+		if err != nil {
+			return res, err
+		}
+		res.Steps = step
+		if T.EvalEvery > 0 && step%T.EvalEvery == 0 {
+			if err := r.evaluate(ctx, step, m); err != nil && !errors.Is(err, context.Canceled) {
+				return res, err
+			}
+		}
+		if err := r.metrics.write(m); err != nil {
+			return res, err
+		}
+		if step == T.Steps || (T.SaveEvery > 0 && step%T.SaveEvery == 0) {
+			dir, err := r.saveCheckpoint(step)
+			if err != nil {
+				return res, err
+			}
+			res.Checkpoint, lastSaved = dir, step
+		}
+	}
+	if res.Stopped && res.Steps > lastSaved && res.Steps > 0 {
+		fmt.Fprintf(r.log, "interrupted: saving checkpoint-%d\n", res.Steps)
+		dir, err := r.saveCheckpoint(res.Steps)
+		if err != nil {
+			return res, err
+		}
+		res.Checkpoint = dir
+	}
+	return res, nil
+}
+
+// setup loads the data, the tokenizer, the model (from a checkpoint when
+// resuming), the guard and the trainer, and opens the output files. It
+// returns the number of steps already done.
+func (r *run) setup() (int, error) {
+	o := r.opts
+	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
+		return 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
+	}
+	if err := prepareOut(o.Out, o.Resume); err != nil {
+		return 0, err
+	}
+	resumeDir, start, err := latestCheckpoint(o.Out)
+	if err != nil {
+		return 0, err
+	}
+	if !o.Resume {
+		start, resumeDir = 0, ""
+	} else if resumeDir == "" {
+		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
+	}
+	if o.ResolvedConfig != nil {
+		if err := writeFileAtomic(filepath.Join(o.Out, "config.yaml"), o.ResolvedConfig); err != nil {
+			return 0, err
+		}
+	}
+
+	// Data: the trajectories with at least one action; both labels needed.
+	if r.pool, r.positive, err = loadPool(o.Train.Data, r.log); err != nil {
+		return 0, err
+	}
+
+	// Tokenizer: the checkpoint's own files when it has them.
+	if o.Model.Path != "" {
+		if _, err := os.Stat(o.Model.Path); err != nil {
+			return 0, fmt.Errorf("model.path: %w", err)
+		}
+	}
+	r.tokDir = o.Model.Tokenizer
+	if o.Model.Path != "" && hasTokenizer(o.Model.Path) {
+		r.tokDir = o.Model.Path
+	}
+	if r.tok, err = tokenizer.Load(r.tokDir); err != nil {
+		return 0, fmt.Errorf("model.tokenizer: %w", err)
+	}
+
+	// Model: the newest checkpoint when resuming, else model.path, else a
+	// random model from the model.* architecture keys and model.seed.
+	if r.backend, err = model.NewBackend(o.Model.BackendConfig); err != nil {
+		return 0, err
+	}
+	initial := func() (*model.Model, error) {
+		dtype, err := model.ParseDType(o.Model.DType)
+		if err != nil {
+			return nil, err
+		}
+		if o.Model.Path != "" {
+			return model.LoadAs(r.backend, o.Model.Path, dtype)
+		}
+		cfg := o.Model.Config
+		return model.New(r.backend, &cfg, o.Model.Seed, dtype)
+	}
+	if resumeDir != "" {
+		dtype, err := model.ParseDType(o.Model.DType)
+		if err != nil {
+			return 0, err
+		}
+		r.model, err = model.LoadAs(r.backend, resumeDir, dtype)
+		if err != nil {
+			return 0, fmt.Errorf("resume: %w", err)
+		}
+		fmt.Fprintf(r.log, "resume: %s (step %d)\n", resumeDir, start)
+	} else if r.model, err = initial(); err != nil {
+		return 0, err
+	}
+	if r.model.Config().VocabSize < r.tok.VocabSize() {
+		return 0, fmt.Errorf("model vocab_size %d is smaller than the tokenizer's %d tokens (%s)", r.model.Config().VocabSize, r.tok.VocabSize(), r.tokDir)
+	}
+	fmt.Fprintf(r.log, "model: %s, %d parameters\n", r.model.Config().String(), r.model.NumParameters())
+
+	// π_ref: the frozen starting model (rebuilt from model.path / model.seed on resume).
+	if o.GRPO.Beta > 0 {
+		ref := r.model
+		if resumeDir != "" {
+			if ref, err = initial(); err != nil {
+				return 0, fmt.Errorf("reference model: %w", err)
+			}
+		}
+		if r.refCtx, err = grpo.FrozenCopy(ref.Context()); err != nil {
+			return 0, err
+		}
+	}
+
+	gen := &rollout.ModelGenerator{Model: r.model}
+	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, gen); err != nil {
+		return 0, err
+	}
+	gen.Stops = r.guard.Stops()
+
+	m := r.model
+	temperature := o.Rollout.Temperature
+	policy := func(ctx *mlctx.Context, tokens, attnMask, targetPos *graph.Node) *graph.Node {
+		return m.TokenLogProbs(ctx, tokens, attnMask, targetPos, temperature)
+	}
+	if r.trainer, err = grpo.NewTrainer(r.backend, m.Context(), policy, o.GRPO, o.Train.Steps*o.GRPO.NumIterations); err != nil {
+		return 0, err
+	}
+	if resumeDir != "" {
+		if err := r.restoreTrainer(resumeDir, start); err != nil {
+			return 0, err
+		}
+	}
+
+	// Outputs: metrics.jsonl (and rollouts.jsonl) continue after the resumed step.
+	if r.metrics, err = openJSONL(filepath.Join(o.Out, "metrics.jsonl"), start); err != nil {
+		return 0, err
+	}
+	if o.Train.LogRollouts {
+		if r.rollouts, err = openJSONL(filepath.Join(o.Out, "rollouts.jsonl"), start); err != nil {
+			return 0, err
+		}
+	}
+	r.best = loadBest(o.Out)
+	return start, nil
+}
+
+func (r *run) close() {
+	if r.metrics != nil {
+		r.metrics.close()
+	}
+	if r.rollouts != nil {
+		r.rollouts.close()
+	}
+}
+
+// loadPool reads the training data and keeps the trajectories with at least
+// one action; it fails when the data lacks either label.
+func loadPool(path string, log io.Writer) ([]*dataset.Trajectory, []bool, error) {
+	all, err := dataset.ReadAll(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("train.data: %w", err)
+	}
+	var pool []*dataset.Trajectory
+	var positive []bool
+	labels := [2]int{}
+	for _, t := range all {
+		if len(t.Turns) == 0 {
+			continue
+		}
+		for _, tu := range t.Turns {
+			labels[tu.Label]++
+		}
+		pool = append(pool, t)
+		positive = append(positive, t.IsAttack() && t.Positives() > 0)
+	}
+	if labels[0] == 0 || labels[1] == 0 {
+		return nil, nil, fmt.Errorf("train.data %s: needs actions of both labels, has %d labeled 0 and %d labeled 1", path, labels[0], labels[1])
+	}
+	npos := 0
+	for _, p := range positive {
+		if p {
+			npos++
+		}
+	}
+	fmt.Fprintf(log, "data: %s: %d trajectories with actions (%d skipped without), %d with a label-1 action; actions %d/%d (0/1)\n",
+		path, len(pool), len(all)-len(pool), npos, labels[0], labels[1])
+	return pool, positive, nil
+}
+
+// hasTokenizer reports whether dir holds tokenizer files.
+func hasTokenizer(dir string) bool {
+	for _, n := range []string{"tokenizer.json", "tokenizer.json.gz"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			return true
+		}
+	}
+	return false
+}

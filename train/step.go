@@ -1,0 +1,300 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/rewards"
+	"github.com/mageguard/mageguard/rollout"
+)
+
+// Metrics is one line of metrics.jsonl: one training step.
+type Metrics struct {
+	Step                int            `json:"step"`
+	RewardJudge         float64        `json:"reward_judge"`    // mean judge reward r^J over turns × chains
+	RewardMemory        float64        `json:"reward_memory"`   // mean memory reward r^M
+	AccuracyJudge       float64        `json:"accuracy_judge"`  // fraction of judge calls that parsed and were right (mean c)
+	AccuracyMemory      float64        `json:"accuracy_memory"` // mean discounted correctness Σγ^{k−t}c_k / Σγ^{k−t} (r^M before penalties)
+	JudgeViolationRate  float64        `json:"judge_format_violation_rate"`
+	MemoryViolationRate float64        `json:"memory_format_violation_rate"`
+	MemoryChars         float64        `json:"memory_chars"`       // mean |m_t| in code points
+	RejectRate          float64        `json:"reject_rate"`        // fraction of effective decisions that are reject
+	NonzeroAdvantages   float64        `json:"nonzero_advantages"` // fraction of sequences with a non-zero advantage
+	Loss                float64        `json:"loss"`               // GRPO loss of the last optimizer step
+	GradNorm            float64        `json:"grad_norm"`          // before clipping
+	KL                  float64        `json:"kl"`                 // mean k3 KL to the reference
+	ClipFraction        float64        `json:"clip_fraction"`      // fraction of tokens whose clipped term was active
+	Ratio               float64        `json:"ratio"`              // mean π_θ/π_old
+	Entropy             float64        `json:"entropy"`            // mean −log π of the counted tokens
+	LR                  float64        `json:"lr"`                 // learning rate of the last optimizer step
+	Sequences           int            `json:"sequences"`          // memory + judge completions trained on
+	CompletionTokens    int            `json:"completion_tokens"`  // completion tokens counted in the loss
+	GeneratedTokens     int            `json:"generated_tokens"`   // tokens sampled in the rollout
+	PromptTokens        int            `json:"prompt_tokens"`      // prompt tokens read in the rollout
+	TokensPerSecond     float64        `json:"tokens_per_s"`       // (prompt + generated + trained tokens) / step seconds
+	RolloutSeconds      float64        `json:"rollout_seconds"`
+	UpdateSeconds       float64        `json:"update_seconds"`
+	Seconds             float64        `json:"seconds"`        // the whole step
+	Elapsed             float64        `json:"elapsed"`        // seconds since the run (or resume) started
+	Eval                map[string]any `json:"eval,omitempty"` // held-out metrics (report.json, top level) on eval steps
+}
+
+// step runs one training step: sample, roll out, score, update.
+func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
+	o := r.opts
+	t0 := time.Now()
+
+	// 1. Sample the step's trajectories and cut each to its window.
+	idx := SampleStep(r.positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, step)
+	episodes := make([]*rollout.Episode, len(idx))
+	for k, i := range idx {
+		tr := r.pool[i]
+		labels := make([]int, len(tr.Turns))
+		for t, tu := range tr.Turns {
+			labels[t] = tu.Label
+		}
+		s, e := rollout.Window(labels, o.Train.MaxTurns)
+		episodes[k] = &rollout.Episode{Traj: tr, Start: s, End: e}
+	}
+
+	// 2. Roll out G chains per trajectory with the current policy.
+	G := o.Rollout.GroupSize
+	chains, rstats, err := r.guard.Run(episodes, rollout.RunOptions{Chains: G, Sampling: rollout.Sampling{
+		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
+		Seed: mixSeed(o.Train.Seed, uint64(step)),
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("step %d: rollout: %w", step, err)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	tRollout := time.Since(t0)
+
+	// 3. Rewards and advantages per trajectory (its G chains are the group
+	// at each turn), then one sequence per memory and judge call.
+	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens}
+	var seqs []grpo.Sequence
+	var forced [][]bool
+	var rows []rolloutRow
+	var nTurns, nMem int
+	for e, ep := range episodes {
+		group := chains[e*G : (e+1)*G]
+		sc, err := scoreGroup(o.Rewards, o.GRPO.ScaleRewards, ep, group)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
+		}
+		for c, ch := range group {
+			for t := range ch.Turns {
+				tu := &ch.Turns[t]
+				nTurns++
+				m.RewardJudge += sc.rewards.Judge[t][c]
+				m.AccuracyJudge += sc.correct[t][c]
+				m.AccuracyMemory += sc.memCorrect[t][c]
+				m.MemoryChars += float64(tu.MemoryChars())
+				if tu.Decision == rollout.DecisionReject {
+					m.RejectRate++
+				}
+				if !tu.Judge.Parsed {
+					m.JudgeViolationRate++
+				}
+				if tu.Memory != nil {
+					nMem++
+					m.RewardMemory += sc.rewards.Memory[t][c]
+					if !tu.Memory.Parsed {
+						m.MemoryViolationRate++
+					}
+					seqs = append(seqs, sequence(tu.Memory, grpo.PhaseMemory, sc.advMemory[t][c], sc.rewards.Memory[t][c]))
+					forced = append(forced, tu.Memory.Forced)
+				}
+				seqs = append(seqs, sequence(&tu.Judge, grpo.PhaseJudge, sc.advJudge[t][c], sc.rewards.Judge[t][c]))
+				forced = append(forced, tu.Judge.Forced)
+				if r.rollouts != nil {
+					rows = append(rows, newRolloutRow(step, ep, ch, t, sc, o.Train.LogTexts))
+				}
+			}
+		}
+	}
+	m.RewardJudge /= float64(nTurns)
+	m.AccuracyJudge /= float64(nTurns)
+	m.AccuracyMemory /= float64(nTurns)
+	m.MemoryChars /= float64(nTurns)
+	m.RejectRate /= float64(nTurns)
+	m.JudgeViolationRate /= float64(nTurns)
+	if nMem > 0 {
+		m.RewardMemory /= float64(nMem)
+		m.MemoryViolationRate /= float64(nMem)
+	}
+	for _, s := range seqs {
+		if s.Advantage != 0 {
+			m.NonzeroAdvantages++
+		}
+	}
+	m.NonzeroAdvantages /= float64(len(seqs))
+
+	// 4. The GRPO update: forced tokens (structured decoding) carry no
+	// choice and are left out of the loss.
+	batch, err := newBatch(seqs, forced)
+	if err != nil {
+		return nil, fmt.Errorf("step %d: %w", step, err)
+	}
+	t1 := time.Now()
+	if r.refCtx != nil {
+		if batch.RefLogProbs, err = r.trainer.LogProbs(r.refCtx, batch); err != nil {
+			return nil, fmt.Errorf("step %d: reference log-probs: %w", step, err)
+		}
+	}
+	stats, err := r.trainer.Update(batch)
+	if err != nil {
+		return nil, fmt.Errorf("step %d: %w", step, err)
+	}
+	last := stats[len(stats)-1]
+	m.Loss, m.GradNorm, m.KL, m.ClipFraction = last.Loss, last.GradNorm, last.MeanKL, last.ClipFrac
+	m.Ratio, m.Entropy, m.LR = last.MeanRatio, last.Entropy, last.LR
+	m.Sequences, m.CompletionTokens = last.Sequences, last.Tokens
+	m.UpdateSeconds = time.Since(t1).Seconds()
+	m.RolloutSeconds = tRollout.Seconds()
+	m.Seconds = time.Since(t0).Seconds()
+	m.Elapsed = time.Since(r.started).Seconds()
+	m.TokensPerSecond = float64(m.PromptTokens+m.GeneratedTokens+m.CompletionTokens) / m.Seconds
+
+	if r.rollouts != nil {
+		for _, row := range rows {
+			if err := r.rollouts.write(row); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r.progress(m)
+	return m, nil
+}
+
+// newBatch lays sequences out as a GRPO batch whose target positions are
+// only the completion tokens the model chose: tokens forced by structured
+// decoding carry no choice, so they are neither in the loss nor computed
+// (the LM head runs over vocabulary-sized rows only where it must).
+func newBatch(seqs []grpo.Sequence, forced [][]bool) (*grpo.Batch, error) {
+	L, K := 2, 1
+	for i, s := range seqs {
+		if len(s.Prompt) == 0 {
+			return nil, fmt.Errorf("sequence %d has an empty prompt", i)
+		}
+		L = max(L, len(s.Prompt)+len(s.Completion))
+		n := 0
+		for k := range s.Completion {
+			if k >= len(forced[i]) || !forced[i][k] {
+				n++
+			}
+		}
+		K = max(K, n)
+	}
+	b := &grpo.Batch{}
+	for i, s := range seqs {
+		tokens, attn := make([]int32, L), make([]int32, L)
+		n := copy(tokens, s.Prompt)
+		copy(tokens[n:], s.Completion)
+		for p := range len(s.Prompt) + len(s.Completion) {
+			attn[p] = 1
+		}
+		pos, mask := make([]int32, K), make([]float32, K)
+		for k := range pos {
+			pos[k] = 1 // padding entries: any valid position, masked out
+		}
+		j := 0
+		for k := range s.Completion {
+			if k < len(forced[i]) && forced[i][k] {
+				continue
+			}
+			pos[j], mask[j] = int32(len(s.Prompt)+k), 1
+			j++
+		}
+		b.Tokens = append(b.Tokens, tokens)
+		b.AttnMask = append(b.AttnMask, attn)
+		b.TargetPos = append(b.TargetPos, pos)
+		b.LossMask = append(b.LossMask, mask)
+		b.Advantages = append(b.Advantages, s.Advantage)
+		b.Phase = append(b.Phase, s.Phase)
+		b.Rewards = append(b.Rewards, s.Reward)
+	}
+	return b, nil
+}
+
+// sequence turns a guard call into a GRPO sequence with its phase's advantage.
+func sequence(c *rollout.Call, phase grpo.Phase, adv, reward float64) grpo.Sequence {
+	s := grpo.Sequence{Phase: phase, Advantage: float32(adv), Reward: float32(reward)}
+	s.Prompt = make([]int32, len(c.Prompt))
+	for i, id := range c.Prompt {
+		s.Prompt[i] = int32(id)
+	}
+	s.Completion = make([]int32, len(c.Completion))
+	for i, id := range c.Completion {
+		s.Completion[i] = int32(id)
+	}
+	return s
+}
+
+// scored is one trajectory's group after scoring: rewards, advantages and
+// the correctness terms, all [turn][chain].
+type scored struct {
+	rewards             rewards.Rewards
+	advMemory, advJudge [][]float64
+	correct, memCorrect [][]float64
+}
+
+// scoreGroup computes the rewards of one trajectory's G chains (DESIGN.md
+// "Rewards") and their per-turn, per-phase group advantages.
+func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*rollout.Chain) (*scored, error) {
+	T, G := ep.End-ep.Start, len(group)
+	labels := make([]int, T)
+	outcomes := make([][]rewards.Outcome, T)
+	for t := range T {
+		labels[t] = ep.Traj.Turns[ep.Start+t].Label
+		outcomes[t] = make([]rewards.Outcome, G)
+		for c, ch := range group {
+			tu := &ch.Turns[t]
+			outcomes[t][c] = rewards.Outcome{
+				// Judge-only has no memory call: its memory terms are unused.
+				MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
+				MemoryChars:  tu.MemoryChars(),
+				JudgeParsed:  tu.Judge.Parsed,
+				Reject:       tu.Decision == rollout.DecisionReject,
+			}
+		}
+	}
+	rw, err := rewards.Compute(cfg, labels, outcomes)
+	if err != nil {
+		return nil, err
+	}
+	advM, advJ, err := grpo.PhaseAdvantages(rw, scale)
+	if err != nil {
+		return nil, err
+	}
+	s := &scored{rewards: rw, advMemory: advM, advJudge: advJ}
+	s.correct = make([][]float64, T)
+	s.memCorrect = make([][]float64, T)
+	for t := range T {
+		s.correct[t] = make([]float64, G)
+		s.memCorrect[t] = make([]float64, G)
+		for c := range G {
+			o := outcomes[t][c]
+			s.correct[t][c] = rewards.Correct(labels[t], o)
+			// r^M = discounted correctness − f·[unparsed] − length penalty.
+			pen := cfg.LengthPenalty(o.MemoryChars)
+			if !o.MemoryParsed {
+				pen += cfg.FormatPenalty
+			}
+			s.memCorrect[t][c] = rw.Memory[t][c] + pen
+		}
+	}
+	return s, nil
+}
+
+// mixSeed derives a seed from a base seed and a salt (a splitmix64 step).
+func mixSeed(seed, salt uint64) uint64 {
+	x := seed + 0x9e3779b97f4a7c15*(salt+1)
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
