@@ -37,6 +37,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newTokenizeCmd(),
 		newTrainCmd(),
 		newEvalCmd(),
+		newSweepCmd(),
 	)
 	return root
 }
