@@ -15,8 +15,21 @@ test:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -count=1 $(PKGS)
 
+# Benchmarks of every package (results also in bin/bench.txt), then the
+# model's benchmarks redone in PyTorch float32 and printed side by side with
+# the ratios (needs /usr/bin/python3 with torch; skipped otherwise).
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS)
+	@mkdir -p bin
+	@$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS) > bin/bench.txt; status=$$?; cat bin/bench.txt; exit $$status
+	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
+	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt; \
+	else echo "bench: no /usr/bin/python3 with torch, PyTorch comparison skipped"; fi
+
+# The main job on the bundled data: a tiny random Qwen3 trained for a few
+# GRPO steps on CPU (configs/tiny.yaml), into runs/tiny.
+demo: build
+	rm -rf runs/tiny
+	$(BIN) train --config configs/tiny.yaml --out runs/tiny
 
 # The long acceptance run of `mageguard eval` (not part of `make test`): a random
 # tiny checkpoint evaluated over the bundled eval split as MAGE and as judge-only

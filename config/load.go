@@ -10,6 +10,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 
@@ -25,7 +26,16 @@ type Validator interface {
 
 // LoadFile decodes the YAML file path into dst (a pointer to a struct that
 // already holds the defaults). Keys absent from the file keep their values.
+// A top-level `base: FILE` key (a path relative to this file) names a file
+// loaded first, which this one overrides.
 func LoadFile(path string, dst any) error {
+	return loadFile(path, dst, 0)
+}
+
+func loadFile(path string, dst any, depth int) error {
+	if depth > 8 {
+		return fmt.Errorf("config %s: more than 8 nested base files (a cycle?)", path)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -37,7 +47,26 @@ func LoadFile(path string, dst any) error {
 	if len(doc.Content) == 0 { // empty file
 		return nil
 	}
-	if err := apply(doc.Content[0], reflect.ValueOf(dst).Elem(), ""); err != nil {
+	root := doc.Content[0]
+	// A top-level `base: FILE` (relative to this file) is loaded first; the
+	// rest of this file overrides it.
+	if root.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if root.Content[i].Value != "base" {
+				continue
+			}
+			base := root.Content[i+1].Value
+			if !filepath.IsAbs(base) {
+				base = filepath.Join(filepath.Dir(path), base)
+			}
+			if err := loadFile(base, dst, depth+1); err != nil {
+				return fmt.Errorf("config %s: base: %w", path, err)
+			}
+			root.Content = append(root.Content[:i:i], root.Content[i+2:]...)
+			break
+		}
+	}
+	if err := apply(root, reflect.ValueOf(dst).Elem(), ""); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil

@@ -125,3 +125,32 @@ func TestMarshalRoundTrip(t *testing.T) {
 		t.Fatalf("round trip: %+v", back)
 	}
 }
+
+func TestBaseFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("base.yaml", "a:\n  gamma: 0.25\n  steps: 3\n")
+	child := write("child.yaml", "base: base.yaml\na:\n  steps: 4\n")
+	r := defaults()
+	if err := LoadFile(child, r); err != nil {
+		t.Fatal(err)
+	}
+	// The base sets gamma and steps; the child overrides steps; name stays default.
+	if r.A.Gamma != 0.25 || r.A.Steps != 4 || r.A.Name != "x" {
+		t.Fatalf("got %+v", r.A)
+	}
+	cycle := write("cycle.yaml", "base: cycle.yaml\n")
+	if err := LoadFile(cycle, defaults()); err == nil || !strings.Contains(err.Error(), "nested base files") {
+		t.Fatalf("a base cycle gave %v", err)
+	}
+	bad := write("bad.yaml", "base: missing.yaml\n")
+	if err := LoadFile(bad, defaults()); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("a missing base gave %v", err)
+	}
+}

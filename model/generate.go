@@ -12,8 +12,9 @@ package model
 // to slots ≤ that position, so rows of different lengths share the batch
 // without left-padding and a padded batch equals its rows run alone.
 //
-// Sampling runs on the host from the [B, V] log-probs each step brings back
-// (log_softmax(logits / temperature), the same graph code as TokenLogProbs):
+// Sampling runs on the host from the [B, V] logits / temperature and their
+// logsumexp that each step brings back (log-prob = z - lse, the same
+// formula and graph code as TokenLogProbs):
 // greedy, or temperature with optional top-k / top-p. The constraint hook
 // costs nothing in the graph: a forced token is O(1), an allowed set
 // O(|set|), a banned set one O(V) pass, all on the host; the price paid by
@@ -184,7 +185,7 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 	if err != nil {
 		return fmt.Errorf("generate: prefill: %w", err)
 	}
-	logp, cache := res[0], res[1:]
+	z, lse, cache := res[0], res[1], res[2:]
 	defer func() {
 		for _, t := range cache {
 			t.FinalizeAll()
@@ -211,15 +212,24 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 	V := m.cfg.VocabSize
 	next := make([]int32, B)
 	pos := make([]int32, B)
+	lp := make([]float32, V) // one row's log-probs
 	for step := 0; step < opts.MaxNewTokens; step++ {
-		// Pick the next token of every live row from this step's log-probs.
+		// Pick the next token of every live row from this step's log-probs,
+		// log_softmax(z)[v] = z[v] - lse (float32, as in TokenLogProbs).
+		lses, err := tensors.CopyFlatData[float32](lse)
+		lse.FinalizeAll()
+		if err != nil {
+			return fmt.Errorf("generate: reading log-probs: %w", err)
+		}
 		var pickErr error
-		err := tensors.ConstFlatData(logp, func(flat []float32) {
+		err = tensors.ConstFlatData(z, func(flat []float32) {
 			for i := 0; i < n && pickErr == nil; i++ {
 				if !live[i] {
 					continue
 				}
-				lp := flat[i*V : (i+1)*V]
+				for v, x := range flat[i*V : (i+1)*V] {
+					lp[v] = x - lses[i]
+				}
 				if opts.observe != nil {
 					opts.observe(first+i, step, lp)
 				}
@@ -240,7 +250,7 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 				}
 			}
 		})
-		logp.FinalizeAll()
+		z.FinalizeAll()
 		if err != nil {
 			return fmt.Errorf("generate: reading log-probs: %w", err)
 		}
@@ -251,6 +261,7 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 			break
 		}
 		// Feed the picked tokens: row b's token of step t goes to slot len_b + t.
+		// Finished and filler rows write into their slot 0: their cache no longer matters.
 		for b := 0; b < B; b++ {
 			next[b], pos[b] = 0, 0
 			if b < n && live[b] {
@@ -266,7 +277,7 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 		if err != nil {
 			return fmt.Errorf("generate: decode step %d: %w", step, err)
 		}
-		logp, cache = res[0], res[1:]
+		z, lse, cache = res[0], res[1], res[2:]
 	}
 	return nil
 }
@@ -315,28 +326,32 @@ func (m *Model) prefillExec(S int) (*context.Exec, error) {
 }
 
 // prefillGraph: tokens [B, Lp] int32, mask [B, Lp] bool, last [B] int32 (each
-// row's last prompt position), temperature scalar → [log-probs [B, V] at
-// last, k₀, v₀, k₁, v₁, … each [B, S, nkv, D]].
+// row's last prompt position), temperature scalar → [z = logits / T [B, V]
+// at last, lse = logsumexp(z) [B], k₀, v₀, k₁, v₁, … each [B, S, nkv, D]].
 func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperature *Node, S int) []*Node {
 	g := tokens.Graph()
 	B, Lp := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
 	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
 	cache := make([]*Node, 2*m.cfg.NumHiddenLayers)
 	keep := func(li int, k, v *Node) (*Node, *Node) {
-		pad := func(x *Node) *Node { // [B, Lp, nkv, D] → [B, S, nkv, D]
+		// The cache keeps the prompt's keys and values and zeros elsewhere
+		// (padding included): decoding adds each new key/value into a zero slot.
+		store := func(x *Node) *Node { // [B, Lp, nkv, D] → [B, S, nkv, D]
+			x = Where(mask, x, ZerosLike(x))
 			if S == Lp {
 				return x
 			}
 			return Concatenate([]*Node{x, Zeros(g, shapes.Make(x.DType(), B, S-Lp, nkv, D))}, 1)
 		}
-		cache[2*li], cache[2*li+1] = pad(k), pad(v)
+		cache[2*li], cache[2*li+1] = store(k), store(v)
 		return k, v
 	}
 	h := m.forward(ctx, tokens, positionsOf(g, B, Lp), causalBias(mask), keep) // [B, Lp, H]
 	row := Iota(g, shapes.Make(dtypes.Int32, B), 0)
-	hLast := Gather(h, Stack([]*Node{row, last}, -1))          // [B, H]
-	logp := logSoftmax(Div(m.lmHead(ctx, hLast), temperature)) // [B, V]
-	return append([]*Node{logp}, cache...)
+	hLast := Gather(h, Stack([]*Node{row, last}, -1)) // [B, H]
+	z := Div(m.lmHeadRows(ctx, hLast), temperature)   // [B, V]: logits / temperature
+	lse, _, _ := logSumExp(z)                         // [B]
+	return append([]*Node{z, lse}, cache...)
 }
 
 // decodeExec returns the decode executable (compiled per (B, S) bucket).
@@ -357,28 +372,30 @@ func (m *Model) decodeExec() (*context.Exec, error) {
 }
 
 // decodeGraph: token [B] int32 at position pos [B] int32, temperature
-// scalar, cache (k, v per layer, [B, S, nkv, D]) → [log-probs [B, V], the
-// updated cache…]. The new key/value of row b is written at slot pos[b] with
-// Where, and row b attends to slots ≤ pos[b].
+// scalar, cache (k, v per layer, [B, S, nkv, D]) → [z = logits / T [B, V],
+// lse [B], the updated cache…]. Row b's new key/value is added (ScatterSum) into slot
+// pos[b], which holds zeros until then: only B·nkv·D values are written, in
+// place when the cache buffers are donated. Row b attends to slots ≤ pos[b].
 func (m *Model) decodeGraph(ctx *context.Context, token, pos, temperature *Node, cache []*Node) []*Node {
 	g := token.Graph()
 	B := token.Shape().Dimensions[0]
 	S := cache[0].Shape().Dimensions[1]
 	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
-	slot := Equal(Iota(g, shapes.Make(dtypes.Int32, B, S), 1), Reshape(pos, B, 1)) // [B, S]: the slot written now
+	slot := Stack([]*Node{Iota(g, shapes.Make(dtypes.Int32, B), 0), pos}, -1) // [B, 2]: (b, pos[b])
 	updated := make([]*Node, len(cache))
 	write := func(li int, k, v *Node) (*Node, *Node) { // k, v: [B, 1, nkv, D]
 		upd := func(x, c *Node) *Node {
-			return Where(slot, BroadcastToDims(x, B, S, nkv, D), c) // [B, S, nkv, D]
+			return ScatterSum(c, slot, Reshape(x, B, nkv, D), true, true) // [B, S, nkv, D]
 		}
 		updated[2*li], updated[2*li+1] = upd(k, cache[2*li]), upd(v, cache[2*li+1])
 		return updated[2*li], updated[2*li+1]
 	}
 	allowed := LessOrEqual(Iota(g, shapes.Make(dtypes.Int32, B, 1, S), 2), Reshape(pos, B, 1, 1)) // [B, 1, S]
 	bias := Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
-	h := m.forward(ctx, Reshape(token, B, 1), Reshape(pos, B, 1), bias, write)           // [B, 1, H]
-	logp := logSoftmax(Div(m.lmHead(ctx, Reshape(h, B, m.cfg.HiddenSize)), temperature)) // [B, V]
-	return append([]*Node{logp}, updated...)
+	h := m.forward(ctx, Reshape(token, B, 1), Reshape(pos, B, 1), bias, write) // [B, 1, H]
+	z := Div(m.lmHeadRows(ctx, Reshape(h, B, m.cfg.HiddenSize)), temperature)  // [B, V]: logits / temperature
+	lse, _, _ := logSumExp(z)                                                  // [B]
+	return append([]*Node{z, lse}, updated...)
 }
 
 // sampler picks the tokens of one row.

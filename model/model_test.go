@@ -81,7 +81,9 @@ func fullLogProbs(t *testing.T, m *Model, seq []int, temperature float64) [][]fl
 // samples from (prefill + cached steps, batched rows of different lengths)
 // equal a full forward pass over prompt + generated tokens, within 1e-5.
 func TestKVCacheMatchesFullForward(t *testing.T) {
-	m := newTestModel(t, testConfig(), 1)
+	cfg := testConfig()
+	cfg.VocabSize = 6000 // batch 4 × 6000 logits: the split LM head (lmHeadRows) is used
+	m := newTestModel(t, cfg, 1)
 	rng := rand.New(rand.NewPCG(7, 7))
 	prompts := randomSeqs(rng, m.cfg.VocabSize, 5, 13, 1)
 	for _, temp := range []float64{0, 0.8} {
@@ -363,5 +365,47 @@ func TestTrainingStepReducesLoss(t *testing.T) {
 	}
 	if math.Abs(float64(losses[0])-math.Log(256)) > 1.5 {
 		t.Errorf("initial loss %g is far from log(vocab) = %g", losses[0], math.Log(256))
+	}
+}
+
+// TestLMHeadRows checks the split LM head of generation against the plain
+// product, where the split applies (B·V above the pure-Go backend's limit).
+func TestLMHeadRows(t *testing.T) {
+	if n := lmHeadSplit(8, 151936); n != 128 { // 151936 = 128 · 1187; 8 · 1187 ≤ 16384
+		t.Errorf("lmHeadSplit(8, 151936) = %d, want 128", n)
+	}
+	if n := lmHeadSplit(1, 151936); n != 16 { // 151936 / 16 = 9496 ≤ 16384 < 18992
+		t.Errorf("lmHeadSplit(1, 151936) = %d, want 16", n)
+	}
+	if n := lmHeadSplit(4, 4096); n != 1 {
+		t.Errorf("lmHeadSplit(4, 4096) = %d, want 1", n)
+	}
+	cfg := testConfig()
+	cfg.VocabSize = 6000
+	m := newTestModel(t, cfg, 8)
+	for _, B := range []int{1, 3, 8} {
+		if lmHeadSplit(B, 6000) == 1 && B > 2 {
+			t.Fatalf("B=%d: no split to test", B)
+		}
+		h := make([][]float32, B)
+		rng := rand.New(rand.NewPCG(uint64(B), 1))
+		for b := range h {
+			for j := 0; j < cfg.HiddenSize; j++ {
+				h[b] = append(h[b], float32(rng.NormFloat64()))
+			}
+		}
+		e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, x *Node) (*Node, *Node) {
+			return m.lmHeadRows(ctx, x), m.lmHead(ctx, x)
+		})
+		res, err := e.Exec(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		split, plain := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
+		for i := range plain {
+			if math.Abs(float64(split[i]-plain[i])) > 1e-5 {
+				t.Fatalf("B=%d: logit %d: split %g, plain %g", B, i, split[i], plain[i])
+			}
+		}
 	}
 }

@@ -26,7 +26,7 @@
 // RMSNorm is x / Sqrt(mean(x²) + eps) (Rsqrt has no gradient there); RoPE's
 // rotate-half is a product with a fixed ±1 permutation matrix (the gradient of
 // Slice needs Pad, which is missing); the KV cache is written with
-// Where(slot == position) (no DynamicUpdateSlice). Weights keep the Hugging
+// ScatterSum into zeroed slots (no DynamicUpdateSlice). Weights keep the Hugging
 // Face [out, in] layout and products contract on their last axis (5× faster
 // for decode-shaped products). The gradient of DotGeneral is replaced, at
 // package init, by a matmul-based one (vjp.go).
@@ -221,12 +221,49 @@ func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, kv 
 
 // lmHead maps hidden states [..., H] to float32 logits [..., V].
 func (m *Model) lmHead(ctx *context.Context, h *Node) *Node {
-	name := "lm_head.weight"
-	if m.cfg.TieWordEmbeddings {
-		name = "model.embed_tokens.weight"
-	}
-	w := m.weight(ctx, h.Graph(), name)                                     // [V, H]
+	w := m.lmWeight(ctx, h.Graph())                                         // [V, H]
 	return toF32(DotGeneral(h, []int{h.Rank() - 1}, nil, w, []int{1}, nil)) // [..., V]
+}
+
+func (m *Model) lmWeight(ctx *context.Context, g *Graph) *Node {
+	if m.cfg.TieWordEmbeddings {
+		return m.weight(ctx, g, "model.embed_tokens.weight")
+	}
+	return m.weight(ctx, g, "lm_head.weight")
+}
+
+// smallProductLimit is the size of the output of one matrix product up to
+// which GoMLX's pure-Go backend (v0.26) multiplies in place; above it, it
+// copies both operands into 32×32 blocks and pads the rows to 32.
+const smallProductLimit = 16 * 32 * 32
+
+// lmHeadSplit is the smallest n dividing V with B·V/n ≤ smallProductLimit
+// (1 when there is none below V).
+func lmHeadSplit(B, V int) int {
+	for n := 1; n < V; n++ {
+		if V%n == 0 && B*(V/n) <= smallProductLimit {
+			return n
+		}
+	}
+	return 1
+}
+
+// lmHeadRows maps a few hidden states h [B, H] (the rows being generated)
+// to float32 logits [B, V]. On the pure-Go backend, [B, H]·[V, H]ᵀ with
+// B×V above smallProductLimit would copy the whole [V, H] weight into blocks
+// and pad B to 32 rows at every decoding step; instead the weight is viewed
+// as [n, V/n, H] (no copy) and multiplied as n batched products of size
+// B×V/n under the limit. Same numbers, ~4× (B = 8) to ~30× (B = 1) less work.
+func (m *Model) lmHeadRows(ctx *context.Context, h *Node) *Node {
+	B, H, V := h.Shape().Dimensions[0], m.cfg.HiddenSize, m.cfg.VocabSize
+	n := lmHeadSplit(B, V)
+	if n == 1 || m.backend.Name() != "SimpleGo (go)" {
+		return m.lmHead(ctx, h)
+	}
+	w := Reshape(m.lmWeight(ctx, h.Graph()), n, V/n, H)            // [n, V/n, H]
+	hb := BroadcastToDims(Reshape(h, 1, B, H), n, B, H)            // [n, B, H]
+	z := DotGeneral(hb, []int{2}, []int{0}, w, []int{2}, []int{0}) // [n, B, V/n]
+	return toF32(Reshape(TransposeAllAxes(z, 1, 0, 2), B, V))      // [B, V]
 }
 
 // causalBias is the additive attention bias [B, L, L] of a right-padded
@@ -268,12 +305,18 @@ func (m *Model) Logits(ctx *context.Context, tokens, attnMask *Node) *Node {
 	return m.lmHead(ctx, m.Hidden(ctx, tokens, attnMask))
 }
 
-// logSoftmax is z - logsumexp(z) over the last axis, float32. It is the one
-// implementation behind TokenLogProbs and the sampler's log-probs.
-func logSoftmax(z *Node) *Node {
-	zmax := StopGradient(ReduceAndKeep(z, ReduceMax, -1))
-	lse := Add(Log(ReduceAndKeep(Exp(Sub(z, zmax)), ReduceSum, -1)), zmax)
-	return Sub(z, lse)
+// logSumExp returns lse = log Σᵥ exp(z[…, v]) over the last axis ([…],
+// float32), and the shifted exponentials e = exp(z - max) [..., V] with
+// their sums [...] for reuse. log_softmax(z)[v] is then z[v] - lse: the one
+// formula behind TokenLogProbs and the sampler's log-probs. The full
+// [..., V] log-softmax is never materialized (on the pure-Go backend every
+// broadcast over the vocabulary is a slow pass).
+func logSumExp(z *Node) (lse, e, sumE *Node) {
+	zmax := StopGradient(ReduceAndKeep(z, ReduceMax, -1)) // [..., 1]
+	e = Exp(Sub(z, zmax))                                 // [..., V]
+	sumE = ReduceSum(e, -1)                               // [...]
+	lse = Add(Log(sumE), Squeeze(zmax, -1))               // [...]
+	return lse, e, sumE
 }
 
 // TokenLogProbs returns, for tokens [B, L] (int32, right-padded), attnMask
@@ -312,12 +355,12 @@ func (m *Model) tokenLogProbs(ctx *context.Context, tokens, attnMask, targetPos 
 	prev := SubScalar(targetPos, 1)                                     // [B, K]: p-1
 	hs := Gather(h, Stack([]*Node{row, prev}, -1))                      // [B, K, H]: only the needed positions
 	z := Div(m.lmHead(ctx, hs), Scalar(g, dtypes.Float32, temperature)) // [B, K, V] logits / temperature
-	lp := logSoftmax(z)                                                 // [B, K, V]
+	lse, e, sumE := logSumExp(z)                                        // [B, K]
 	target := Gather(tokens, Stack([]*Node{row, targetPos}, -1))        // [B, K]: tokens[b, p]
 	col := Iota(g, shapes.Make(dtypes.Int32, B, K), 1)                  // [B, K]: k
-	logp = Gather(lp, Stack([]*Node{row, col, target}, -1))             // [B, K]
+	logp = Sub(Gather(z, Stack([]*Node{row, col, target}, -1)), lse)    // [B, K]: z[target] - lse
 	if withEntropy {
-		entropy = Neg(ReduceSum(Mul(Exp(lp), lp), -1)) // [B, K]: -Σ p log p
+		entropy = Sub(lse, Div(ReduceSum(Mul(e, z), -1), sumE)) // [B, K]: -Σ p log p = lse - Σ p z
 	}
 	return logp, entropy
 }

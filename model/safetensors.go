@@ -307,6 +307,9 @@ func writeSafetensors(path string, ts []stTensor, metadata map[string]string) (e
 			os.Remove(tmp.Name())
 		}
 	}()
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes it 0600
+		return fmt.Errorf("safetensors %s: %w", path, err)
+	}
 	w := bufio.NewWriterSize(tmp, 1<<20)
 	var lenBuf [8]byte
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hb)))

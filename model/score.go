@@ -109,7 +109,11 @@ func (m *Model) Score(in *ScoreInput) (*ScoreOutput, error) {
 	err = tensors.ConstFlatData(logits, func(flat []float32) {
 		for b, s := range in.Sequences {
 			n := len(s)
-			seq := ScoreSequence{InputIDs: append([]int(nil), s...), Length: n}
+			// Empty lists (not null) where the reference has [] (e.g. the log-probs of a 1-token sequence).
+			seq := ScoreSequence{InputIDs: append([]int{}, s...), Length: n,
+				Argmax: []int{}, ArgmaxMargin: []float64{}, Logsumexp: []float64{}, NextTokenLogprobs: []float64{},
+				LastLogitsPositions: []int{}, LastLogits: [][]float32{},
+				GreedyNewTokens: []int{}, GreedyMargins: []float64{}, GreedyLogprobs: []float64{}}
 			for t := 0; t < n; t++ {
 				row := flat[(b*L+t)*V : (b*L+t+1)*V]
 				arg, margin := top2(row)
@@ -142,7 +146,7 @@ func (m *Model) Score(in *ScoreInput) (*ScoreOutput, error) {
 			return nil, fmt.Errorf("score: %w", err)
 		}
 		for i, g := range gens {
-			out.Sequences[i].GreedyNewTokens = g.Tokens
+			out.Sequences[i].GreedyNewTokens = append(out.Sequences[i].GreedyNewTokens, g.Tokens...)
 			for _, lp := range g.LogProbs {
 				out.Sequences[i].GreedyLogprobs = append(out.Sequences[i].GreedyLogprobs, float64(lp))
 			}

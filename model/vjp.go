@@ -92,8 +92,8 @@ func iotaInts(start, n int) []int {
 //
 //	dA = DotGeneral(V, B) contracting V's B-cross axes with B's cross axes, batch on batch
 //	     → [batch…, A-cross…, B-contracting (in B's axis order)…], then transposed into A's axis order;
-//	dB = DotGeneral(A, V) contracting A's cross axes with V's A-cross axes, batch on batch
-//	     → [batch…, A-contracting (in A's axis order)…, B-cross…], then transposed into B's axis order.
+//	dB = DotGeneral(V, A) contracting V's A-cross axes with A's cross axes, batch on batch
+//	     → [batch…, B-cross…, A-contracting (in A's axis order)…], then transposed into B's axis order.
 func DotGeneralVJP(node *Node, vjps []*Node, outputShape shapes.Shape) []*Node {
 	ax, ok := readDotAxes(node)
 	if !ok {
@@ -103,7 +103,7 @@ func DotGeneralVJP(node *Node, vjps []*Node, outputShape shapes.Shape) []*Node {
 	lhs, rhs := node.Inputs()[0], node.Inputs()[1]
 	lhsCross := crossAxes(lhs.Rank(), ax.lhsContracting, ax.lhsBatch)
 	rhsCross := crossAxes(rhs.Rank(), ax.rhsContracting, ax.rhsBatch)
-	nb, nlc, nrc, nc := len(ax.lhsBatch), len(lhsCross), len(rhsCross), len(ax.lhsContracting)
+	nb, nlc, nrc := len(ax.lhsBatch), len(lhsCross), len(rhsCross)
 	vBatch := iotaInts(0, nb)
 	vLhsCross := iotaInts(nb, nlc)
 	vRhsCross := iotaInts(nb+nlc, nrc)
@@ -124,19 +124,20 @@ func DotGeneralVJP(node *Node, vjps []*Node, outputShape shapes.Shape) []*Node {
 	}
 	dLhs := transposeIfNeeded(dl, lhsPerm)
 
-	// dB: [batch…, A-contracting sorted…, B-cross…]
-	dr := DotGeneral(lhs, lhsCross, ax.lhsBatch, v, vLhsCross, vBatch)
+	// dB: DotGeneral(V, A) → [batch…, B-cross…, A-contracting sorted…]: for the
+	// usual x·Wᵀ with W [out, in] that is already W's layout (no transpose).
+	dr := DotGeneral(v, vLhsCross, vBatch, lhs, lhsCross, ax.lhsBatch)
 	rhsPerm := make([]int, rhs.Rank())
 	for i, a := range ax.rhsBatch {
 		rhsPerm[a] = i
 	}
+	for i, a := range rhsCross {
+		rhsPerm[a] = nb + i
+	}
 	lhsContractingSorted := slices.Sorted(slices.Values(ax.lhsContracting))
 	for k, l := range lhsContractingSorted {
 		i := slices.Index(ax.lhsContracting, l)
-		rhsPerm[ax.rhsContracting[i]] = nb + k
-	}
-	for i, a := range rhsCross {
-		rhsPerm[a] = nb + nc + i
+		rhsPerm[ax.rhsContracting[i]] = nb + nrc + k
 	}
 	dRhs := transposeIfNeeded(dr, rhsPerm)
 	return []*Node{dLhs, dRhs}

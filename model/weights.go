@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -208,6 +209,7 @@ func LoadAs(backend backends.Backend, dir string, dtype dtypes.DType) (*Model, e
 	}()
 	specs := tensorSpecs(&m.cfg)
 	expected := map[string]bool{}
+	var garbage int64 // bytes of host copies released since the last collection
 	for _, s := range specs {
 		expected[s.name] = true
 		f, ok := where[s.name]
@@ -219,14 +221,29 @@ func LoadAs(backend backends.Backend, dir string, dtype dtypes.DType) (*Model, e
 			return nil, fmt.Errorf("safetensors %s: tensor %s has shape %v, the config wants %v", f.path, s.name, e.Shape, s.shape)
 		}
 		t := tensors.FromShape(shapes.Make(dtype, s.shape...))
+		shared := backend.HasSharedBuffers()
+		if shared {
+			// Move the (still untouched, zero) storage to a backend buffer first:
+			// readInto then writes straight into the memory the model runs on.
+			if err := t.MaterializeOnDevice(backend, true, 0); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: tensor %s: %w", dir, s.name, err)
+			}
+		}
 		if err := f.readInto(s.name, t); err != nil {
 			return nil, err
 		}
-		// Hand the tensor to the backend now, so at most one tensor is held twice at a time.
-		if err := t.MaterializeOnDevice(backend, true, 0); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: tensor %s: %w", dir, s.name, err)
+		if !shared {
+			// Copy to the device and drop the host copy.
+			if err := t.MaterializeOnDevice(backend, false, 0); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: tensor %s: %w", dir, s.name, err)
+			}
+			t.FinalizeLocal()
 		}
 		m.setWeight(s.name, t)
+		if garbage += int64(t.Memory()); garbage > 64<<20 {
+			runtime.GC()
+			garbage = 0
+		}
 	}
 	for _, name := range sortedKeys(where) {
 		if expected[name] || (m.cfg.TieWordEmbeddings && name == "lm_head.weight") {
@@ -383,7 +400,10 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		if err != nil {
 			return fmt.Errorf("save %s: %w", dir, err)
 		}
-		defer os.RemoveAll(tmp) // a no-op after the final rename
+		defer os.RemoveAll(tmp)                      // a no-op after the final rename
+		if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it 0700
+			return fmt.Errorf("save %s: %w", dir, err)
+		}
 		dir = tmp
 	} else if statErr != nil {
 		return fmt.Errorf("save %s: %w", dir, statErr)
@@ -488,7 +508,10 @@ func writeFileAtomic(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	_, werr := tmp.Write(data)
+	werr := tmp.Chmod(0o644) // CreateTemp makes it 0600
+	if werr == nil {
+		_, werr = tmp.Write(data)
+	}
 	if werr == nil {
 		werr = tmp.Sync()
 	}
@@ -524,7 +547,10 @@ func copyFileAtomic(src, dst string, gunzip bool) error {
 	if err != nil {
 		return err
 	}
-	_, werr := io.Copy(tmp, in)
+	werr := tmp.Chmod(0o644) // CreateTemp makes it 0600
+	if werr == nil {
+		_, werr = io.Copy(tmp, in)
+	}
 	if werr == nil {
 		werr = tmp.Sync()
 	}

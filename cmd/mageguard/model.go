@@ -1,0 +1,323 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/spf13/cobra"
+
+	"github.com/mageguard/mageguard/config"
+	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/chat"
+	"github.com/mageguard/mageguard/model/tokenizer"
+)
+
+func newModelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "model",
+		Short: "Qwen3 checkpoints: init a random one, score, generate, inspect",
+		Long: `model works with Qwen3 checkpoints in the Hugging Face layout (config.json,
+model.safetensors or shards with model.safetensors.index.json, tokenizer files).
+The model section of the configuration picks the backend (model.backend: go or
+xla, model.plugin, model.parallelism) and the in-memory dtype (model.dtype).`,
+	}
+	cmd.AddCommand(newModelInitCmd(), newModelConvertCmd(), newModelScoreCmd(), newModelGenerateCmd(), newModelInspectCmd())
+	return cmd
+}
+
+// modelBackend creates the backend of the model section.
+func modelBackend(cfg *config.Config) (backends.Backend, error) {
+	return model.NewBackend(cfg.Model.BackendConfig)
+}
+
+// loadModel loads the checkpoint dir (default: model.path) in model.dtype.
+func loadModel(cfg *config.Config, dir string) (*model.Model, error) {
+	if dir == "" {
+		dir = cfg.Model.Path
+	}
+	if dir == "" {
+		return nil, errors.New("no checkpoint: pass --model DIR or set model.path")
+	}
+	dtype, err := model.ParseDType(cfg.Model.DType)
+	if err != nil {
+		return nil, fmt.Errorf("model.%w", err)
+	}
+	backend, err := modelBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return model.LoadAs(backend, dir, dtype)
+}
+
+func newModelInitCmd() *cobra.Command {
+	var (
+		out      string
+		force    bool
+		maxShard int64
+	)
+	cmd := &cobra.Command{
+		Use:   "init --out DIR",
+		Short: "Write a randomly initialized Qwen3 checkpoint (Hugging Face layout) with the tokenizer files",
+		Long: `init writes a random Qwen3 checkpoint with the architecture keys of the model
+section (configs/model-tiny.yaml: a CPU-sized model with the real Qwen3
+vocabulary), seeded by model.seed, stored as model.dtype (float32 or
+bfloat16), with the tokenizer files of model.tokenizer copied in.
+
+  mageguard model init --config configs/model-tiny.yaml --out runs/tiny
+  mageguard model init --config configs/model-tiny.yaml --out runs/tiny-bf16 --set model.dtype=bfloat16 --set model.hidden_size=128`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				return errors.New("model init: --out is required")
+			}
+			if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 && !force {
+				return fmt.Errorf("model init: %s exists and is not empty (use --force to overwrite)", out)
+			}
+			dtype, err := model.ParseDType(cfg.Model.DType)
+			if err != nil {
+				return fmt.Errorf("model init: model.%w", err)
+			}
+			backend, err := modelBackend(cfg)
+			if err != nil {
+				return err
+			}
+			m, err := model.New(backend, &cfg.Model.Config, cfg.Model.Seed, dtype)
+			if err != nil {
+				return err
+			}
+			opts := model.SaveOptions{DType: cfg.Model.DType, MaxShardBytes: maxShard, TokenizerDir: cfg.Model.Tokenizer}
+			if err := m.Save(out, opts); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "model init: wrote %s: %d parameters, %s, %s\n",
+				out, m.NumParameters(), cfg.Model.DType, cfg.Model.Config.String())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "checkpoint directory to write")
+	cmd.Flags().BoolVar(&force, "force", false, "overwrite a non-empty --out")
+	cmd.Flags().Int64Var(&maxShard, "max-shard-bytes", 0, "split the weights into shards above this size (0 = 5 GB, -1 = never)")
+	return cmd
+}
+
+func newModelConvertCmd() *cobra.Command {
+	var (
+		dir, out, dtype, tok string
+		maxShard             int64
+	)
+	cmd := &cobra.Command{
+		Use:   "convert --model DIR --out DIR2",
+		Short: "Load a checkpoint and save it again: another dtype, other shards, tokenizer files",
+		Long: `convert loads a checkpoint (float32 in memory, or model.dtype) and writes it to
+--out as --dtype (float32, bfloat16 or float16; default: model.dtype), in shards
+above --max-shard-bytes, with the tokenizer files of --tokenizer (default: the
+checkpoint's own, else model.tokenizer) copied in.
+
+  mageguard model convert --model runs/tiny --out runs/tiny-bf16 --dtype bfloat16 --max-shard-bytes 20000000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				return errors.New("model convert: --out is required")
+			}
+			m, err := loadModel(cfg, dir)
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				dir = cfg.Model.Path
+			}
+			if tok == "" {
+				tok = cfg.Model.Tokenizer
+				if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+					tok = dir
+				}
+			}
+			if tok == "-" {
+				tok = ""
+			}
+			if dtype == "" {
+				dtype = cfg.Model.DType
+			}
+			if err := m.Save(out, model.SaveOptions{DType: dtype, MaxShardBytes: maxShard, TokenizerDir: tok}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "model convert: wrote %s as %s\n", out, dtype)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "model", "", "checkpoint directory to read (default: model.path)")
+	cmd.Flags().StringVar(&out, "out", "", "checkpoint directory to write")
+	cmd.Flags().StringVar(&dtype, "dtype", "", "stored dtype: float32, bfloat16 or float16 (default: model.dtype)")
+	cmd.Flags().StringVar(&tok, "tokenizer", "", "tokenizer directory to copy (default: the checkpoint's, else model.tokenizer; \"-\" = none)")
+	cmd.Flags().Int64Var(&maxShard, "max-shard-bytes", 0, "split the weights into shards above this size (0 = 5 GB, -1 = never)")
+	return cmd
+}
+
+func newModelScoreCmd() *cobra.Command {
+	var dir, input, out string
+	cmd := &cobra.Command{
+		Use:   "score --model DIR --input inputs.json --out out.json",
+		Short: "Logits, log-probs and greedy tokens of token sequences, in the reference cases' expected.json format",
+		Long: `score reads an inputs.json ({"sequences": [[ids...], ...], "max_new_tokens": 8,
+"n_last_logits": 3, "pad_token_id": 0}), runs the sequences as one right-padded
+batch and greedy-decodes max_new_tokens after each with the KV cache, and writes
+{"sequences": [{input_ids, length, argmax, argmax_margin, logsumexp,
+next_token_logprobs, last_logits_positions, last_logits, greedy_new_tokens,
+greedy_margins, greedy_logprobs}, ...]} — the format of
+../shared/reference/qwen3/cases/*/expected.json, which qwen3_ref.py compare reads.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			if input == "" || out == "" {
+				return errors.New("model score: --input and --out are required")
+			}
+			in, err := model.ReadScoreInput(input)
+			if err != nil {
+				return err
+			}
+			m, err := loadModel(cfg, dir)
+			if err != nil {
+				return err
+			}
+			res, err := m.Score(in)
+			if err != nil {
+				return fmt.Errorf("%s: %w", input, err)
+			}
+			return res.WriteFile(out)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "model", "", "checkpoint directory (default: model.path)")
+	cmd.Flags().StringVar(&input, "input", "", "inputs.json to score")
+	cmd.Flags().StringVar(&out, "out", "", "file to write the scores to")
+	return cmd
+}
+
+func newModelGenerateCmd() *cobra.Command {
+	var (
+		dir, prompt, tok string
+		asChat, asJSON   bool
+		opts             model.GenerateOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "generate --model DIR --prompt TEXT",
+		Short: "Continue a prompt with a checkpoint (greedy by default) and print the text",
+		Long: `generate encodes --prompt with the checkpoint's tokenizer (or model.tokenizer),
+generates up to --max-new-tokens tokens, stopping at the checkpoint's
+eos_token_id, and prints the new text on stdout (--json: ids and log-probs too).
+With --chat the prompt is one user message in Qwen3's chat template, thinking off.
+
+  mageguard model generate --model runs/tiny --prompt "Hello" --max-new-tokens 16 --temperature 0.8 --seed 1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			m, err := loadModel(cfg, dir)
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				dir = cfg.Model.Path
+			}
+			if tok == "" {
+				tok = cfg.Model.Tokenizer
+				if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+					tok = dir
+				}
+			}
+			tk, err := tokenizer.Load(tok)
+			if err != nil {
+				return err
+			}
+			var ids []int
+			if asChat {
+				ids = chat.Encode(tk, []chat.Message{chat.NewMessage(chat.RoleUser, prompt)}, nil,
+					chat.Options{AddGenerationPrompt: true})
+			} else {
+				ids = tk.Encode(prompt)
+			}
+			if len(ids) == 0 {
+				return errors.New("model generate: --prompt encodes to no tokens")
+			}
+			opts.StopTokens = m.Config().EOSTokenIDs
+			gens, err := m.Generate([][]int{ids}, opts)
+			if err != nil {
+				return err
+			}
+			g := gens[0]
+			text := tk.Decode(g.Tokens, true)
+			if !asJSON {
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), text)
+				return err
+			}
+			data, err := json.Marshal(map[string]any{
+				"prompt_ids": ids, "tokens": g.Tokens, "log_probs": g.LogProbs, "stopped": g.Stopped, "text": text,
+			})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), string(data))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&dir, "model", "", "checkpoint directory (default: model.path)")
+	cmd.Flags().StringVar(&prompt, "prompt", "", "prompt text (added tokens such as <|im_start|> are recognized)")
+	cmd.Flags().StringVar(&tok, "tokenizer", "", "tokenizer directory (default: the checkpoint's, else model.tokenizer)")
+	cmd.Flags().BoolVar(&asChat, "chat", false, "wrap the prompt as a user message of Qwen3's chat template (thinking off)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print prompt ids, tokens, log-probs and text as JSON")
+	cmd.Flags().IntVar(&opts.MaxNewTokens, "max-new-tokens", 64, "tokens to generate at most")
+	cmd.Flags().Float64Var(&opts.Temperature, "temperature", 0, "sampling temperature (0 = greedy)")
+	cmd.Flags().IntVar(&opts.TopK, "top-k", 0, "sample among the k most likely tokens (0 = off)")
+	cmd.Flags().Float64Var(&opts.TopP, "top-p", 0, "nucleus sampling mass (0 = off)")
+	cmd.Flags().Uint64Var(&opts.Seed, "seed", 0, "sampling seed")
+	return cmd
+}
+
+func newModelInspectCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "inspect --model DIR",
+		Short: "Print a checkpoint's config, parameter count, stored dtypes and files as JSON (weights not read)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				dir = cfg.Model.Path
+			}
+			if dir == "" {
+				return errors.New("model inspect: pass --model DIR or set model.path")
+			}
+			info, err := model.Inspect(dir)
+			if err != nil {
+				return err
+			}
+			data, err := json.MarshalIndent(info, "", "  ")
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), string(data))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&dir, "model", "", "checkpoint directory (default: model.path)")
+	return cmd
+}
