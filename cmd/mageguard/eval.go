@@ -76,10 +76,10 @@ no model is loaded.
 
 Ctrl-C stops after the current chunk of trajectories and writes nothing;
 a second Ctrl-C kills at once.`,
-		Example: `  mageguard eval --model runs/tiny/checkpoint-final --out runs/eval-mage
-  mageguard eval --model runs/tiny/checkpoint-final --variant judge-only --out runs/eval-judge
-  mageguard eval --model runs/tiny/checkpoint-final --out runs/eval-mage --baseline runs/eval-judge
-  mageguard eval --model runs/tiny/checkpoint-final --set rollout.track_attacks=false --out runs/eval-no-attacks
+		Example: `  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --out runs/eval-mage
+  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --variant judge-only --out runs/eval-judge
+  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --out runs/eval-mage --baseline runs/eval-judge
+  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --set rollout.track_attacks=false --out runs/eval-no-attacks
   mageguard eval --compare runs/eval-mage runs/eval-judge runs/eval-no-attacks`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if compare {
