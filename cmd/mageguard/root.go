@@ -37,6 +37,8 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newTokenizeCmd(),
 		newModelCmd(),
 		newTrainCmd(),
+		newEvalCmd(),
+		newSweepCmd(),
 	)
 	return root
 }
