@@ -186,6 +186,10 @@ func TestEvalCommandErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("{\"id\": 3}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	notReport := filepath.Join(t.TempDir(), "report.json") // another folder: dir must stay clean
+	if err := os.WriteFile(notReport, []byte(`{"foo": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
@@ -201,6 +205,7 @@ func TestEvalCommandErrors(t *testing.T) {
 		{[]string{"eval", "--compare"}, "give one or more report.json"},
 		{[]string{"eval", "--compare", filepath.Join(dir, "missing.json")}, "missing.json"},
 		{[]string{"eval", "stray"}, "unexpected arguments"},
+		{[]string{"eval", "--compare", notReport}, `unknown field "foo"`},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.args...)
