@@ -128,6 +128,9 @@ func NewDecision(tr *dataset.Trajectory, t *rollout.Turn) Decision {
 		GuardTokens:  t.GuardTokens(),
 		PrefixTokens: t.PrefixTokens(),
 	}
+	if !d.Attack { // decisions.jsonl: null for every benign run, whatever the data says
+		d.AttackType = nil
+	}
 	if t.Memory != nil {
 		parsed := t.Memory.Parsed
 		d.MemoryParsed = &parsed

@@ -539,3 +539,22 @@ func mustReadFile(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// A benign run whose data names an attack type (the schema allows it)
+// still gets a null attack_type in decisions.jsonl, which reading requires.
+func TestNewDecisionBenignAttackTypeIsNull(t *testing.T) {
+	at, inj := "important_instructions", "injection_task_1"
+	for _, c := range []struct {
+		injection *string
+		want      *string
+	}{{nil, nil}, {&inj, &at}} {
+		tr := &dataset.Trajectory{ID: "t", Suite: "banking", AttackType: &at, InjectionTaskID: c.injection}
+		d := NewDecision(tr, &rollout.Turn{Decision: rollout.DecisionReject})
+		if (d.AttackType == nil) != (c.want == nil) || d.Attack != (c.injection != nil) {
+			t.Errorf("injection %v: attack %v, attack_type %v, want %v", c.injection, d.Attack, d.AttackType, c.want)
+		}
+		if err := d.Validate(); err != nil {
+			t.Errorf("injection %v: %v", c.injection, err)
+		}
+	}
+}
