@@ -28,8 +28,9 @@ type Config struct {
 	// sweep's points are the Cartesian product, the first key varying slowest.
 	Grid Grid `yaml:"grid"`
 	// BaseConfig is the config file every point starts from, before its
-	// grid overrides ("" = the sweep's own config file). Relative paths are
-	// relative to the working directory, like every path flag.
+	// grid overrides ("" = the sweep's own config file). A relative path is
+	// relative to the folder of the sweep's config file, like a config
+	// file's `base:` (ResolveBaseConfig).
 	BaseConfig string `yaml:"base_config"`
 	// EvalData is the held-out trajectory file every point is evaluated on
 	// ("" = left to the runner, e.g. the base config's own eval data).

@@ -28,25 +28,34 @@ func newSweepCmd() *cobra.Command {
 		Short: "Train and evaluate a grid of configurations (γ × λ, or any keys); summary table and heatmaps",
 		Long: `sweep runs the grid of the config's sweep section (sweep.grid: dotted keys of
 any section → lists of values; by default rewards.gamma × rewards.lambda, the
-paper's sensitivity grid). Each point is sweep.base_config (or this --config
-file when empty) plus the global --set overrides plus the point's own
-key=value overrides. For each point in order it trains (like mageguard train,
+paper's sensitivity grid). Each point is sweep.base_config (a path relative
+to this --config file's folder, like base:; this --config file when empty)
+plus the global --set overrides plus the point's own key=value overrides.
+Other paths in the configuration (train.data, sweep.eval_data, ...) are
+relative to the working directory, as for every command.
+For each point in order it trains (like mageguard train,
 into DIR/<point>/, resuming a point that was interrupted) and evaluates the
 final checkpoint on sweep.eval_data (or the point's eval.data) into the same
 folder (like mageguard eval: decisions.jsonl, report.json, report.md, plots),
-then marks the point DONE. Finished points are skipped, so a killed sweep
-resumes where it stopped. At the end it writes DIR/summary.csv (a row per
+then marks the point DONE with a hash of its resolved configuration.
+Finished points are skipped, so a killed sweep resumes where it stopped; a
+finished point whose configuration has changed since (another base config,
+other global --set overrides or sweep.eval_data) is an error, never reused. At the end it writes DIR/summary.csv (a row per
 point: the swept keys, then report.json's top-level metrics), DIR/summary.md
 and heatmaps of ASR, BU and token cost over the first two swept keys.
 
 Point folders are named by their values (e.g. gamma=0.25,lambda=0.5) and
 numbered from 0 in the plan's order (the first key varies slowest). Every
-point's configuration is checked before anything runs.
+point's configuration is checked before anything runs or is written, in
+every mode.
 
 On a cluster:
-  --plan       writes DIR/plan.json and DIR/plan.sh: one command per point;
-               sh plan.sh N runs point N (N may come from SLURM_ARRAY_TASK_ID
-               or a Kubernetes indexed job's JOB_COMPLETION_INDEX)
+  --plan       writes DIR/plan.json and DIR/plan.sh: one command per point,
+               with this binary, --config and --out as absolute paths, run
+               in the current directory (plan.sh changes into it first, so it
+               may be started from anywhere); sh plan.sh N runs point N (N may
+               come from SLURM_ARRAY_TASK_ID or a Kubernetes indexed job's
+               JOB_COMPLETION_INDEX)
   --point N    runs point N alone (skipped when already DONE)
   --collect    builds the summary from the finished point folders
 
@@ -74,14 +83,32 @@ not marked DONE and resumes on the next run).`,
 			if err != nil {
 				return err
 			}
-			p, err := sweep.NewPlan(cfg.Sweep)
+			sc := cfg.Sweep
+			sc.BaseConfig = sweep.ResolveBaseConfig(sc.BaseConfig, global.configFile)
+			p, err := sweep.NewPlan(sc)
 			if err != nil {
 				return err
+			}
+			// Resolve and check every point's configuration before anything
+			// runs or is written; its hash tells a finished point's DONE
+			// whether it ran with this configuration.
+			for i, pt := range p.Points {
+				pcfg, err := pointConfig(p, pt)
+				if err != nil {
+					return err
+				}
+				if p.Points[i].ConfigHash, err = pointHash(pcfg); err != nil {
+					return err
+				}
 			}
 			stderr := cmd.ErrOrStderr()
 			switch {
 			case plan:
-				if err := sweep.WritePlan(out, p, sweepCommand(out)); err != nil {
+				wd, command, err := sweepCommand(out)
+				if err != nil {
+					return err
+				}
+				if err := sweep.WritePlan(out, p, wd, command); err != nil {
 					return err
 				}
 				fmt.Fprintf(stderr, "sweep: %d points; wrote %s and %s\n", len(p.Points),
@@ -98,12 +125,6 @@ not marked DONE and resumes on the next run).`,
 					fmt.Fprintf(stderr, "sweep: not finished: points %v\n", missing)
 				}
 				return nil
-			}
-			// Check every point's configuration before anything runs.
-			for _, pt := range p.Points {
-				if _, err := pointConfig(p, pt); err != nil {
-					return err
-				}
 			}
 			ctx, stop := interruptible(cmd.Context(), stderr, "sweep")
 			defer stop()
@@ -122,17 +143,45 @@ not marked DONE and resumes on the next run).`,
 	return cmd
 }
 
-// sweepCommand is the command line that reruns this sweep (for plan.sh):
-// this binary, --config, the global --set overrides, --out.
-func sweepCommand(out string) []string {
-	c := []string{os.Args[0], "sweep"}
+// sweepCommand returns the working directory and the command line that
+// reruns this sweep there (for plan.sh): this binary, --config, the global
+// --set overrides, --out; the binary and the paths are absolute.
+func sweepCommand(out string) (string, []string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", nil, fmt.Errorf("sweep --plan: %w", err)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("sweep --plan: the path of this binary: %w", err)
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(wd, p)
+	}
+	c := []string{bin, "sweep"}
 	if global.configFile != "" {
-		c = append(c, "--config", global.configFile)
+		c = append(c, "--config", abs(global.configFile))
 	}
 	for _, kv := range global.sets {
 		c = append(c, "--set", kv)
 	}
-	return append(c, "--out", out)
+	return wd, append(c, "--out", abs(out)), nil
+}
+
+// pointHash is the hash of a point's resolved configuration that its DONE
+// records: the YAML of every section but sweep (extending the grid or
+// renaming the base config file does not change a point).
+func pointHash(cfg *config.Config) (string, error) {
+	c := *cfg
+	c.Sweep = sweep.Config{}
+	data, err := config.Marshal(&c)
+	if err != nil {
+		return "", fmt.Errorf("sweep: %w", err)
+	}
+	return sweep.ConfigHash(data), nil
 }
 
 // pointConfig resolves point pt's configuration: the plan's base config

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/eval"
+	"github.com/mageguard/mageguard/sweep"
 )
 
 // microSweep is a sweep config of two tiny points (rewards.gamma ∈ {0, 0.5}):
@@ -155,6 +157,21 @@ func TestSweepCommand(t *testing.T) {
 	if _, stderr, err := run(t, "--config", cfgPath, "sweep", "--out", out, "--point", "1"); err != nil || !strings.Contains(stderr, "already finished") {
 		t.Fatalf("--point 1 again: %v\n%s", err, stderr)
 	}
+	// Finished points are never reused for another configuration: other
+	// global overrides, or another eval set, with the same grid.
+	for _, args := range [][]string{
+		{"--config", cfgPath, "--set", "rewards.lambda=0.5", "sweep", "--out", out},
+		{"--config", cfgPath, "--set", "rewards.lambda=0.5", "sweep", "--out", out, "--point", "1"},
+		{"--config", cfgPath, "--set", "sweep.eval_data=" + bundledEval, "sweep", "--out", out, "--collect"},
+	} {
+		_, stderr, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "was run with another configuration") {
+			t.Errorf("%v: error %v, want a refusal\n%s", args, err, stderr)
+		}
+		if strings.Contains(stderr, "running") {
+			t.Errorf("%v ran a point:\n%s", args, stderr)
+		}
+	}
 }
 
 func TestSweepPlanAndErrors(t *testing.T) {
@@ -171,10 +188,30 @@ func TestSweepPlanAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each point's command reruns this sweep (config, global --set, out) for that point.
-	want := "sweep --config " + cfgPath + " --set train.steps=2 --out " + out + " --point 1 ;; # gamma=0.5"
-	if !strings.Contains(string(sh), want) {
-		t.Errorf("plan.sh lacks %q:\n%s", want, sh)
+	// Each point's command reruns this sweep (config, global --set, out) for
+	// that point, with absolute paths, in this directory.
+	bin, _ := os.Executable()
+	wd, _ := os.Getwd()
+	want := bin + " sweep --config " + cfgPath + " --set train.steps=2 --out " + out + " --point 1 ;; # gamma=0.5"
+	if !strings.Contains(string(sh), want) || !strings.Contains(string(sh), "\ncd "+wd+"\n") {
+		t.Errorf("plan.sh lacks %q or cd %s:\n%s", want, wd, sh)
+	}
+	// Relative paths become absolute: run from the config's folder.
+	relOut := filepath.Join(dir, "rel")
+	t.Chdir(dir)
+	if _, stderr, err := run(t, "--config", "sweep.yaml", "sweep", "--out", "rel", "--plan"); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	t.Chdir(wd)
+	var rel sweep.Plan
+	if data, err := os.ReadFile(filepath.Join(relOut, "plan.json")); err != nil || json.Unmarshal(data, &rel) != nil {
+		t.Fatalf("plan.json: %v\n%s", err, data)
+	}
+	if got := strings.Join(rel.Points[0].Command, " "); got != bin+" sweep --config "+cfgPath+" --out "+relOut+" --point 0" || rel.Dir != dir {
+		t.Errorf("plan.json: dir %s, command %s", rel.Dir, got)
+	}
+	if len(rel.Points[0].ConfigHash) != 64 || rel.Points[0].ConfigHash == rel.Points[1].ConfigHash {
+		t.Errorf("plan.json's configuration hashes: %q, %q", rel.Points[0].ConfigHash, rel.Points[1].ConfigHash)
 	}
 	// --collect with nothing finished: an empty summary that says so.
 	if _, stderr, err := run(t, "--config", cfgPath, "sweep", "--out", out, "--collect"); err != nil || !strings.Contains(stderr, "not finished: points [0 1]") {
@@ -186,6 +223,20 @@ func TestSweepPlanAndErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(badGrid), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// sweep.base_config is relative to the sweep's file (not to the working
+	// directory): a sweep file beside its base, planned from elsewhere.
+	baseDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(baseDir, "base.yaml"), []byte(strings.Replace(microSweep, "EVAL", "eval.jsonl", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withBase := filepath.Join(baseDir, "sweep.yaml")
+	if err := os.WriteFile(withBase, []byte("sweep:\n  grid:\n    rewards.lambda: [0.5]\n  base_config: base.yaml\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := run(t, "--config", withBase, "sweep", "--out", filepath.Join(baseDir, "plan"), "--plan"); err != nil {
+		t.Errorf("a base_config beside the sweep file: %v\n%s", err, stderr)
+	}
+
 	cases := []struct {
 		args []string
 		want string
@@ -195,6 +246,10 @@ func TestSweepPlanAndErrors(t *testing.T) {
 		{[]string{"--config", cfgPath, "sweep", "--out", out, "--point", "2"}, "no point 2"},
 		// Every point's config is checked before anything runs.
 		{[]string{"--config", bad, "sweep", "--out", filepath.Join(dir, "bad")}, "point 1 (gamma=1.5): config: rewards.gamma"},
+		{[]string{"--config", bad, "sweep", "--out", filepath.Join(dir, "bad"), "--plan"}, "point 1 (gamma=1.5): config: rewards.gamma"},
+		{[]string{"--config", bad, "sweep", "--out", filepath.Join(dir, "bad"), "--point", "0"}, "point 1 (gamma=1.5): config: rewards.gamma"},
+		{[]string{"--config", bad, "sweep", "--out", filepath.Join(dir, "bad"), "--collect"}, "point 1 (gamma=1.5): config: rewards.gamma"},
+		{[]string{"--config", cfgPath, "--set", "sweep.grid={train.nope: [1]}", "sweep", "--out", filepath.Join(dir, "bad"), "--plan"}, `point 0 (nope=1): --set train.nope: unknown key "train.nope"`},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.args...)
