@@ -61,6 +61,8 @@ func (c *Config) Options(r rollout.Config) Options {
 		Votes:    c.Votes,
 		Limit:    c.Limit,
 		Chunk:    c.Chunk,
+		// Only for progress inside a chunk (Options.Meter).
+		MemoryCalls: r.Variant == "mage",
 	}
 	if !c.Greedy {
 		o.Sampling = rollout.Sampling{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP, Seed: c.Seed}

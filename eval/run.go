@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,8 +31,17 @@ type Options struct {
 	Limit int
 	// Chunk is the number of trajectories per Guard.Run call: the calls of
 	// all of them at a turn are batched into one generation (0 = DefaultChunk).
-	// Progress is reported and cancellation checked between chunks.
+	// Progress is reported and cancellation checked between chunks, and with
+	// a Meter also after every turn and generation call inside a chunk.
 	Chunk int
+	// Meter, when set, is the Meter the guard generates through; Evaluate
+	// watches it to report progress after every turn of a chunk and to stop
+	// after the current generation call when ctx is cancelled.
+	Meter *Meter
+	// MemoryCalls says the guard makes a memory call every turn (variant
+	// mage) besides the judge call(s): with a Meter, Evaluate counts
+	// 1 + Votes generated rows per trajectory and turn to know when a turn ends.
+	MemoryCalls bool
 	// Emit, when set, receives each chunk's decisions as soon as they are
 	// made, in order (e.g. to stream decisions.jsonl). An error stops the eval.
 	Emit func([]Decision) error
@@ -44,10 +54,13 @@ type Options struct {
 // and counted in nSkipped (only those read before Limit was reached).
 //
 // The trajectories run in chunks of opts.Chunk; progress, throughput and an
-// ETA go to progress (may be nil) after each chunk, and ctx is checked
-// before each: a cancelled eval returns the decisions of the chunks
-// finished so far with the context's error. Sampled calls (votes, or a
-// non-greedy Sampling) are reproducible for the same seed and chunk size.
+// ETA go to progress (may be nil) after each chunk (and, with opts.Meter,
+// after each turn inside a chunk), and ctx is checked before each chunk
+// (and, with opts.Meter, after each generation call): a cancelled eval
+// returns the decisions of the chunks finished so far with the context's
+// error. Greedy decisions do not depend on the chunk size; sampled calls
+// (votes, or a non-greedy Sampling) are reproducible for the same seed and
+// chunk size.
 func Evaluate(ctx context.Context, guard *rollout.Guard, trajs []*dataset.Trajectory, opts Options, progress io.Writer) (decisions []Decision, nSkipped int, err error) {
 	chunk := opts.Chunk
 	if chunk <= 0 {
@@ -70,20 +83,48 @@ func Evaluate(ctx context.Context, guard *rollout.Guard, trajs []*dataset.Trajec
 	if opts.Votes > 1 {
 		run.Votes, run.VoteSampling = opts.Votes, opts.VoteSampling
 	}
-	pr := evalProgress{w: progress, start: time.Now(), trajs: len(episodes), turns: totalTurns}
+	pr := evalProgress{w: progress, start: time.Now(), trajs: len(episodes), turns: totalTurns,
+		chunks: (len(episodes) + chunk - 1) / chunk}
 	pr.printf("eval: %d trajectories (%d turns), %d skipped without an action, %d per chunk\n",
 		len(episodes), totalTurns, nSkipped, chunk)
+	var cur *chunkTurns // the chunk running, for the Meter's calls
+	if opts.Meter != nil {
+		callsPerTurn := max(opts.Votes, 1)
+		if opts.MemoryCalls {
+			callsPerTurn++
+		}
+		opts.Meter.watch(func(rows, promptTokens, newTokens int) error {
+			pr.live.PromptTokens += promptTokens
+			pr.live.NewTokens += newTokens
+			if cur != nil {
+				cur.rows += rows
+				// Report every turn of the chunk that has ended but the last
+				// (the chunk's own line follows it).
+				for ; cur.next < len(cur.ends)-1 && cur.rows >= cur.ends[cur.next].turns*callsPerTurn; cur.next++ {
+					e := cur.ends[cur.next]
+					pr.line(pr.doneTrajs+e.trajs, pr.doneTurns+e.turns,
+						fmt.Sprintf(" (chunk %d/%d, turn %d/%d)", cur.index+1, pr.chunks, cur.next+1, len(cur.ends)))
+				}
+			}
+			return ctx.Err()
+		})
+		defer opts.Meter.watch(nil)
+	}
 
 	for lo := 0; lo < len(episodes); lo += chunk {
 		hi := min(lo+chunk, len(episodes))
 		if err := ctx.Err(); err != nil {
 			return decisions, nSkipped, fmt.Errorf("eval: stopped after %d of %d trajectories: %w", lo, len(episodes), err)
 		}
+		cur = newChunkTurns(lo/chunk, episodes[lo:hi])
 		// A seed per chunk, so that chunks do not repeat each other's draws.
 		run.Sampling.Seed = chunkSeed(opts.Sampling.Seed, lo)
 		run.VoteSampling.Seed = chunkSeed(opts.VoteSampling.Seed, lo)
 		chains, stats, err := guard.Run(episodes[lo:hi], run)
 		if err != nil {
+			if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) { // the Meter stopped it
+				return decisions, nSkipped, fmt.Errorf("eval: stopped after %d of %d trajectories: %w", lo, len(episodes), cerr)
+			}
 			return decisions, nSkipped, fmt.Errorf("eval: trajectories %d..%d (from %q): %w", lo, hi-1, episodes[lo].Traj.ID, err)
 		}
 		if len(chains) != hi-lo {
@@ -157,15 +198,49 @@ func chunkSeed(seed uint64, lo int) uint64 {
 	return x ^ (x >> 31)
 }
 
+// chunkTurns says what the turns of one chunk complete: by the end of its
+// turn t (from 0), ends[t].turns trajectory-turns (the trajectories still
+// running at each turn up to t, summed; each is one row of every generation
+// call of its turn) and ends[t].trajs whole trajectories.
+type chunkTurns struct {
+	index int // the chunk's number, from 0
+	ends  []struct{ turns, trajs int }
+	rows  int // rows generated so far in the chunk
+	next  int // the first turn not reported yet
+}
+
+func newChunkTurns(index int, eps []*rollout.Episode) *chunkTurns {
+	c := &chunkTurns{index: index}
+	maxT := 0
+	for _, e := range eps {
+		maxT = max(maxT, e.End-e.Start)
+	}
+	turns, trajs := 0, 0
+	for t := 0; t < maxT; t++ {
+		for _, e := range eps {
+			if n := e.End - e.Start; t < n {
+				turns++
+				if t == n-1 {
+					trajs++
+				}
+			}
+		}
+		c.ends = append(c.ends, struct{ turns, trajs int }{turns, trajs})
+	}
+	return c
+}
+
 // evalProgress prints what Evaluate has done: trajectories and turns,
 // guard tokens per second, and an ETA from the turns left.
 type evalProgress struct {
 	w            io.Writer
 	start        time.Time
 	trajs, turns int // totals
-	doneTrajs    int
-	doneTurns    int
-	stats        rollout.Stats // summed over chunks
+	chunks       int
+	doneTrajs    int           // in finished chunks
+	doneTurns    int           // in finished chunks
+	stats        rollout.Stats // summed over finished chunks
+	live         rollout.Stats // tokens the Meter saw in the running chunk
 }
 
 func (p *evalProgress) printf(format string, args ...any) {
@@ -184,16 +259,25 @@ func (p *evalProgress) add(trajs, turns int, s rollout.Stats) {
 	p.stats.ElidedObs += s.ElidedObs
 	p.stats.MemoryFailures += s.MemoryFailures
 	p.stats.JudgeFailures += s.JudgeFailures
+	p.live = rollout.Stats{}
+	p.line(p.doneTrajs, p.doneTurns, "")
+}
+
+// line prints one progress line: trajs trajectories and turns turns done.
+func (p *evalProgress) line(trajs, turns int, where string) {
 	el := time.Since(p.start)
 	sec := max(el.Seconds(), 1e-9)
 	eta := "done"
-	if p.doneTurns < p.turns {
-		eta = "ETA " + (time.Duration(float64(el) * float64(p.turns-p.doneTurns) / float64(p.doneTurns))).Round(time.Second).String()
+	if turns < p.turns {
+		eta = "ETA ?"
+		if turns > 0 {
+			eta = "ETA " + (time.Duration(float64(el) * float64(p.turns-turns) / float64(turns))).Round(time.Second).String()
+		}
 	}
-	p.printf("eval: %d/%d trajectories, %d/%d turns, %.0f guard tokens/s (%.1f generated/s), %s elapsed, %s\n",
-		p.doneTrajs, p.trajs, p.doneTurns, p.turns,
-		float64(p.stats.PromptTokens+p.stats.NewTokens)/sec, float64(p.stats.NewTokens)/sec,
-		el.Round(time.Second), eta)
+	prompt, generated := p.stats.PromptTokens+p.live.PromptTokens, p.stats.NewTokens+p.live.NewTokens
+	p.printf("eval: %d/%d trajectories, %d/%d turns, %.0f guard tokens/s (%.1f generated/s), %s elapsed, %s%s\n",
+		trajs, p.trajs, turns, p.turns, float64(prompt+generated)/sec, float64(generated)/sec,
+		el.Round(time.Second), eta, where)
 }
 
 func (p *evalProgress) done() {

@@ -558,3 +558,108 @@ func TestNewDecisionBenignAttackTypeIsNull(t *testing.T) {
 		}
 	}
 }
+
+// cancelAt is a progress writer that cancels a context at the first line
+// containing marker.
+type cancelAt struct {
+	buf    bytes.Buffer
+	marker string
+	cancel context.CancelFunc
+}
+
+func (c *cancelAt) Write(p []byte) (int, error) {
+	c.buf.Write(p)
+	if c.marker != "" && strings.Contains(c.buf.String(), c.marker) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// With a Meter, progress comes after every turn inside a chunk, and a
+// cancel stops the eval after the current generation call. The scripted
+// trajectories run in one chunk: A has 3 turns, B 2, C 1, so turn 0 ends
+// with 3 of 6 trajectory-turns done (C finished), turn 1 with 5 (B too).
+func TestEvaluateProgressInsideChunk(t *testing.T) {
+	tok := qwenTokenizer(t)
+	afterTurn0 := "eval: 1/3 trajectories, 3/6 turns,"
+	afterTurn1 := "eval: 2/3 trajectories, 5/6 turns,"
+	cases := []struct {
+		name    string
+		variant string
+		votes   int
+		judge   string // every judge call's script
+		meter   bool
+	}{
+		{"mage", "mage", 1, "a", true},
+		{"mage, 3 votes", "mage", 3, "aaa", true},
+		{"judge-only, 2 votes", "judge-only", 2, "aa", true},
+		{"no meter: chunk lines only", "mage", 1, "a", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			script := map[string]string{}
+			for _, k := range []string{"A0", "A1", "A2", "B0", "B1", "C0"} {
+				script[k] = c.judge
+			}
+			cfg := rollout.DefaultConfig()
+			cfg.Variant = c.variant
+			ec := DefaultConfig()
+			ec.Votes = c.votes
+			opts := ec.Options(cfg)
+			opts.Chunk = 0 // one chunk of the three
+			gen := &scriptedGuard{tok: tok, judge: script}
+			var g *rollout.Guard
+			var err error
+			if c.meter {
+				opts.Meter = &Meter{Generator: gen}
+				g, err = rollout.NewGuard(cfg, tok, opts.Meter)
+			} else {
+				g, err = rollout.NewGuard(cfg, tok, gen)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var progress bytes.Buffer
+			if _, _, err := Evaluate(context.Background(), g, scriptedTrajectories(), opts, &progress); err != nil {
+				t.Fatal(err)
+			}
+			log := progress.String()
+			// Lines inside the chunk come with the Meter only.
+			for _, inside := range []string{afterTurn0, "(chunk 1/1, turn 1/3)", afterTurn1, "(chunk 1/1, turn 2/3)"} {
+				if strings.Contains(log, inside) != c.meter {
+					t.Errorf("progress has %q: %v, want %v:\n%s", inside, !c.meter, c.meter, log)
+				}
+			}
+			if !strings.Contains(log, "eval: 3/3 trajectories, 6/6 turns,") || strings.Contains(log, "turn 3/3") {
+				t.Errorf("the chunk's own line is missing or doubled:\n%s", log)
+			}
+			if strings.Index(log, afterTurn0) > strings.Index(log, afterTurn1) {
+				t.Errorf("lines out of order:\n%s", log)
+			}
+		})
+	}
+
+	// A cancel at the end of turn 0 stops the eval after that generation
+	// call: 3 memory and 3 judge calls, no decision, the context's error.
+	gen := &scriptedGuard{tok: tok, judge: map[string]string{"A0": "a", "A1": "a", "A2": "a", "B0": "a", "B1": "a", "C0": "a"}}
+	meter := &Meter{Generator: gen}
+	g, err := rollout.NewGuard(rollout.DefaultConfig(), tok, meter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &cancelAt{marker: afterTurn0, cancel: cancel}
+	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Meter: meter, MemoryCalls: true}
+	ds, _, err := Evaluate(ctx, g, scriptedTrajectories(), opts, w)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "eval: stopped after 0 of 3 trajectories") {
+		t.Fatalf("error %v, want a stop inside the first chunk", err)
+	}
+	if len(ds) != 0 || len(gen.calls) != 6 {
+		t.Errorf("%d decisions, %d generated calls after the cancel; want 0 and 6", len(ds), len(gen.calls))
+	}
+	// The Meter is left unwatched: it passes calls on and reports nothing.
+	if meter.after != nil {
+		t.Error("Evaluate left its watch on the Meter")
+	}
+}

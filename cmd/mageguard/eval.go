@@ -74,8 +74,10 @@ With --compare, eval reads report.json files (or folders holding one) and
 prints their top-level metrics side by side as a markdown table on stdout;
 no model is loaded.
 
-Ctrl-C stops after the current chunk of trajectories and writes nothing;
-a second Ctrl-C kills at once.`,
+Progress (trajectories and turns done, guard tokens per second, an ETA)
+goes to stderr after every turn of every chunk of eval.chunk trajectories.
+Ctrl-C stops after the current generation call and writes nothing; a
+second Ctrl-C kills at once.`,
 		Example: `  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --out runs/eval-mage
   mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --variant judge-only --out runs/eval-judge
   mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --out runs/eval-mage --baseline runs/eval-judge
@@ -153,7 +155,7 @@ func interruptible(parent context.Context, stderr io.Writer, name string) (conte
 		select {
 		case <-sig:
 			signal.Stop(sig)
-			fmt.Fprintf(stderr, "%s: interrupted: stopping after the current chunk (Ctrl-C again to kill)\n", name)
+			fmt.Fprintf(stderr, "%s: interrupted: stopping after the current step or generation call (Ctrl-C again to kill)\n", name)
 			cancel()
 		case <-done:
 		}
@@ -200,8 +202,10 @@ func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir
 	}
 	// The guard checks the rollout settings against the tokenizer before
 	// the (slow) model load; the generator gets the model after.
+	// The meter lets the eval report progress after every turn of a chunk.
 	gen := &rollout.ModelGenerator{}
-	guard, err := rollout.NewGuard(cfg.Rollout, tok, gen)
+	meter := &eval.Meter{Generator: gen}
+	guard, err := rollout.NewGuard(cfg.Rollout, tok, meter)
 	if err != nil {
 		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
@@ -209,7 +213,9 @@ func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir
 	if gen.Model, err = loadCheckpoint(cfg.Model, tok, tokPath, log, "eval"); err != nil {
 		return eval.Report{}, err
 	}
-	report, err := eval.EvaluateInto(ctx, outDir, guard, trajs, cfg.Eval.Options(cfg.Rollout), ropts, log)
+	opts := cfg.Eval.Options(cfg.Rollout)
+	opts.Meter = meter
+	report, err := eval.EvaluateInto(ctx, outDir, guard, trajs, opts, ropts, log)
 	if err != nil {
 		return eval.Report{}, err
 	}

@@ -85,7 +85,10 @@ func TestEvalCommand(t *testing.T) {
 	if stdout != "" {
 		t.Errorf("eval wrote to stdout: %q", stdout)
 	}
-	for _, want := range []string{"3 trajectories (5 turns), 1 skipped", "2 attack + 1 benign runs (5 turns, 1 skipped",
+	// Progress comes after every turn of the one chunk (turn 0 ends the
+	// one-turn run and 3 of the 5 trajectory-turns), not only at its end.
+	for _, want := range []string{"3 trajectories (5 turns), 1 skipped", "eval: 1/3 trajectories, 3/5 turns,", "(chunk 1/1, turn 1/2)",
+		"eval: 3/3 trajectories, 5/5 turns,", "2 attack + 1 benign runs (5 turns, 1 skipped",
 		"WARNING: the judge's output never parsed", "report: " + filepath.Join(mage, "report.md")} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
