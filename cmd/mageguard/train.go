@@ -82,7 +82,7 @@ train.steps=200 to train longer; --config is refused with --resume).`,
 			res, err := train.Run(ctx, train.Options{
 				Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
 				Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
-				Evaluate: evaluateHook(cfg),
+				Evaluate: trainEvalHook(cfg, os.Stderr),
 			})
 			if err != nil {
 				return err
