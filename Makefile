@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -24,6 +24,30 @@ bench:
 	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
 	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt; \
 	else echo "bench: no /usr/bin/python3 with torch, PyTorch comparison skipped"; fi
+
+# The main job on the bundled data: a tiny random Qwen3 trained for a few
+# GRPO steps on CPU (configs/tiny.yaml), into runs/tiny.
+demo: build
+	rm -rf runs/tiny
+	$(BIN) train --config configs/tiny.yaml --out runs/tiny
+
+# The long acceptance run of `mageguard eval` (not part of `make test`): a random
+# tiny checkpoint evaluated over the bundled eval split as MAGE and as judge-only
+# with structured decoding, then compared; outputs stay in $(ACCEPTANCE_OUT).
+# ACCEPTANCE_LIMIT=N evaluates the first N trajectories only (0 = all 74).
+ACCEPTANCE_OUT   ?= runs/acceptance
+ACCEPTANCE_LIMIT ?= 0
+acceptance-eval:
+	mkdir -p $(ACCEPTANCE_OUT)
+	MAGEGUARD_ACCEPTANCE=$(abspath $(ACCEPTANCE_OUT)) MAGEGUARD_ACCEPTANCE_LIMIT=$(ACCEPTANCE_LIMIT) \
+	  $(GO) test -count=1 -v -timeout 6h -run '^TestAcceptanceEval$$' ./cmd/mageguard
+
+# The acceptance run of `mageguard sweep`: the 2 x 2 tiny grid of
+# configs/sweep-tiny.yaml, killed with kill -9 after its first point and
+# resumed, then replayed point by point from --plan and --collect'ed; the two
+# summaries must be identical. Outputs in runs/acceptance-sweep.
+acceptance-sweep: build
+	scripts/acceptance-sweep.sh runs/acceptance-sweep
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

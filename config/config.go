@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
@@ -19,6 +20,7 @@ type Config struct {
 	GRPO    grpo.Config    `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
 	Train   train.Config   `yaml:"train"`   // the training loop: data, steps, checkpoints, logs
 	Sweep   sweep.Config   `yaml:"sweep"`   // grid of config points for `mageguard sweep`
+	Eval    eval.Config    `yaml:"eval"`    // held-out data and decoding of `mageguard eval`
 }
 
 // Default returns the configuration with every section at its defaults.
@@ -30,6 +32,7 @@ func Default() *Config {
 		GRPO:    grpo.DefaultConfig(),
 		Train:   train.DefaultConfig(),
 		Sweep:   sweep.DefaultConfig(),
+		Eval:    eval.DefaultConfig(),
 	}
 }
 

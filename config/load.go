@@ -8,10 +8,14 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -48,6 +52,9 @@ func loadFile(path string, dst any, depth int) error {
 		return nil
 	}
 	root := doc.Content[0]
+	if err := checkDuplicates(root, ""); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
 	// A top-level `base: FILE` (relative to this file) is loaded first; the
 	// rest of this file overrides it.
 	if root.Kind == yaml.MappingNode {
@@ -71,7 +78,6 @@ func loadFile(path string, dst any, depth int) error {
 	}
 	return nil
 }
-
 
 // Set applies one `key=value` override, where key is dotted
 // (e.g. "rewards.gamma=0.25") and value is a YAML scalar, list or map.
@@ -98,6 +104,9 @@ func Set(dst any, kv string) error {
 	for i := len(parts) - 1; i >= 0; i-- {
 		node = &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
 			{Kind: yaml.ScalarNode, Tag: "!!str", Value: parts[i]}, node}}
+	}
+	if err := checkDuplicates(node, ""); err != nil {
+		return fmt.Errorf("--set %s: %w", key, err)
 	}
 	if err := apply(node, reflect.ValueOf(dst).Elem(), ""); err != nil {
 		return fmt.Errorf("--set %s: %w", key, err)
@@ -139,11 +148,113 @@ func apply(node *yaml.Node, v reflect.Value, prefix string) error {
 		fresh.Elem().Set(v)
 	}
 	if err := node.Decode(fresh.Interface()); err != nil {
-		return fmt.Errorf("%skey %q: bad value %q: %s", at(node), prefix, node.Value, cleanYAMLError(err))
+		where, msg := at(node), decodeError(err, v.Type())
+		if m := leadingLine.FindStringSubmatch(msg); m != nil { // a custom decoder named a more precise line
+			where, msg = m[1], msg[len(m[1]):]
+		}
+		return fmt.Errorf("%skey %q: bad value %s: %s", where, prefix, valueText(node), msg)
+	}
+	// yaml.v3 truncates a float into an integer field (1.5 → 1): refuse it.
+	if isInt(v.Kind()) && node.Kind == yaml.ScalarNode && node.ShortTag() == "!!float" {
+		var f float64
+		if err := node.Decode(&f); err != nil || f != math.Trunc(f) {
+			return fmt.Errorf("%skey %q: bad value %s: want an integer", at(node), prefix, valueText(node))
+		}
 	}
 	v.Set(fresh.Elem())
 	return nil
 }
+
+// checkDuplicates reports a mapping that lists a key twice (YAML decoders
+// would silently keep the last one), naming the dotted key and both lines.
+func checkDuplicates(n *yaml.Node, prefix string) error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			name := join(prefix, k.Value)
+			if line, dup := seen[k.Value]; dup {
+				if line == 0 { // from --set
+					return fmt.Errorf("key %q is given twice", name)
+				}
+				return fmt.Errorf("%skey %q is given twice (first on line %d)", at(k), name, line)
+			}
+			seen[k.Value] = k.Line
+			if err := checkDuplicates(n.Content[i+1], name); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := checkDuplicates(c, fmt.Sprintf("%s[%d]", prefix, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func isInt(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// valueText shows a value in an error: a scalar quoted, a list or mapping
+// as one line of flow YAML.
+func valueText(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return strconv.Quote(n.Value)
+	}
+	c := *n
+	c.Style = yaml.FlowStyle
+	data, err := yaml.Marshal(&c)
+	if err != nil {
+		return "(unprintable)"
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// decodeError says what a value of type t must be when yaml.v3 could not
+// decode into it; other errors keep their text, without yaml's line prefix
+// (the caller names the line).
+func decodeError(err error, t reflect.Type) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		switch {
+		case t.Kind() == reflect.Bool:
+			return "want true or false"
+		case isInt(t.Kind()) && strings.HasPrefix(t.Kind().String(), "uint"):
+			return "want a non-negative integer"
+		case isInt(t.Kind()):
+			return "want an integer"
+		case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+			return "want a number"
+		case t.Kind() == reflect.String:
+			return "want a string"
+		case t.Kind() == reflect.Slice:
+			return "want a list"
+		case t.Kind() == reflect.Map:
+			return "want a mapping"
+		}
+	}
+	if te != nil { // yaml.v3's "line N: cannot unmarshal …": the caller names the line
+		return lineRE.ReplaceAllString(cleanYAMLError(err), "$1")
+	}
+	// A custom decoder's own message (e.g. the sweep grid's), which may
+	// name a more precise line; --set values have none (line 0).
+	return strings.ReplaceAll(err.Error(), "line 0: ", "")
+}
+
+// leadingLine matches a "line N: " at the start of a message.
+var leadingLine = regexp.MustCompile(`^(line \d+: )`)
+
+// lineRE matches the "line N: " yaml.v3 puts before its messages.
+var lineRE = regexp.MustCompile(`(^|\n)\s*line \d+: `)
 
 // at returns "line N: " for nodes read from a file and "" for --set nodes.
 func at(n *yaml.Node) string {

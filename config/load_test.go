@@ -74,10 +74,18 @@ func TestErrorsNameTheKey(t *testing.T) {
 	}{
 		{"unknown key in file", "a:\n  gama: 0.1\n", "", `line 2: unknown key "a.gama"`},
 		{"unknown section in file", "zz: 1\n", "", `line 1: unknown key "zz"`},
-		{"bad value in file", "a:\n  steps: many\n", "", `line 2: key "a.steps": bad value "many"`},
+		{"bad value in file", "a:\n  steps: many\n", "", `line 2: key "a.steps": bad value "many": want an integer`},
 		{"section given a scalar", "a: 3\n", "", `key "a" is a section`},
+		{"duplicate key in file", "a:\n  gamma: 0.1\n  steps: 2\n  gamma: 0.2\n", "", `line 4: key "a.gamma" is given twice (first on line 2)`},
+		{"duplicate section in file", "a:\n  gamma: 0.1\nb:\n  flag: true\na:\n  steps: 2\n", "", `line 5: key "a" is given twice (first on line 1)`},
 		{"unknown key in --set", "", "a.nope=1", `--set a.nope: unknown key "a.nope"`},
-		{"bad value in --set", "", "a.gamma=abc", `--set a.gamma: key "a.gamma": bad value "abc"`},
+		{"bad value in --set", "", "a.gamma=abc", `--set a.gamma: key "a.gamma": bad value "abc": want a number`},
+		{"fraction for an integer in --set", "", "a.steps=1.5", `--set a.steps: key "a.steps": bad value "1.5": want an integer`},
+		{"fraction for an integer in file", "a:\n  steps: 2.5\n", "", `line 2: key "a.steps": bad value "2.5": want an integer`},
+		{"list for an integer in --set", "", "a.steps=[1, 2]", `--set a.steps: key "a.steps": bad value [1, 2]: want an integer`},
+		{"word for a bool in --set", "", "b.flag=maybe", `--set b.flag: key "b.flag": bad value "maybe": want true or false`},
+		{"mapping for a list in --set", "", "a.keys={x: 1}", `--set a.keys: key "a.keys": bad value {x: 1}: want a list`},
+		{"duplicate key in --set", "", "a={gamma: 0.1, gamma: 0.2}", `--set a: key "a.gamma" is given twice`},
 		{"no equals", "", "a.gamma", `want key=value`},
 	}
 	for _, c := range cases {
@@ -92,10 +100,22 @@ func TestErrorsNameTheKey(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want it to contain %q", err, c.want)
 			}
+			// yaml.v3's own wording ("line 0:", "cannot unmarshal !!str") never leaks out.
+			if msg := err.Error(); strings.Contains(msg, "line 0") || strings.Contains(msg, "unmarshal") || strings.Count(msg, "line ") > 2 {
+				t.Fatalf("error %q is not clean", msg)
+			}
 			if r.A.Gamma != 0.5 || r.A.Steps != 10 {
 				t.Fatalf("a failed load changed values: %+v", r.A)
 			}
 		})
+	}
+}
+
+// An integral float (1e3) still sets an integer key, as YAML allows.
+func TestIntegralFloatSetsInteger(t *testing.T) {
+	r := defaults()
+	if err := Set(r, "a.steps=1e3"); err != nil || r.A.Steps != 1000 {
+		t.Fatalf("a.steps=1e3: %v, steps %d", err, r.A.Steps)
 	}
 }
 

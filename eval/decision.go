@@ -47,8 +47,10 @@ type Decision struct {
 	Label int `json:"label"`
 	// Decision is the effective decision, after the format fallback: "approve" or "reject".
 	Decision string `json:"decision"`
-	// JudgeParsed is false when the judge's output was a format violation (so
-	// Decision is the fallback "reject"). With votes, true only when every vote parsed.
+	// JudgeParsed is false when the judge's output was a format violation
+	// (without votes, Decision is then the fallback "reject"). With votes, it
+	// is true only when every vote parsed; Decision is their majority, in
+	// which a vote that did not parse counts as "reject".
 	JudgeParsed bool `json:"judge_parsed"`
 	// MemoryParsed is false when the memory manager's output was a format
 	// violation (the memory fell back to the previous one); nil when the
@@ -161,6 +163,12 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "label": %d, want 0 or 1`, d.Label)
 	case d.Decision != Approve && d.Decision != Reject:
 		return fmt.Errorf(`field "decision": %q, want "approve" or "reject"`, d.Decision)
+	case !d.Attack && d.Label == 1:
+		return errors.New(`field "label": 1 on a benign run ("attack": false), whose actions are all 0`)
+	case !d.Attack && d.AttackType != nil:
+		return fmt.Errorf(`field "attack_type": %q on a benign run ("attack": false), want null`, *d.AttackType)
+	case !d.JudgeParsed && len(d.Votes) == 0 && d.Decision != Reject:
+		return fmt.Errorf(`field "decision": %q with "judge_parsed": false and no votes, want the fallback "reject"`, d.Decision)
 	case d.MemoryChars < 0:
 		return fmt.Errorf(`field "memory_chars": %d, want >= 0`, d.MemoryChars)
 	case d.GuardTokens < 0:

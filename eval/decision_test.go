@@ -22,6 +22,23 @@ func TestReadDecisionsGood(t *testing.T) {
 	}
 }
 
+// Lines that are right only in combination: a label 1 or an attack type
+// on an attack run, and an unparsed vote under an approving majority.
+func TestReadDecisionsGoodCombinations(t *testing.T) {
+	attack := strings.NewReplacer(`"attack":false`, `"attack":true`, `"attack_type":null`, `"attack_type":"important_instructions"`,
+		`"label":0`, `"label":1`).Replace(goodLine)
+	voted := strings.NewReplacer(`"judge_parsed":true`, `"judge_parsed":false`,
+		`"prefix_tokens":40`, `"prefix_tokens":40,"votes":["approve","reject","approve"],"vote_tokens":50`).Replace(goodLine)
+	for _, line := range []string{attack, voted} {
+		if line == goodLine {
+			t.Fatal("the edit did not apply")
+		}
+		if _, err := ReadDecisions(writeTemp(t, line+"\n")); err != nil {
+			t.Errorf("%s: %v", line, err)
+		}
+	}
+}
+
 func writeTemp(t *testing.T, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
@@ -48,6 +65,9 @@ func TestReadDecisionsErrorsNameLineAndField(t *testing.T) {
 		{"prefix above total", rep(`"prefix_tokens":40`, `"prefix_tokens":101`), `line 1: field "prefix_tokens": 101`},
 		{"votes disagree", rep(`"prefix_tokens":40`, `"prefix_tokens":40,"votes":["reject","reject","approve"]`), `line 1: field "decision": "approve", but the majority`},
 		{"bad vote", rep(`"prefix_tokens":40`, `"prefix_tokens":40,"votes":["approve","maybe"]`), `line 1: field "votes": vote 1 is "maybe"`},
+		{"label 1 on a benign run", rep(`"label":0`, `"label":1`), `line 1: field "label": 1 on a benign run`},
+		{"attack type on a benign run", rep(`"attack_type":null`, `"attack_type":"important_instructions"`), `line 1: field "attack_type": "important_instructions" on a benign run`},
+		{"unparsed judge approving without votes", rep(`"judge_parsed":true`, `"judge_parsed":false`), `line 1: field "decision": "approve" with "judge_parsed": false and no votes`},
 		{"third line", goodLine + "\n" + turn1 + "\n" + rep(`"guard_tokens":100`, `"guard_tokens":-5`), `line 3: field "guard_tokens": -5`},
 		{"duplicate turn", goodLine + "\n" + goodLine + "\n", `line 2: field "turn": trajectory "t1" has turn 0 twice (also `},
 		{"gap in turns", goodLine + "\n" + rep(`"turn":0`, `"turn":2`) + "\n", `line 1: field "turn": trajectory "t1" has 2 turns but no turn 1`},

@@ -1,11 +1,14 @@
 package eval
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // Metrics are the metrics of DESIGN.md ("Metrics") over a set of
@@ -364,17 +367,55 @@ func (r *Report) Fields() []Field {
 	return append(r.Metrics.Fields(), Field{"n_skipped", Count, &s})
 }
 
-// ReadReport reads a report.json.
+// ReadReport reads a report.json strictly: a JSON object with every key
+// report.json always has (the vote costs are optional) and no unknown key,
+// at the top level or in a breakdown. Anything else (another JSON file, a
+// report of a different format) is an error naming the key.
 func ReadReport(path string) (Report, error) {
 	var r Report
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return r, fmt.Errorf("read report: %w", err)
 	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return r, fmt.Errorf("read report %s: %w", path, err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Report{}, fmt.Errorf("read report %s: %w (not a mageguard report.json?)", path, err)
+	}
+	if dec.More() {
+		return Report{}, fmt.Errorf("read report %s: data after the report's JSON object", path)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		return Report{}, fmt.Errorf("read report %s: %w", path, err)
+	}
+	for _, k := range reportKeys() {
+		if _, ok := top[k]; !ok {
+			return Report{}, fmt.Errorf("read report %s: key %q missing (not a mageguard report.json?)", path, k)
+		}
 	}
 	return r, nil
+}
+
+// reportKeys lists the keys every report.json has: the JSON names of
+// Report's fields (Metrics' inlined), less the omitempty ones (the vote costs).
+func reportKeys() []string {
+	var keys []string
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			switch {
+			case f.Anonymous && name == "":
+				walk(f.Type)
+			case name != "" && name != "-" && !strings.Contains(opts, "omitempty"):
+				keys = append(keys, name)
+			}
+		}
+	}
+	walk(reflect.TypeOf(Report{}))
+	return keys
 }
 
 // MarshalReport renders r as indented JSON (report.json's content).

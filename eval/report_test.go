@@ -135,3 +135,61 @@ func TestCompare(t *testing.T) {
 		t.Errorf("%d lines, want 24 (header, rule, 22 metrics)", n)
 	}
 }
+
+// ReadReport takes only a mageguard report.json: every key report.json
+// always has, no unknown key anywhere.
+func TestReadReportIsStrict(t *testing.T) {
+	good, err := MarshalReport(Compute(handMade(), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same report with votes (their keys are optional, not unknown).
+	withVotes := handMade()
+	for i := range withVotes {
+		withVotes[i].Votes = []string{withVotes[i].Decision}
+	}
+	voted, err := MarshalReport(Compute(withVotes, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(voted, []byte(`"vote_token_cost_online"`)) {
+		t.Fatal("the voted report has no vote costs: the case tests nothing")
+	}
+	cases := []struct {
+		name, text, want string // want "" = reads
+	}{
+		{"a report", string(good), ""},
+		{"a report with votes", string(voted), ""},
+		{"another JSON object", `{"foo": 1}`, `unknown field "foo"`},
+		{"empty object", `{}`, `key "asr" missing`},
+		{"a key missing", strings.Replace(string(good), `"n_skipped": 2,`, "", 1), `key "n_skipped" missing`},
+		{"an unknown top-level key", strings.Replace(string(good), `"n_skipped": 2,`, `"n_skipped": 2, "extra": 1,`, 1), `unknown field "extra"`},
+		{"an unknown key in a breakdown", strings.Replace(string(good), `"by_suite": {`, `"by_suite": {"x": {"asr_typo": 1},`, 1), `unknown field "asr_typo"`},
+		{"a wrong type", strings.Replace(string(good), `"n_skipped": 2,`, `"n_skipped": "2",`, 1), `n_skipped`},
+		{"two objects", string(good) + "{}", "data after"},
+		{"a list", `[1]`, "cannot unmarshal array"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.want != "" && c.text == string(good) {
+				t.Fatal("the edit did not apply: the case tests nothing")
+			}
+			path := filepath.Join(t.TempDir(), ReportJSON)
+			if err := os.WriteFile(path, []byte(c.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, err := ReadReport(path)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("error %v", err)
+			case c.want == "":
+				back, _ := MarshalReport(r)
+				if string(back) != c.text {
+					t.Fatalf("round trip differs:\n%s\n---\n%s", back, c.text)
+				}
+			case err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), path):
+				t.Fatalf("error %v, want one naming %s and containing %q", err, path, c.want)
+			}
+		})
+	}
+}

@@ -68,7 +68,7 @@ type Turn struct {
 	MemoryOut string // m_t: the memory after this turn (the previous one on a violation)
 	Judge     Call
 	Decision  string // the effective decision: "approve", or "reject" (also the fallback); with votes, their majority
-	Rationale string // the (first) judge's rationale (empty on a violation)
+	Rationale string // the (first) judge's rationale (FallbackRationale on a violation)
 	Votes     []Call // with K > 1 votes: all K judge calls (Judge is the first)
 }
 
@@ -257,45 +257,43 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 	return v
 }
 
-// events returns what the memory sees at turn t of the window (from 0): at
-// the window's first turn, the user's request (and the action just before
-// the window, if any); later, the previous action with its observation, and
-// a new user message when one arrived.
+// events returns what the memory sees at turn t of the window (from 0), in
+// order: at the window's first turn the user's request and the action just
+// before the window, if any; later the previous action with its
+// observation; then the user message that arrived before this turn's
+// action, if any.
 func (v *episodeView) events(t int) Events {
 	tr := v.ep.Traj
 	abs := v.ep.Start + t
 	var ev Events
 	if t == 0 {
-		ev.UserRequest = &tr.UserPrompt
-	}
-	if u := tr.Turns[abs].User; u != nil && t > 0 {
-		ev.UserRequest = u
+		ev = append(ev, Event{User: &tr.UserPrompt})
 	}
 	if abs > 0 {
-		ev.Action = &tr.Turns[abs-1].Action
-		ev.Observation = v.obs[abs-1]
+		ev = append(ev, Event{Action: &tr.Turns[abs-1].Action, Observation: v.obs[abs-1]})
+	}
+	if u := tr.Turns[abs].User; u != nil {
+		ev = append(ev, Event{User: u})
 	}
 	return ev
 }
 
 // judgeOnly returns the judge-only prompt at turn t of the window: the
-// user's request and the window's earlier steps, then the pending action.
+// user's request, the action just before the window (as the memory variant
+// sees it), the window's earlier steps with their user messages, then the
+// pending action.
 func (v *episodeView) judgeOnly(p *Prompts, t int) Prompt {
 	tr := v.ep.Traj
 	var hist []HistoryStep
-	for k := v.ep.Start; k < v.ep.Start+t; k++ {
+	for k := max(v.ep.Start-1, 0); k < v.ep.Start+t; k++ {
 		h := HistoryStep{Action: tr.Turns[k].Action, Observation: v.obs[k]}
-		if k > v.ep.Start {
+		if k >= v.ep.Start {
 			h.UserRequest = tr.Turns[k].User
 		}
 		hist = append(hist, h)
 	}
 	abs := v.ep.Start + t
-	var pendingUser *string
-	if t > 0 {
-		pendingUser = tr.Turns[abs].User
-	}
-	return p.JudgeOnly(tr.UserPrompt, hist, pendingUser, tr.Turns[abs].Action)
+	return p.JudgeOnly(tr.UserPrompt, hist, tr.Turns[abs].User, tr.Turns[abs].Action)
 }
 
 // ElideObservation keeps an observation of more than max tokens to its

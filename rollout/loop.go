@@ -143,7 +143,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 				}
 				if v == 0 {
 					turns[k].Judge = *c
-					turns[k].Decision, turns[k].Rationale = DecisionReject, ""
+					turns[k].Decision, turns[k].Rationale = DecisionReject, FallbackRationale
 					if c.Parsed {
 						turns[k].Decision, turns[k].Rationale = j.Decision, j.Rationale
 					}
@@ -162,6 +162,10 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 	}
 	return all, stats, nil
 }
+
+// FallbackRationale is the rationale of the fallback reject that a judge
+// format violation gets.
+const FallbackRationale = "format violation: rejected by default"
 
 // Majority returns the majority of K judge decisions: "approve" only when a
 // strict majority approves; a tie or no votes is "reject" (fail safe).

@@ -12,6 +12,26 @@ import (
 type ModelGenerator struct {
 	Model *model.Model
 	Stops []int // e.g. Guard.Stops()
+
+	bans map[*Grammar][]int // a grammar's banned ids plus the model's ids beyond the tokenizer's vocabulary
+}
+
+// banned returns the ids a free string may not use: the grammar's, and the
+// model's padding ids that no tokenizer token has (Qwen3's embedding has
+// 151,936 rows for 151,669 tokens).
+func (mg *ModelGenerator) banned(g *Grammar) []int {
+	if ids, ok := mg.bans[g]; ok {
+		return ids
+	}
+	ids := append([]int(nil), g.banned...)
+	for id := g.vocab.VocabSize(); id < mg.Model.Config().VocabSize; id++ {
+		ids = append(ids, id)
+	}
+	if mg.bans == nil {
+		mg.bans = map[*Grammar][]int{}
+	}
+	mg.bans[g] = ids
+	return ids
 }
 
 // Generate implements Generator. Requests are grouped by MaxNew; each group
@@ -69,7 +89,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			case c.Allowed != nil:
 				return model.Allow(c.Allowed...)
 			case c.Banned != nil:
-				return model.Ban(c.Banned...)
+				return model.Ban(mg.banned(d.g)...)
 			}
 			return model.Constraint{}
 		}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"text/template"
 
@@ -96,19 +97,32 @@ func ActionJSON(a dataset.Action) string {
 func trusted(s string) Part   { return chat.Trusted(s) }
 func untrusted(s string) Part { return chat.Untrusted(s) }
 
+// blockTag matches our block delimiters, opening or closing, in any case.
+var blockTag = regexp.MustCompile(`(?i)<\s*/?\s*(memory|user_request|action|observation)\s*>`)
+
 // block wraps untrusted text in a delimited block: <tag>\ntext\n</tag>\n.
+// The delimiters are ordinary text, so a copy of one inside the untrusted
+// text would tokenize exactly like the real one and could close the block
+// early: such copies are written with &lt; and &gt; instead.
 func block(tag, text string) []Part {
+	text = blockTag.ReplaceAllStringFunc(text, func(m string) string {
+		return "&lt;" + m[1:len(m)-1] + "&gt;"
+	})
 	return []Part{trusted("<" + tag + ">\n"), untrusted(text), trusted("\n</" + tag + ">\n")}
 }
 
-// Events are what happened since the memory's last update: the user's
-// request (at the start of a window, or a new user message) and the
-// previous action with its observation (absent at a trajectory's start).
-type Events struct {
-	UserRequest *string
-	Action      *dataset.Action
-	Observation string
+// Event is one thing that happened in the agent's trajectory: a user
+// message, or an action with its observation.
+type Event struct {
+	User        *string         // a user message (the request, or a later message)
+	Action      *dataset.Action // an action (when User is nil)
+	Observation string          // the action's observation
 }
+
+// Events are what happened since the memory's last update, in order: at a
+// window's start the user's request (and the action just before the window),
+// later the previous action with its observation, and any new user message.
+type Events []Event
 
 // Memory is the memory manager's prompt: the previous memory and the new events.
 func (p *Prompts) Memory(prev string, ev Events) Prompt {
@@ -120,14 +134,15 @@ func (p *Prompts) Memory(prev string, ev Events) Prompt {
 		u = append(u, block("memory", prev)...)
 	}
 	u = append(u, trusted("\nNew events since the last update:\n"))
-	if ev.UserRequest != nil {
-		u = append(u, block("user_request", *ev.UserRequest)...)
+	for _, e := range ev {
+		if e.User != nil {
+			u = append(u, block("user_request", *e.User)...)
+		} else {
+			u = append(u, block("action", ActionJSON(*e.Action))...)
+			u = append(u, block("observation", e.Observation)...)
+		}
 	}
-	if ev.Action != nil {
-		u = append(u, block("action", ActionJSON(*ev.Action))...)
-		u = append(u, block("observation", ev.Observation)...)
-	}
-	if ev.UserRequest == nil && ev.Action == nil {
+	if len(ev) == 0 {
 		u = append(u, trusted("(none)\n"))
 	}
 	u = append(u, trusted("\nUpdate the memory with one update_memory call."))

@@ -28,8 +28,9 @@ type Config struct {
 	// sweep's points are the Cartesian product, the first key varying slowest.
 	Grid Grid `yaml:"grid"`
 	// BaseConfig is the config file every point starts from, before its
-	// grid overrides ("" = the sweep's own config file). Relative paths are
-	// relative to the working directory, like every path flag.
+	// grid overrides ("" = the sweep's own config file). A relative path is
+	// relative to the folder of the sweep's config file, like a config
+	// file's `base:` (ResolveBaseConfig).
 	BaseConfig string `yaml:"base_config"`
 	// EvalData is the held-out trajectory file every point is evaluated on
 	// ("" = left to the runner, e.g. the base config's own eval data).
@@ -117,9 +118,9 @@ func (g *Grid) UnmarshalYAML(n *yaml.Node) error {
 func flatten(n *yaml.Node, prefix string, out *Grid) error {
 	if n.Kind != yaml.MappingNode {
 		if prefix == "" {
-			return fmt.Errorf("line %d: grid: want a mapping from config keys to lists of values", n.Line)
+			return fmt.Errorf("%sgrid: want a mapping from config keys to lists of values", at(n))
 		}
-		return fmt.Errorf("line %d: grid.%s: want a list of values or a mapping", n.Line, prefix)
+		return fmt.Errorf("%sgrid.%s: want a list of values or a mapping", at(n), prefix)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -137,16 +138,24 @@ func flatten(n *yaml.Node, prefix string, out *Grid) error {
 			for _, item := range v.Content {
 				text, err := yamlText(item)
 				if err != nil {
-					return fmt.Errorf("line %d: grid.%s: %w", item.Line, key, err)
+					return fmt.Errorf("%sgrid.%s: %w", at(item), key, err)
 				}
 				a.Values = append(a.Values, text)
 			}
 			*out = append(*out, a)
 		default:
-			return fmt.Errorf("line %d: grid.%s: want a list of values, got %q", v.Line, key, v.Value)
+			return fmt.Errorf("%sgrid.%s: want a list of values, got %q", at(v), key, v.Value)
 		}
 	}
 	return nil
+}
+
+// at returns "line N: " for a node read from a file, "" for one from --set.
+func at(n *yaml.Node) string {
+	if n.Line == 0 {
+		return ""
+	}
+	return fmt.Sprintf("line %d: ", n.Line)
 }
 
 // yamlText renders a value node as the one-line YAML text --set parses back

@@ -19,8 +19,13 @@ func TestShippedSweepConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Points) != 20 || p.Points[7].Name != "gamma=0.25,lambda=2" || p.BaseConfig != "configs/default.yaml" {
+	if len(p.Points) != 20 || p.Points[7].Name != "gamma=0.25,lambda=2" || p.BaseConfig != "default.yaml" {
 		t.Fatalf("plan: %d points, point 7 %q, base %q", len(p.Points), p.Points[7].Name, p.BaseConfig)
+	}
+	// base_config is relative to the sweep file's folder, and it exists.
+	base := sweep.ResolveBaseConfig(p.BaseConfig, "../configs/sweep.yaml")
+	if _, err := config.Load(base, nil); err != nil || base != "../configs/default.yaml" {
+		t.Fatalf("base config %s: %v", base, err)
 	}
 	// --set replaces the whole grid; nested keys flatten.
 	cfg, err = config.Load("../configs/sweep.yaml", []string{"sweep.grid.rewards.lambda=[0.5, 1]", "sweep.eval_data=e.jsonl"})

@@ -28,6 +28,11 @@ type Point struct {
 	Values []string `json:"values"`
 	// Sets are the point's `key=value` overrides, applied on top of the base config.
 	Sets []string `json:"sets"`
+	// ConfigHash identifies the point's fully resolved configuration
+	// (ConfigHash of it; "" = not checked). The caller that resolves the
+	// configurations sets it; DONE records it, and a finished point whose
+	// hash differs is refused rather than reused (see Run).
+	ConfigHash string `json:"config_sha256,omitempty"`
 	// Command runs this point alone (only in plan.json, see WritePlan).
 	Command []string `json:"command,omitempty"`
 }
@@ -43,9 +48,29 @@ type Plan struct {
 	BaseConfig string `json:"base_config"`
 	// EvalData is the trajectory file each point is evaluated on ("" = the runner's choice).
 	EvalData string `json:"eval_data"`
+	// Dir is the working directory the points' commands run in (only in
+	// plan.json, see WritePlan): relative paths resolve there.
+	Dir string `json:"dir,omitempty"`
 	// Points is the Cartesian product of the grid's values, the first key
 	// varying slowest and the last fastest (like nested loops in key order).
 	Points []Point `json:"points"`
+}
+
+// ConfigHash is the hex SHA-256 of a point's resolved configuration (e.g.
+// its YAML), which tells whether a finished point ran with it.
+func ConfigHash(resolved []byte) string {
+	sum := sha256.Sum256(resolved)
+	return hex.EncodeToString(sum[:])
+}
+
+// ResolveBaseConfig returns base (sweep.base_config) relative to the folder
+// of the config file that names it, like a config file's `base:`; an
+// absolute base, an empty one, or one without a config file is kept.
+func ResolveBaseConfig(base, configFile string) string {
+	if base == "" || configFile == "" || filepath.IsAbs(base) {
+		return base
+	}
+	return filepath.Join(filepath.Dir(configFile), base)
 }
 
 // NewPlan validates c and lays out its points.
@@ -173,14 +198,21 @@ func (p *Plan) Label(pt Point) string {
 
 // WritePlan writes plan.json and plan.sh into outDir for running the points
 // elsewhere (a Slurm array, a Kubernetes indexed job). command is the
-// argument list that runs this sweep, e.g. {"mageguard", "sweep", "--config",
-// "configs/sweep.yaml", "--out", "runs/sweep"}; point N's command is it
-// followed by "--point N".
-func WritePlan(outDir string, plan *Plan, command []string) error {
+// argument list that runs this sweep, e.g. {"/usr/local/bin/mageguard",
+// "sweep", "--config", "/src/configs/sweep.yaml", "--out", "/src/runs/sweep"};
+// point N's command is it followed by "--point N". Every command runs in
+// workDir (an absolute path; plan.sh changes into it first), so that the
+// relative paths inside the configuration resolve as they did where the plan
+// was made, wherever plan.sh is started from.
+func WritePlan(outDir string, plan *Plan, workDir string, command []string) error {
+	if !filepath.IsAbs(workDir) {
+		return fmt.Errorf("sweep: write plan: the working directory %q is not absolute", workDir)
+	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
 	withCmd := *plan
+	withCmd.Dir = workDir
 	withCmd.Points = make([]Point, len(plan.Points))
 	for i, pt := range plan.Points {
 		pt.Command = append(append([]string{}, command...), "--point", strconv.Itoa(pt.Index))
@@ -193,27 +225,34 @@ func WritePlan(outDir string, plan *Plan, command []string) error {
 	if err := writeFileAtomic(filepath.Join(outDir, PlanJSON), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
-	sh := planShell(&withCmd, command)
+	self, err := filepath.Abs(filepath.Join(outDir, PlanShell))
+	if err != nil {
+		return fmt.Errorf("sweep: write plan: %w", err)
+	}
+	sh := planShell(&withCmd, command, self)
 	if err := writeFileAtomic(filepath.Join(outDir, PlanShell), []byte(sh), 0o755); err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
 	return nil
 }
 
-// planShell renders plan.sh: `sh plan.sh N` runs point N; N may also come
-// from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX.
-func planShell(plan *Plan, command []string) string {
+// planShell renders plan.sh (whose absolute path is self): `sh plan.sh N`
+// runs point N in plan.Dir; N may also come from SLURM_ARRAY_TASK_ID or
+// JOB_COMPLETION_INDEX.
+func planShell(plan *Plan, command []string, self string) string {
 	last := len(plan.Points) - 1
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
 	fmt.Fprintf(&b, "# mageguard sweep plan: %d points over %s (point N is folder <out>/<name>).\n",
 		len(plan.Points), strings.Join(plan.Keys, " × "))
-	b.WriteString("# Run it from the directory the plan was made in.\n")
+	b.WriteString("# It may be started from anywhere: it runs every command in the directory\n")
+	b.WriteString("# the plan was made in (below), where the configs' relative paths resolve.\n")
 	b.WriteString("#   one point:               sh plan.sh N\n")
-	fmt.Fprintf(&b, "#   Slurm array job:         sbatch --array=0-%d --wrap 'sh plan.sh $SLURM_ARRAY_TASK_ID'\n", last)
-	fmt.Fprintf(&b, "#   Kubernetes indexed job:  completionMode: Indexed, completions: %d, command: sh plan.sh\n", len(plan.Points))
+	fmt.Fprintf(&b, "#   Slurm array job:         sbatch --array=0-%d --wrap 'sh %s $SLURM_ARRAY_TASK_ID'\n", last, shellQuote(self))
+	fmt.Fprintf(&b, "#   Kubernetes indexed job:  completionMode: Indexed, completions: %d, command: sh %s\n", len(plan.Points), shellQuote(self))
 	fmt.Fprintf(&b, "#   then the summary:        %s --collect\n", shellJoin(command))
 	b.WriteString("set -e\n")
+	fmt.Fprintf(&b, "cd %s\n", shellQuote(plan.Dir))
 	b.WriteString("n=\"${1:-${SLURM_ARRAY_TASK_ID:-${JOB_COMPLETION_INDEX:-}}}\"\n")
 	b.WriteString("case \"$n\" in\n")
 	for _, pt := range plan.Points {

@@ -96,8 +96,17 @@ func TestWritePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cmd := []string{"echo", "sweep", "--config", "my configs/s.yaml", "--out", "o"}
-	if err := WritePlan(dir, p, cmd); err != nil {
+	// The commands run in work (plan.sh changes into it), wherever plan.sh
+	// is started from; the fake command shows where it ran.
+	work := filepath.Join(t.TempDir(), "work dir")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := []string{"sh", "-c", `echo "$(basename "$PWD"):" "$@"`, "fake", "sweep", "--config", "my configs/s.yaml", "--out", "o"}
+	if err := WritePlan(dir, p, "relative", cmd); err == nil || !strings.Contains(err.Error(), "not absolute") {
+		t.Errorf("a relative working directory: %v", err)
+	}
+	if err := WritePlan(dir, p, work, cmd); err != nil {
 		t.Fatal(err)
 	}
 	var back Plan
@@ -105,7 +114,7 @@ func TestWritePlan(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Points) != 4 || back.EvalData != "e.jsonl" || back.Points[3].Name != "gamma=0.5,lambda=2" {
+	if len(back.Points) != 4 || back.EvalData != "e.jsonl" || back.Points[3].Name != "gamma=0.5,lambda=2" || back.Dir != work {
 		t.Fatalf("plan.json: %s", data)
 	}
 	wantCmd := append(append([]string{}, cmd...), "--point", "2")
@@ -125,11 +134,12 @@ func TestWritePlan(t *testing.T) {
 		env  string
 		want string
 	}{
-		{[]string{"2"}, "", "sweep --config my configs/s.yaml --out o --point 2\n"},
-		{nil, "SLURM_ARRAY_TASK_ID=1", "sweep --config my configs/s.yaml --out o --point 1\n"},
-		{nil, "JOB_COMPLETION_INDEX=3", "sweep --config my configs/s.yaml --out o --point 3\n"},
+		{[]string{"2"}, "", "work dir: sweep --config my configs/s.yaml --out o --point 2\n"},
+		{nil, "SLURM_ARRAY_TASK_ID=1", "work dir: sweep --config my configs/s.yaml --out o --point 1\n"},
+		{nil, "JOB_COMPLETION_INDEX=3", "work dir: sweep --config my configs/s.yaml --out o --point 3\n"},
 	} {
 		run := exec.Command("sh", append([]string{sh}, c.args...)...)
+		run.Dir = t.TempDir() // started from elsewhere
 		run.Env = append(os.Environ(), c.env)
 		out, err := run.Output()
 		if err != nil || string(out) != c.want {
@@ -141,8 +151,26 @@ func TestWritePlan(t *testing.T) {
 		t.Errorf("sh plan.sh 4: %q, %v", out, err)
 	}
 	script, _ := os.ReadFile(sh)
-	if !strings.Contains(string(script), "0) exec echo sweep --config 'my configs/s.yaml' --out o --point 0 ;; # gamma=0,lambda=1\n") {
+	if !strings.Contains(string(script), "\ncd '"+work+"'\n") ||
+		!strings.Contains(string(script), "0) exec sh -c 'echo \"$(basename \"$PWD\"):\" \"$@\"' fake sweep --config 'my configs/s.yaml' --out o --point 0 ;; # gamma=0,lambda=1\n") {
 		t.Errorf("plan.sh:\n%s", script)
+	}
+}
+
+// sweep.base_config is relative to the sweep's config file, like base:.
+func TestResolveBaseConfig(t *testing.T) {
+	cases := []struct{ base, file, want string }{
+		{"default.yaml", "configs/sweep.yaml", "configs/default.yaml"},
+		{"../other/b.yaml", "/a/configs/s.yaml", "/a/other/b.yaml"},
+		{"/abs/b.yaml", "configs/s.yaml", "/abs/b.yaml"},
+		{"", "configs/s.yaml", ""},     // the sweep's own file
+		{"b.yaml", "", "b.yaml"},       // no config file: the working directory
+		{"b.yaml", "s.yaml", "b.yaml"}, // a config file in the working directory
+	}
+	for _, c := range cases {
+		if got := ResolveBaseConfig(c.base, c.file); got != c.want {
+			t.Errorf("ResolveBaseConfig(%q, %q) = %q, want %q", c.base, c.file, got, c.want)
+		}
 	}
 }
 

@@ -28,8 +28,9 @@ type doneRecord struct {
 	Index    int      `json:"index"`
 	Name     string   `json:"name"`
 	Sets     []string `json:"sets"`
-	Seconds  float64  `json:"seconds"`  // how long the runner took
-	Finished string   `json:"finished"` // RFC 3339 time
+	Config   string   `json:"config_sha256,omitempty"` // Point.ConfigHash of the run
+	Seconds  float64  `json:"seconds"`                 // how long the runner took
+	Finished string   `json:"finished"`                // RFC 3339 time
 }
 
 // now is the clock (tests replace it).
@@ -42,8 +43,10 @@ func Done(dir string) bool {
 }
 
 // finished reports whether pt is finished in outDir. A DONE written for
-// other overrides (the grid's keys changed but kept their short names) is
-// an error rather than a result silently reused.
+// other overrides (the grid's keys changed but kept their short names) or,
+// when pt.ConfigHash is set, for another resolved configuration (the base
+// config or the global overrides changed) is an error rather than a result
+// silently reused.
 func finished(outDir string, pt Point) (bool, error) {
 	dir := filepath.Join(outDir, pt.Name)
 	data, err := os.ReadFile(filepath.Join(dir, DoneFile))
@@ -61,7 +64,25 @@ func finished(outDir string, pt Point) (bool, error) {
 		return false, fmt.Errorf("sweep: point %d: %s holds a run with overrides %v, not %v: use another output folder",
 			pt.Index, dir, rec.Sets, pt.Sets)
 	}
+	if pt.ConfigHash != "" && rec.Config != pt.ConfigHash {
+		was := "no configuration hash (an older mageguard wrote it)"
+		if rec.Config != "" {
+			was = "configuration sha256 " + short(rec.Config)
+		}
+		return false, fmt.Errorf("sweep: point %d: %s was run with another configuration than this one "+
+			"(its %s records %s, now %s: the base config, the global --set overrides or sweep.eval_data changed): "+
+			"use another output folder, or delete the point's folder to run it again",
+			pt.Index, dir, DoneFile, was, short(pt.ConfigHash))
+	}
 	return true, nil
+}
+
+// short abbreviates a hash for messages.
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "…"
+	}
+	return h
 }
 
 // readDone returns the runner's recorded duration of a finished point (0 if unknown).
@@ -192,7 +213,7 @@ func runOne(ctx context.Context, plan *Plan, outDir string, pt Point, runner Run
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
 	}
 	d := now().Sub(start)
-	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Seconds: d.Seconds(), Finished: now().UTC().Format(time.RFC3339)}
+	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Config: pt.ConfigHash, Seconds: d.Seconds(), Finished: now().UTC().Format(time.RFC3339)}
 	data, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeFileAtomic(filepath.Join(dir, DoneFile), append(data, '\n'), 0o644); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): mark done: %w", pt.Index, pt.Name, err)

@@ -146,7 +146,7 @@ func TestPlanPointCollectMatchesRun(t *testing.T) {
 	if err := Run(context.Background(), p, full, fakeRunner(&ran, -1), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WritePlan(split, p, []string{"mageguard", "sweep"}); err != nil {
+	if err := WritePlan(split, p, split, []string{"mageguard", "sweep"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []int{3, 1, 0, 2, 1} { // point 1 twice: a scheduler's retry is a no-op
@@ -293,3 +293,56 @@ func TestHeatmapCells(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// A finished point is reused only with the configuration it ran with: a
+// DONE whose configuration hash differs from the point's (the base config
+// or the global overrides changed, the grid did not) is refused by Run,
+// RunPoint and Collect, and so is a DONE without a hash.
+func TestFinishedPointNeedsSameConfig(t *testing.T) {
+	withHashes := func(salt string) *Plan {
+		p := plan2x2(t)
+		for i := range p.Points {
+			p.Points[i].ConfigHash = ConfigHash([]byte(salt + p.Points[i].Name))
+		}
+		return p
+	}
+	out := t.TempDir()
+	var ran []int
+	if err := Run(context.Background(), withHashes("a"), out, fakeRunner(&ran, -1), nil); err != nil {
+		t.Fatal(err)
+	}
+	done := string(mustRead(t, filepath.Join(out, "gamma=0,lambda=0", DoneFile)))
+	if want := ConfigHash([]byte("agamma=0,lambda=0")); !strings.Contains(done, `"config_sha256": "`+want+`"`) {
+		t.Fatalf("DONE lacks the point's hash %s:\n%s", want, done)
+	}
+	// The same configuration: nothing runs again.
+	ran = nil
+	if err := Run(context.Background(), withHashes("a"), out, fakeRunner(&ran, -1), nil); err != nil || len(ran) != 0 {
+		t.Fatalf("same config: ran %v, %v", ran, err)
+	}
+	// Another configuration with the same grid: every way in refuses it.
+	changed := withHashes("b")
+	want := "sweep: point 0: " + filepath.Join(out, "gamma=0,lambda=0") + " was run with another configuration than this one"
+	_, collectErr := Collect(out, changed)
+	for name, err := range map[string]error{
+		"Run":      Run(context.Background(), changed, out, fakeRunner(&ran, -1), nil),
+		"RunPoint": RunPoint(context.Background(), changed, out, 0, fakeRunner(&ran, -1), nil),
+		"Collect":  collectErr,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "use another output folder") {
+			t.Errorf("%s: error %v, want one containing %q", name, err, want)
+		}
+	}
+	if len(ran) != 0 {
+		t.Errorf("ran %v with another configuration", ran)
+	}
+	// A DONE without a hash (an older mageguard) cannot be vouched for.
+	old := filepath.Join(t.TempDir(), "old")
+	if err := RunPoint(context.Background(), plan2x2(t), old, 0, fakeRunner(&ran, -1), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := RunPoint(context.Background(), withHashes("a"), old, 0, fakeRunner(&ran, -1), nil); err == nil ||
+		!strings.Contains(err.Error(), "records no configuration hash") {
+		t.Errorf("a DONE without a hash: %v", err)
+	}
+}

@@ -72,18 +72,18 @@ func (r *run) evaluate(ctx context.Context, step int, m *Metrics) error {
 	if err := r.model.Save(tmp, model.SaveOptions{DType: r.opts.Train.CheckpointDType, TokenizerDir: r.tokDir}); err != nil {
 		return fmt.Errorf("checkpoint-best: %w", err)
 	}
-	r.best = bestTracker{Step: step, Metric: spec, Value: &v}
-	data, _ := json.MarshalIndent(r.best, "", "  ")
+	best := bestTracker{Step: step, Metric: spec, Value: &v}
+	data, _ := json.MarshalIndent(best, "", "  ")
 	if err := writeFileAtomic(filepath.Join(tmp, "best.json"), data); err != nil {
 		return err
 	}
-	os.RemoveAll(final)
-	if err := os.Rename(tmp, final); err != nil {
+	if err := replaceDir(tmp, final); err != nil {
 		return fmt.Errorf("checkpoint-best: %w", err)
 	}
 	if err := writeFileAtomic(filepath.Join(r.opts.Out, "best.json"), data); err != nil {
 		return err
 	}
+	r.best = best
 	fmt.Fprintf(r.log, "checkpoint-best: step %d, %s = %.4f\n", step, spec, v)
 	return nil
 }

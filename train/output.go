@@ -123,22 +123,61 @@ func (j *jsonlFile) close() {
 	j.f.Close()
 }
 
-// writeFileAtomic writes data through a temporary file and a rename.
+// writeFileAtomic writes data through a synced temporary file (mode 0644)
+// and a rename.
 func writeFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
 		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// replaceDir moves the complete directory tmp to final, replacing an older
+// final: the old one is renamed aside first and removed last, so a crash
+// leaves one of the two under its name or aside, never neither.
+func replaceDir(tmp, final string) error {
+	aside := final + ".old"
+	os.RemoveAll(aside)
+	if _, err := os.Stat(final); err == nil {
+		if err := os.Rename(final, aside); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.Rename(aside, final)
 		return err
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
+	if err := os.Chmod(final, 0o755); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	syncDir(filepath.Dir(final))
+	return os.RemoveAll(aside)
+}
+
+// syncDir makes a rename in dir durable (best effort).
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
 }
 
 var checkpointRe = regexp.MustCompile(`^checkpoint-(\d+)$`)
@@ -191,8 +230,8 @@ func latestCheckpoint(out string) (string, int, error) {
 		}
 		step, _ := strconv.Atoi(m[1])
 		dir := filepath.Join(out, e.Name())
-		if _, err := os.Stat(filepath.Join(dir, "trainer_state.json")); err != nil {
-			continue
+		if _, err := readTrainerState(dir); err != nil {
+			continue // incomplete: trainer_state.json is written last
 		}
 		if step > bestStep {
 			best, bestStep = dir, step
@@ -238,8 +277,7 @@ func (r *run) saveCheckpoint(step int) (string, error) {
 	if err := writeFileAtomic(filepath.Join(tmp, "trainer_state.json"), ts); err != nil {
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
-	os.RemoveAll(final) // a stale copy without trainer_state.json
-	if err := os.Rename(tmp, final); err != nil {
+	if err := replaceDir(tmp, final); err != nil { // final may be a stale copy without trainer_state.json
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
 	fmt.Fprintf(r.log, "saved %s\n", final)
@@ -269,15 +307,25 @@ func (r *run) prune() {
 	}
 }
 
-// restoreTrainer loads the optimizer state of a checkpoint.
-func (r *run) restoreTrainer(dir string, step int) error {
-	data, err := os.ReadFile(filepath.Join(dir, "trainer_state.json"))
+// readTrainerState reads a checkpoint's trainer_state.json.
+func readTrainerState(dir string) (*trainerState, error) {
+	path := filepath.Join(dir, "trainer_state.json")
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("resume: %w", err)
+		return nil, err
 	}
 	var ts trainerState
 	if err := json.Unmarshal(data, &ts); err != nil {
-		return fmt.Errorf("resume: %s: %w", filepath.Join(dir, "trainer_state.json"), err)
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &ts, nil
+}
+
+// restoreTrainer loads the optimizer state of a checkpoint.
+func (r *run) restoreTrainer(dir string, step int) error {
+	ts, err := readTrainerState(dir)
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
 	}
 	if ts.Step != step {
 		return fmt.Errorf("resume: %s says step %d", dir, ts.Step)

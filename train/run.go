@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
@@ -14,6 +15,7 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/tokenizer"
@@ -154,9 +156,16 @@ func (r *run) setup() (int, error) {
 	} else if resumeDir == "" {
 		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
 	}
-	if o.ResolvedConfig != nil {
-		if err := writeFileAtomic(filepath.Join(o.Out, "config.yaml"), o.ResolvedConfig); err != nil {
+	// Fail fast on what would otherwise fail only later in the run.
+	if o.Model.DType != "float32" {
+		return 0, fmt.Errorf("model.dtype %s: training needs float32 weights (AdamW keeps no float32 master copy, so bfloat16 updates would round away); save bfloat16 checkpoints with train.checkpoint_dtype", o.Model.DType)
+	}
+	if o.Train.EvalEvery > 0 {
+		if err := checkBestMetric(o.Train.BestMetric); err != nil {
 			return 0, err
+		}
+		if _, err := dataset.ReadAll(o.Train.EvalData); err != nil {
+			return 0, fmt.Errorf("train.eval_data: %w", err)
 		}
 	}
 
@@ -246,6 +255,16 @@ func (r *run) setup() (int, error) {
 		}
 	}
 
+	// Everything loaded: record the configuration this run uses.
+	if o.ResolvedConfig != nil {
+		if err := writeFileAtomic(filepath.Join(o.Out, "config.yaml"), o.ResolvedConfig); err != nil {
+			return 0, err
+		}
+	}
+	if resumeDir != "" && o.Train.CheckpointDType == "bfloat16" {
+		fmt.Fprintf(r.log, "resume: warning: %s holds bfloat16 weights (train.checkpoint_dtype): the run continues from rounded weights, not the ones an uninterrupted run would have\n", resumeDir)
+	}
+
 	// Outputs: metrics.jsonl (and rollouts.jsonl) continue after the resumed step.
 	if r.metrics, err = openJSONL(filepath.Join(o.Out, "metrics.jsonl"), start); err != nil {
 		return 0, err
@@ -256,6 +275,9 @@ func (r *run) setup() (int, error) {
 		}
 	}
 	r.best = loadBest(o.Out)
+	if r.best.Step > start { // from steps after the checkpoint, which are redone
+		r.best = bestTracker{}
+	}
 	return start, nil
 }
 
@@ -300,6 +322,20 @@ func loadPool(path string, log io.Writer) ([]*dataset.Trajectory, []bool, error)
 	fmt.Fprintf(log, "data: %s: %d trajectories with actions (%d skipped without), %d with a label-1 action; actions %d/%d (0/1)\n",
 		path, len(pool), len(all)-len(pool), npos, labels[0], labels[1])
 	return pool, positive, nil
+}
+
+// checkBestMetric checks that train.best_metric names a top-level metric
+// of the eval report (optionally with a leading '-': lower is better).
+func checkBestMetric(spec string) error {
+	name := strings.TrimPrefix(spec, "-")
+	var names []string
+	for _, f := range (&eval.Report{}).Fields() {
+		if f.Name == name {
+			return nil
+		}
+		names = append(names, f.Name)
+	}
+	return fmt.Errorf("train.best_metric %q: not a metric of the eval report (one of %s, with an optional leading '-')", spec, strings.Join(names, ", "))
 }
 
 // hasTokenizer reports whether dir holds tokenizer files.

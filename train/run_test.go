@@ -351,4 +351,51 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 	if len(ma) != 3 || string(ja) != string(jb) {
 		t.Fatalf("metrics differ:\nstraight %s\nresumed  %s", ja, jb)
 	}
+	// The model moved away from the reference before the interruption, so a
+	// wrong reference after the resume would have shown in step 3's KL.
+	if !(ma[2].KL > 0) {
+		t.Fatalf("step 3 KL %v: the test cannot tell the reference apart from the model", ma[2].KL)
+	}
+}
+
+// TestFailsFast: bad settings and inputs are refused before any step runs,
+// and nothing is written into the output directory.
+func TestFailsFast(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(o *Options)
+		want string
+	}{
+		{"bfloat16 weights", func(o *Options) { o.Model.DType = "bfloat16" }, "model.dtype bfloat16: training needs float32"},
+		{"unknown best metric", func(o *Options) {
+			o.Train.EvalEvery, o.Train.BestMetric = 1, "F1"
+			o.Evaluate = func(context.Context, *model.Model, *rollout.Guard, int, string) (map[string]any, error) {
+				return nil, nil
+			}
+		}, `train.best_metric "F1": not a metric`},
+		{"eval data missing", func(o *Options) {
+			o.Train.EvalEvery, o.Train.EvalData = 1, "testdata/nope.jsonl"
+			o.Evaluate = func(context.Context, *model.Model, *rollout.Guard, int, string) (map[string]any, error) {
+				return nil, nil
+			}
+		}, "train.eval_data"},
+		{"eval without an evaluator", func(o *Options) { o.Train.EvalEvery = 1 }, "no evaluator"},
+		{"model path missing", func(o *Options) { o.Model.Path = "testdata/no-such-model" }, "model.path"},
+		{"data with one label only", func(o *Options) { o.Train.Data = "testdata/benign-only.jsonl" }, "needs actions of both labels"},
+		{"tokenizer missing", func(o *Options) { o.Model.Tokenizer = "testdata/no-tokenizer" }, "model.tokenizer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := microOptions(t, filepath.Join(t.TempDir(), "out"))
+			o.ResolvedConfig = []byte("x: 1\n")
+			c.edit(&o)
+			_, err := Run(context.Background(), o)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+			if _, err := os.Stat(filepath.Join(o.Out, "config.yaml")); err == nil {
+				t.Fatal("a failed start wrote config.yaml")
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/mageguard/mageguard/grpo"
@@ -19,21 +20,23 @@ type Metrics struct {
 	AccuracyMemory      float64        `json:"accuracy_memory"` // mean discounted correctness Σγ^{k−t}c_k / Σγ^{k−t} (r^M before penalties)
 	JudgeViolationRate  float64        `json:"judge_format_violation_rate"`
 	MemoryViolationRate float64        `json:"memory_format_violation_rate"`
-	MemoryChars         float64        `json:"memory_chars"`       // mean |m_t| in code points
-	RejectRate          float64        `json:"reject_rate"`        // fraction of effective decisions that are reject
-	NonzeroAdvantages   float64        `json:"nonzero_advantages"` // fraction of sequences with a non-zero advantage
-	Loss                float64        `json:"loss"`               // GRPO loss of the last optimizer step
-	GradNorm            float64        `json:"grad_norm"`          // before clipping
-	KL                  float64        `json:"kl"`                 // mean k3 KL to the reference
-	ClipFraction        float64        `json:"clip_fraction"`      // fraction of tokens whose clipped term was active
-	Ratio               float64        `json:"ratio"`              // mean π_θ/π_old
-	Entropy             float64        `json:"entropy"`            // mean −log π of the counted tokens
-	LR                  float64        `json:"lr"`                 // learning rate of the last optimizer step
-	Sequences           int            `json:"sequences"`          // memory + judge completions trained on
-	CompletionTokens    int            `json:"completion_tokens"`  // completion tokens counted in the loss
-	GeneratedTokens     int            `json:"generated_tokens"`   // tokens sampled in the rollout
-	PromptTokens        int            `json:"prompt_tokens"`      // prompt tokens read in the rollout
-	TokensPerSecond     float64        `json:"tokens_per_s"`       // (prompt + generated + trained tokens) / step seconds
+	MemoryChars         float64        `json:"memory_chars"`        // mean |m_t| in code points
+	RejectRate          float64        `json:"reject_rate"`         // fraction of effective decisions that are reject
+	NonzeroAdvantages   float64        `json:"nonzero_advantages"`  // fraction of sequences with a non-zero advantage
+	Loss                float64        `json:"loss"`                // GRPO loss of the last optimizer step
+	GradNorm            float64        `json:"grad_norm"`           // before clipping
+	KL                  float64        `json:"kl"`                  // mean k3 KL to the reference
+	ClipFraction        float64        `json:"clip_fraction"`       // fraction of tokens whose clipped term was active
+	Ratio               float64        `json:"ratio"`               // mean π_θ/π_old
+	Entropy             float64        `json:"entropy"`             // mean −log π of the counted tokens
+	LR                  float64        `json:"lr"`                  // learning rate of the last optimizer step
+	Sequences           int            `json:"sequences"`           // memory + judge completions trained on
+	CompletionTokens    int            `json:"completion_tokens"`   // completion tokens counted in the loss
+	GeneratedTokens     int            `json:"generated_tokens"`    // tokens sampled in the rollout
+	PromptTokens        int            `json:"prompt_tokens"`       // prompt tokens read in the rollout
+	ElidedObservations  int            `json:"elided_observations"` // observations cut to rollout.max_observation_tokens
+	ElidedTokens        int            `json:"elided_tokens"`       // observation tokens left out by those cuts
+	TokensPerSecond     float64        `json:"tokens_per_s"`        // (prompt + generated + trained tokens) / step seconds
 	RolloutSeconds      float64        `json:"rollout_seconds"`
 	UpdateSeconds       float64        `json:"update_seconds"`
 	Seconds             float64        `json:"seconds"`        // the whole step
@@ -75,7 +78,8 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 
 	// 3. Rewards and advantages per trajectory (its G chains are the group
 	// at each turn), then one sequence per memory and judge call.
-	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens}
+	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens,
+		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens}
 	var seqs []grpo.Sequence
 	var forced [][]bool
 	var rows []rolloutRow
@@ -86,6 +90,8 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
 		}
+		gs, gf := groupSequences(group, sc)
+		seqs, forced = append(seqs, gs...), append(forced, gf...)
 		for c, ch := range group {
 			for t := range ch.Turns {
 				tu := &ch.Turns[t]
@@ -106,11 +112,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 					if !tu.Memory.Parsed {
 						m.MemoryViolationRate++
 					}
-					seqs = append(seqs, sequence(tu.Memory, grpo.PhaseMemory, sc.advMemory[t][c], sc.rewards.Memory[t][c]))
-					forced = append(forced, tu.Memory.Forced)
 				}
-				seqs = append(seqs, sequence(&tu.Judge, grpo.PhaseJudge, sc.advJudge[t][c], sc.rewards.Judge[t][c]))
-				forced = append(forced, tu.Judge.Forced)
 				if r.rollouts != nil {
 					rows = append(rows, newRolloutRow(step, ep, ch, t, sc, o.Train.LogTexts))
 				}
@@ -136,7 +138,25 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 
 	// 4. The GRPO update: forced tokens (structured decoding) carry no
 	// choice and are left out of the loss.
-	batch, err := newBatch(seqs, forced)
+	// Micro-batches are padded to their longest row: ordering the sequences by
+	// phase (memory completions are longer than judge ones) and length keeps
+	// the padding small. The loss is a sum over sequences: order is free.
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		sa, sb := &seqs[order[a]], &seqs[order[b]]
+		if sa.Phase != sb.Phase {
+			return sa.Phase < sb.Phase
+		}
+		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
+	})
+	sorted, sortedForced := make([]grpo.Sequence, len(seqs)), make([][]bool, len(seqs))
+	for i, j := range order {
+		sorted[i], sortedForced[i] = seqs[j], forced[j]
+	}
+	batch, err := newBatch(sorted, sortedForced)
 	if err != nil {
 		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
@@ -219,6 +239,26 @@ func newBatch(seqs []grpo.Sequence, forced [][]bool) (*grpo.Batch, error) {
 		b.Rewards = append(b.Rewards, s.Reward)
 	}
 	return b, nil
+}
+
+// groupSequences returns one GRPO sequence per memory and judge call of a
+// trajectory's chains, each carrying its own phase's advantage at its turn
+// and chain (the phase mask), with the calls' forced-token flags.
+func groupSequences(group []*rollout.Chain, sc *scored) ([]grpo.Sequence, [][]bool) {
+	var seqs []grpo.Sequence
+	var forced [][]bool
+	for c, ch := range group {
+		for t := range ch.Turns {
+			tu := &ch.Turns[t]
+			if tu.Memory != nil {
+				seqs = append(seqs, sequence(tu.Memory, grpo.PhaseMemory, sc.advMemory[t][c], sc.rewards.Memory[t][c]))
+				forced = append(forced, tu.Memory.Forced)
+			}
+			seqs = append(seqs, sequence(&tu.Judge, grpo.PhaseJudge, sc.advJudge[t][c], sc.rewards.Judge[t][c]))
+			forced = append(forced, tu.Judge.Forced)
+		}
+	}
+	return seqs, forced
 }
 
 // sequence turns a guard call into a GRPO sequence with its phase's advantage.

@@ -6,10 +6,12 @@ import (
 	"github.com/mageguard/mageguard/config"
 )
 
-// globalFlags are the flags every command takes.
+// globalFlags are the flags every command takes, and the configuration
+// they resolve to.
 type globalFlags struct {
 	configFile string
 	sets       []string
+	cfg        *config.Config // resolved once before any command runs (PersistentPreRunE)
 }
 
 var global globalFlags
@@ -25,10 +27,32 @@ approves or rejects each pending tool call from that memory (assess_risk).
 Every command takes --config FILE (YAML, see configs/) and repeatable
 --set key=value overrides with dotted keys (e.g. --set rewards.gamma=0.25).
 Precedence: command flags > --set > --config file > built-in defaults.
+Every command checks the whole configuration before it starts: an unknown
+key or a bad value is an error, even for a command that reads no section.
+Which command reads which sections:
+  train           model, rollout, rewards, grpo, train, eval (train.eval_every)
+  eval            model, rollout, eval
+  sweep           all of them, for every point (sweep: the grid)
+  model ...       model
+  config          prints them all
+  data, tokenize  none (their flags say everything)
 Data is written to stdout or files; logs and progress go to stderr.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Resolve and check the configuration once, for every command.
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if skipConfig(cmd) {
+				return nil
+			}
+			cfg, err := config.Load(global.configFile, global.sets)
+			if err != nil {
+				return err
+			}
+			global.cfg = cfg
+			return nil
+		},
 	}
+	global = globalFlags{}
 	root.PersistentFlags().StringVar(&global.configFile, "config", "", "YAML config file (see configs/)")
 	root.PersistentFlags().StringArrayVar(&global.sets, "set", nil, "override a config key: --set section.key=value (repeatable)")
 	root.AddCommand(
@@ -37,14 +61,32 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newTokenizeCmd(),
 		newModelCmd(),
 		newTrainCmd(),
+		newEvalCmd(),
+		newSweepCmd(),
 	)
 	return root
 }
 
-// loadConfig resolves the configuration from --config and --set; commands
-// then apply their own flags on top (flags > --set > file > defaults).
+// loadConfig returns the configuration resolved from --config and --set
+// (checked before the command ran); commands then apply their own flags on
+// top (flags > --set > file > defaults).
 func loadConfig() (*config.Config, error) {
+	if global.cfg != nil {
+		return global.cfg, nil
+	}
 	return config.Load(global.configFile, global.sets)
+}
+
+// skipConfig reports whether cmd is cobra's own machinery (help, shell
+// completion), which runs no mageguard code and reads no configuration.
+func skipConfig(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		switch c.Name() {
+		case "help", "completion", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd:
+			return true
+		}
+	}
+	return false
 }
 
 func newConfigCmd() *cobra.Command {

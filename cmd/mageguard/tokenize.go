@@ -30,7 +30,8 @@ untrusted (the path used for agent actions and observations): added-token text
 becomes ordinary tokens and no added-token id can appear.
 
 With --decode, it reads a JSON array of id arrays and writes a JSON array of
-strings.
+strings; an id that is no token of the tokenizer is an error naming its
+place (array and element, from 0).
 
   echo '["Hello <|im_start|> world"]' | mageguard tokenize
   echo '[[9707, 220, 151644, 1879]]' | mageguard tokenize --decode`,
@@ -59,7 +60,13 @@ strings.
 			}
 			var items []any
 			if decode {
-				for _, seq := range ids {
+				for i, seq := range ids {
+					for j, id := range seq {
+						if tok.IDToToken(id) == "" {
+							return fmt.Errorf("tokenize --decode: stdin array %d element %d: %d is not a token id of %s (ids 0..%d)",
+								i, j, id, path, tok.VocabSize()-1)
+						}
+					}
 					items = append(items, tok.Decode(seq, skipSpecial))
 				}
 			} else {

@@ -57,6 +57,10 @@ func TestTokenizeBadInput(t *testing.T) {
 		{"syntax error", "[\"a\",\n \"b", nil, "line 2 column 4: bad JSON"},
 		{"not strings", "[\"a\",\n 3]", nil, "line 2 column 3: want an array of strings, got a JSON number"},
 		{"not ids", "[[1,2],\n [1, \"x\"]]", []string{"--decode"}, "line 2 column 9: want an array of arrays of token ids"},
+		// Ids outside the vocabulary are named, never dropped ("Hello" is 9707;
+		// Qwen3's tokenizer has ids 0..151668).
+		{"negative id", "[[9707], [-5, 9707]]", []string{"--decode"}, "stdin array 1 element 0: -5 is not a token id"},
+		{"id past the vocabulary", "[[9707, 151669]]", []string{"--decode"}, "stdin array 0 element 1: 151669 is not a token id of ../../assets/qwen3 (ids 0..151668)"},
 		{"untrusted decode", "[]", []string{"--decode", "--untrusted"}, "--untrusted applies to encoding"},
 	}
 	for _, c := range cases {

@@ -14,6 +14,21 @@ import (
 	"github.com/mageguard/mageguard/train"
 )
 
+// trainConfig resolves train's configuration. A resumed run starts from
+// the configuration it was started with (--out/config.yaml), so that its
+// data, model and reference stay the same; --set and flags still apply.
+func trainConfig(out string, resume bool) (*config.Config, error) {
+	saved := filepath.Join(out, "config.yaml")
+	if _, err := os.Stat(saved); !resume || err != nil {
+		return loadConfig()
+	}
+	if global.configFile != "" {
+		return nil, fmt.Errorf("--resume continues with the run's own %s: drop --config (change keys with --set)", saved)
+	}
+	fmt.Fprintf(os.Stderr, "resume: configuration from %s\n", saved)
+	return config.Load(saved, global.sets)
+}
+
 func newTrainCmd() *cobra.Command {
 	var data, modelDir, out string
 	var resume bool
@@ -35,10 +50,12 @@ model directories with optimizer.safetensors and trainer_state.json) every
 train.save_every steps and at the end, keeping the newest train.keep_last, and
 checkpoint-best/ by train.best_metric when train.eval_every > 0.
 Ctrl-C saves a checkpoint of the last finished step and exits; --resume
-continues from the newest checkpoint in --out.`,
+continues from the newest checkpoint in --out with the run's own
+--out/config.yaml (plus any --set and flags given now, e.g. --set
+train.steps=200 to train longer; --config is refused with --resume).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig()
+			cfg, err := trainConfig(out, resume)
 			if err != nil {
 				return err
 			}
@@ -65,13 +82,13 @@ continues from the newest checkpoint in --out.`,
 			res, err := train.Run(ctx, train.Options{
 				Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
 				Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
-				Evaluate: evaluateHook(cfg),
+				Evaluate: trainEvalHook(cfg, os.Stderr),
 			})
 			if err != nil {
 				return err
 			}
 			if res.Stopped {
-				fmt.Fprintf(os.Stderr, "stopped after step %d; resume with --resume --out %s\n", res.Steps, out)
+				fmt.Fprintf(os.Stderr, "stopped after step %d; resume with: %s train --resume --out %s\n", res.Steps, os.Args[0], out)
 			}
 			fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\n", res.Checkpoint, filepath.Join(out, "metrics.jsonl"))
 			return nil
