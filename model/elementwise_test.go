@@ -30,6 +30,13 @@ func TestExpFloat32(t *testing.T) {
 			dst = src
 		}
 		expFloat32(dst, src)
+		portable := make([]float32, len(x))
+		expFloat32Go(portable, x)
+		for i, v := range portable {
+			if want := float32(math.Exp(float64(x[i]))); v != want && !(math.IsNaN(float64(v)) && math.IsNaN(float64(want))) {
+				t.Fatalf("expFloat32Go(%g) = %g, want %g", x[i], v, want)
+			}
+		}
 		for i, v := range x {
 			want := math.Exp(float64(v))
 			got := float64(dst[i])

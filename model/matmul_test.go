@@ -20,37 +20,42 @@ func randomFloats(rng *rand.Rand, n int) []float32 {
 }
 
 // TestKernel6x16 checks the micro-kernel (assembly where the CPU has AVX2
-// and FMA) against sums in float64, overwriting and accumulating, with
+// and FMA) and the portable one against sums in float64, overwriting and accumulating, with
 // strided operands and an output row stride wider than the tile (the
 // columns beyond it stay untouched).
 func TestKernel6x16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const ldc = 21
-	for _, k := range []int{1, 3, 8, 256} {
-		for _, add := range []bool{false, true} {
-			// a: 6 rows of k at row stride k+3 (rows mode); b: p-major with stride 19.
-			const bps = gemmNR + 3
-			ars := k + 3
-			a, b := randomFloats(rng, gemmMR*ars), randomFloats(rng, bps*k)
-			c := randomFloats(rng, gemmMR*ldc)
-			before := append([]float32(nil), c...)
-			kernel6x16(k, a, ars, 1, b, bps, c, ldc, add)
-			for r := 0; r < gemmMR; r++ {
-				for j := 0; j < ldc; j++ {
-					want := float64(before[r*ldc+j])
-					if j < gemmNR {
-						var s float64
-						for p := 0; p < k; p++ {
-							s += float64(a[r*ars+p]) * float64(b[p*bps+j])
+	kernels := map[string]func(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool){
+		"kernel6x16": kernel6x16, "kernel6x16Go": kernel6x16Go,
+	}
+	for name, kernel := range kernels {
+		for _, k := range []int{1, 3, 8, 256} {
+			for _, add := range []bool{false, true} {
+				// a: 6 rows of k at row stride k+3 (rows mode); b: p-major with stride 19.
+				const bps = gemmNR + 3
+				ars := k + 3
+				a, b := randomFloats(rng, gemmMR*ars), randomFloats(rng, bps*k)
+				c := randomFloats(rng, gemmMR*ldc)
+				before := append([]float32(nil), c...)
+				kernel(k, a, ars, 1, b, bps, c, ldc, add)
+				for r := 0; r < gemmMR; r++ {
+					for j := 0; j < ldc; j++ {
+						want := float64(before[r*ldc+j])
+						if j < gemmNR {
+							var s float64
+							for p := 0; p < k; p++ {
+								s += float64(a[r*ars+p]) * float64(b[p*bps+j])
+							}
+							if add {
+								want += s
+							} else {
+								want = s
+							}
 						}
-						if add {
-							want += s
-						} else {
-							want = s
+						if got := float64(c[r*ldc+j]); math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
+							t.Fatalf("%s k=%d add=%v: c[%d][%d] = %g, want %g", name, k, add, r, j, got, want)
 						}
-					}
-					if got := float64(c[r*ldc+j]); math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
-						t.Fatalf("k=%d add=%v: c[%d][%d] = %g, want %g", k, add, r, j, got, want)
 					}
 				}
 			}
@@ -87,22 +92,25 @@ var fastDotGeneralCases = []dotGeneralCase{
 	{"decode attention values (axpyNT)", []int{2, 2, 1, 2, 19}, []int{2, 19, 2, 8}, []int{4}, []int{0, 1}, []int{1}, []int{0, 2}},
 }
 
-// TestDot4 checks dot4 (assembly where the CPU has AVX2 and FMA) against
-// sums in float64, for lengths around its 8-wide steps.
+// TestDot4 checks dot4 (assembly where the CPU has AVX2 and FMA) and the
+// portable dot4Go against sums in float64, for lengths around its 8-wide
+// steps.
 func TestDot4(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, k := range []int{1, 7, 8, 9, 64, 100} {
 		a := randomFloats(rng, k)
 		bs := [4][]float32{randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k)}
-		var got [4]float32
-		dot4(a, bs[0], bs[1], bs[2], bs[3], &got)
-		for r := range bs {
-			var want float64
-			for p := range a {
-				want += float64(a[p]) * float64(bs[r][p])
-			}
-			if math.Abs(float64(got[r])-want) > 1e-4*(1+math.Abs(want)) {
-				t.Errorf("k=%d row %d: %g, want %g", k, r, got[r], want)
+		for name, dot := range map[string]func(a, b0, b1, b2, b3 []float32, out *[4]float32){"dot4": dot4, "dot4Go": dot4Go} {
+			var got [4]float32
+			dot(a, bs[0], bs[1], bs[2], bs[3], &got)
+			for r := range bs {
+				var want float64
+				for p := range a {
+					want += float64(a[p]) * float64(bs[r][p])
+				}
+				if math.Abs(float64(got[r])-want) > 1e-4*(1+math.Abs(want)) {
+					t.Errorf("%s k=%d row %d: %g, want %g", name, k, r, got[r], want)
+				}
 			}
 		}
 	}

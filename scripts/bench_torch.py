@@ -15,7 +15,13 @@ by side with the ratios GoMLX time / PyTorch time, in wall-clock and in CPU
 seconds (user + system, all threads; steadier than wall time on a machine
 shared with other work). `make bench` does this. PyTorch runs with its
 default threads (Debian's build: 1 intra-op thread, OpenBLAS with its own
-pthreads) unless --threads is given.
+pthreads, which spin while they wait: its CPU time can be twice its wall
+time) unless --threads is given. The Go benchmarks run with model's own
+matrix product and elementwise ops; MODEL_BENCH_SIMPLEGO_OPS=1 makes them use
+simplego's (the figures before those), e.g.
+
+  MODEL_BENCH_SIMPLEGO_OPS=1 go test ./model -run '^$' -bench . -benchtime 3x > bin/bench-simplego.txt
+  /usr/bin/python3 scripts/bench_torch.py --go bin/bench-simplego.txt
 """
 
 import argparse
