@@ -8,8 +8,9 @@ package model
 // multi-axis iterator and exponentiate through float64 math.Exp. This file
 // holds the same ops written for float32 with the broadcasting resolved into
 // strided runs (a tight loop over the innermost run, an odometer over the
-// rest), reductions over a contiguous block of axes, and an exponential in
-// AVX2 assembly (amd64; elsewhere math.Exp). simplego_amd64.go installs them
+// rest), reductions over a contiguous block of axes, and an exponential
+// (and the logistic function built on it) in AVX2 assembly (amd64;
+// elsewhere math.Exp). simplego_amd64.go installs them
 // as simplego's executors next to the matrix product.
 
 import (
@@ -406,12 +407,25 @@ func expFloat32Go(dst, x []float32) {
 	}
 }
 
-// expParallel computes dst[i] = exp(x[i]) (dst may be x), in chunks on
-// several goroutines for large inputs.
-func expParallel(dst, x []float32) {
+// logisticFloat32 is dst[i] = 1 / (1 + exp(-x[i])) (dst may be x), with
+// expFloat32: 1 above 87.3 (exp(-x) is 0 there), 0 below -88.7.
+func logisticFloat32(dst, x []float32) {
+	x = x[:len(dst)]
+	for i, v := range x {
+		dst[i] = -v
+	}
+	expFloat32(dst, dst)
+	for i, e := range dst {
+		dst[i] = 1 / (1 + e)
+	}
+}
+
+// unaryParallel applies fn (one of the float32 unary ops above; dst may be
+// x) in chunks on several goroutines for large inputs.
+func unaryParallel(fn func(dst, x []float32), dst, x []float32) {
 	chunks := ceilDiv(len(dst), elementwiseParallelMin)
 	parallelFor(chunks, func(i int) {
 		lo, hi := i*elementwiseParallelMin, min((i+1)*elementwiseParallelMin, len(dst))
-		expFloat32(dst[lo:hi], x[lo:hi])
+		fn(dst[lo:hi], x[lo:hi])
 	})
 }

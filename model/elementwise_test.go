@@ -79,6 +79,7 @@ var fastOpCases = []fastOpCase{
 	{"same shapes, large", [][]int{{300, 301}, {300, 301}}, func(x []*Node) *Node { return Mul(x[0], x[1]) }, 0},
 	{"into an owned input", [][]int{{40, 50}, {40, 1}}, func(x []*Node) *Node { return Sub(Exp(x[0]), x[1]) }, 0},
 	{"exp", [][]int{{3, 1001}}, func(x []*Node) *Node { return Exp(x[0]) }, 0},
+	{"logistic", [][]int{{3, 1001}}, func(x []*Node) *Node { return Sigmoid(x[0]) }, 0},
 	{"exp of masked scores", [][]int{{8, 9}}, func(x []*Node) *Node {
 		return Exp(Where(GreaterThan(x[0], ScalarZero(x[0].Graph(), x[0].DType())), x[0], MulScalar(OnesLike(x[0]), -1e30)))
 	}, 0},

@@ -111,6 +111,9 @@ func simplegoExecDiv(backend *simplego.Backend, node *simplego.Node, inputs []*s
 //go:linkname simplegoExecExp github.com/gomlx/gomlx/backends/simplego.execExp
 func simplegoExecExp(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
 
+//go:linkname simplegoExecLogistic github.com/gomlx/gomlx/backends/simplego.execLogistic
+func simplegoExecLogistic(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
 //go:linkname simplegoExecReduce github.com/gomlx/gomlx/backends/simplego.execReduce
 func simplegoExecReduce(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
 
@@ -147,7 +150,8 @@ func installFastOps() {
 	set(backends.OpTypeSub, fastBinary(opSub, simplegoExecSub))
 	set(backends.OpTypeMul, fastBinary(opMul, simplegoExecMul))
 	set(backends.OpTypeDiv, fastBinary(opDiv, simplegoExecDiv))
-	set(backends.OpTypeExp, fastExp)
+	set(backends.OpTypeExp, fastUnary(expFloat32, simplegoExecExp))
+	set(backends.OpTypeLogistic, fastUnary(logisticFloat32, simplegoExecLogistic))
 	set(backends.OpTypeReduceSum, fastReduce(reduceSum))
 	set(backends.OpTypeReduceMax, fastReduce(reduceMax))
 	set(backends.OpTypeBroadcastInDim, fastBroadcastInDim)
@@ -353,24 +357,28 @@ func fastBinary(op binaryOp, orig simplegoExecutor) simplegoExecutor {
 	}
 }
 
-// fastExp is the executor of Exp for float32 (expFloat32).
-func fastExp(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
-	x, dims, ok := float32Buffer(backend, inputs[0])
-	if !ok || isPlain(backend) {
-		return simplegoExecExp(backend, node, inputs, inputsOwned)
-	}
-	out, outFlat := inputs[0], x
-	if inputsOwned[0] {
-		inputs[0] = nil // computed in place
-	} else {
-		var err error
-		if out, outFlat, err = newFloat32Buffer(backend, dims); err != nil {
-			return nil, fmt.Errorf("fast Exp: %w", err)
+// fastUnary returns the executor of a float32 unary op computed by fn
+// (expFloat32, logisticFloat32); orig is simplego's. Like simplego's, it
+// computes in place into an input it owns.
+func fastUnary(fn func(dst, x []float32), orig simplegoExecutor) simplegoExecutor {
+	return func(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
+		x, dims, ok := float32Buffer(backend, inputs[0])
+		if !ok || isPlain(backend) {
+			return orig(backend, node, inputs, inputsOwned)
 		}
+		out, outFlat := inputs[0], x
+		if inputsOwned[0] {
+			inputs[0] = nil // computed in place
+		} else {
+			var err error
+			if out, outFlat, err = newFloat32Buffer(backend, dims); err != nil {
+				return nil, fmt.Errorf("fast unary op: %w", err)
+			}
+		}
+		unaryParallel(fn, outFlat, x)
+		fastOpCalls.Add(1)
+		return out, nil
 	}
-	expParallel(outFlat, x)
-	fastOpCalls.Add(1)
-	return out, nil
 }
 
 // fastReduce returns the executor of ReduceSum or ReduceMax for float32
