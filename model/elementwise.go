@@ -139,6 +139,9 @@ func broadcastStrides(dims, out []int) []int {
 // may be a or b when that one has the output's shape. ok is false (nothing
 // written) for shapes it does not handle.
 func binaryBroadcast(op binaryOp, out, a, b []float32, outDims, aDims, bDims []int) bool {
+	if len(out) == 0 {
+		return false // empty tensors: simplego's own
+	}
 	if len(a) == 1 && len(b) != 1 || len(b) == 1 && len(a) != 1 { // one scalar operand
 		scalarLeft := len(a) == 1
 		x, c := b, a[0]
@@ -256,6 +259,9 @@ func binaryScalarRun(op binaryOp, dst, x []float32, c float32, scalarLeft bool) 
 // or broadcast from 1; the other output axes repeat it. ok is false for
 // arguments it does not handle.
 func broadcastInDim(out, operand []float32, outDims, opDims, axes []int) bool {
+	if len(out) == 0 || len(operand) == 0 {
+		return false // empty tensors: simplego's own
+	}
 	if len(axes) != len(opDims) {
 		return false
 	}
@@ -313,6 +319,9 @@ const (
 // x[a, r, c]. Sums use four partial sums per run. ok is false for axes it
 // does not handle.
 func reduceAxes(kind reduceKind, out, x []float32, dims, axes []int) bool {
+	if len(x) == 0 || len(out) == 0 {
+		return false // empty tensors: simplego's own
+	}
 	isReduced := make([]bool, len(dims))
 	for _, ax := range axes {
 		if ax < 0 || ax >= len(dims) {
