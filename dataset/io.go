@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // Error is a bad record or a bad file: it names the file, the line (JSONL,
@@ -115,7 +116,7 @@ func Create(path string) (Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	af, err := newAtomicFile(path)
+	af, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -169,61 +170,4 @@ func (s idSet) add(id, pos string) error {
 	}
 	s[id] = pos
 	return nil
-}
-
-// atomicFile is a temporary file that becomes path on commit.
-type atomicFile struct {
-	path string
-	f    *os.File
-	done bool
-}
-
-func newAtomicFile(path string) (*atomicFile, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", path, err)
-	}
-	return &atomicFile{path: path, f: f}, nil
-}
-
-func (a *atomicFile) Write(p []byte) (int, error) { return a.f.Write(p) }
-
-// commit syncs, closes and renames the temporary file to its target.
-func (a *atomicFile) commit() error {
-	if a.done {
-		return fmt.Errorf("%s: already closed", a.path)
-	}
-	a.done = true
-	if err := a.f.Sync(); err != nil {
-		a.f.Close()
-		os.Remove(a.f.Name())
-		return fmt.Errorf("write %s: %w", a.path, err)
-	}
-	if err := a.f.Close(); err != nil {
-		os.Remove(a.f.Name())
-		return fmt.Errorf("write %s: %w", a.path, err)
-	}
-	if err := os.Chmod(a.f.Name(), 0o644); err != nil {
-		os.Remove(a.f.Name())
-		return fmt.Errorf("write %s: %w", a.path, err)
-	}
-	if err := os.Rename(a.f.Name(), a.path); err != nil {
-		os.Remove(a.f.Name())
-		return fmt.Errorf("write %s: %w", a.path, err)
-	}
-	return nil
-}
-
-// abort removes the temporary file (no-op after commit).
-func (a *atomicFile) abort() {
-	if a.done {
-		return
-	}
-	a.done = true
-	a.f.Close()
-	os.Remove(a.f.Name())
 }

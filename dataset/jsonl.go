@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // jsonlReader reads one JSON object a line. Blank lines are skipped.
@@ -253,14 +255,14 @@ func syntaxErr(b []byte, err error) error {
 
 // jsonlWriter writes one compact JSON object a line, in schema key order.
 type jsonlWriter struct {
-	af  *atomicFile
+	af  *atomicfile.File
 	bw  *bufio.Writer
 	ids idSet
 	n   int
 	buf bytes.Buffer
 }
 
-func newJSONLWriter(af *atomicFile) *jsonlWriter {
+func newJSONLWriter(af *atomicfile.File) *jsonlWriter {
 	return &jsonlWriter{af: af, bw: bufio.NewWriterSize(af, 1<<20), ids: idSet{}}
 }
 
@@ -268,17 +270,17 @@ func (w *jsonlWriter) Count() int { return w.n }
 
 func (w *jsonlWriter) Write(t *Trajectory) error {
 	if err := t.Validate(); err != nil {
-		return wrapRecordErr(w.af.path, w.n+1, 0, err)
+		return wrapRecordErr(w.af.Path(), w.n+1, 0, err)
 	}
 	if err := w.ids.add(t.ID, "line "+strconv.Itoa(w.n+1)); err != nil {
-		return wrapRecordErr(w.af.path, w.n+1, 0, err)
+		return wrapRecordErr(w.af.Path(), w.n+1, 0, err)
 	}
 	w.buf.Reset()
 	if err := EncodeJSON(&w.buf, t); err != nil {
-		return &Error{File: w.af.path, Line: w.n + 1, Err: err}
+		return &Error{File: w.af.Path(), Line: w.n + 1, Err: err}
 	}
 	if _, err := w.bw.Write(w.buf.Bytes()); err != nil {
-		return &Error{File: w.af.path, Err: err}
+		return &Error{File: w.af.Path(), Err: err}
 	}
 	w.n++
 	return nil
@@ -286,13 +288,13 @@ func (w *jsonlWriter) Write(t *Trajectory) error {
 
 func (w *jsonlWriter) Close() error {
 	if err := w.bw.Flush(); err != nil {
-		w.af.abort()
-		return &Error{File: w.af.path, Err: err}
+		w.af.Abort()
+		return &Error{File: w.af.Path(), Err: err}
 	}
-	return w.af.commit()
+	return w.af.Commit()
 }
 
-func (w *jsonlWriter) Abort() { w.af.abort() }
+func (w *jsonlWriter) Abort() { w.af.Abort() }
 
 // EncodeJSON writes t as one compact JSON line (keys in schema order, no HTML
 // escaping, "turns": [] for no turns) followed by a newline.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // The Parquet layout: one row per trajectory with the fields of the JSON
@@ -194,14 +196,14 @@ func toParquet(t *Trajectory) pqTrajectory {
 
 // parquetWriter buffers rows and writes them in batches (zstd-compressed).
 type parquetWriter struct {
-	af  *atomicFile
+	af  *atomicfile.File
 	w   *parquet.GenericWriter[pqTrajectory]
 	buf []pqTrajectory
 	ids idSet
 	n   int
 }
 
-func newParquetWriter(af *atomicFile) *parquetWriter {
+func newParquetWriter(af *atomicfile.File) *parquetWriter {
 	w := parquet.NewGenericWriter[pqTrajectory](af,
 		parquet.Compression(&zstd.Codec{}),
 		parquet.MaxRowsPerRowGroup(2048),
@@ -213,10 +215,10 @@ func (w *parquetWriter) Count() int { return w.n }
 
 func (w *parquetWriter) Write(t *Trajectory) error {
 	if err := t.Validate(); err != nil {
-		return wrapRecordErr(w.af.path, 0, w.n+1, err)
+		return wrapRecordErr(w.af.Path(), 0, w.n+1, err)
 	}
 	if err := w.ids.add(t.ID, fmt.Sprintf("row %d", w.n+1)); err != nil {
-		return wrapRecordErr(w.af.path, 0, w.n+1, err)
+		return wrapRecordErr(w.af.Path(), 0, w.n+1, err)
 	}
 	w.buf = append(w.buf, toParquet(t))
 	w.n++
@@ -231,7 +233,7 @@ func (w *parquetWriter) flush() error {
 		return nil
 	}
 	if _, err := w.w.Write(w.buf); err != nil {
-		return &Error{File: w.af.path, Err: err}
+		return &Error{File: w.af.Path(), Err: err}
 	}
 	clear(w.buf)
 	w.buf = w.buf[:0]
@@ -240,14 +242,14 @@ func (w *parquetWriter) flush() error {
 
 func (w *parquetWriter) Close() error {
 	if err := w.flush(); err != nil {
-		w.af.abort()
+		w.af.Abort()
 		return err
 	}
 	if err := w.w.Close(); err != nil {
-		w.af.abort()
-		return &Error{File: w.af.path, Err: err}
+		w.af.Abort()
+		return &Error{File: w.af.Path(), Err: err}
 	}
-	return w.af.commit()
+	return w.af.Commit()
 }
 
-func (w *parquetWriter) Abort() { w.af.abort() }
+func (w *parquetWriter) Abort() { w.af.Abort() }

@@ -16,8 +16,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // Decisions a judge can take. A decision is "reject" when the guard blocks
@@ -306,7 +307,7 @@ func ReadDecisions(path string) ([]Decision, error) {
 // place: a crash never leaves a half-written decisions.jsonl.
 type DecisionWriter struct {
 	path string
-	f    *os.File
+	f    *atomicfile.File
 	w    *bufio.Writer
 	enc  *json.Encoder
 }
@@ -314,13 +315,8 @@ type DecisionWriter struct {
 // CreateDecisions starts writing decisions to path (via a temporary file in
 // the same directory). Call Close to publish it, or Abort to discard it.
 func CreateDecisions(path string) (*DecisionWriter, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := atomicfile.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("write decisions: %w", err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(f.Name())
 		return nil, fmt.Errorf("write decisions: %w", err)
 	}
 	w := bufio.NewWriter(f)
@@ -342,28 +338,15 @@ func (dw *DecisionWriter) Write(d Decision) error {
 
 // Close flushes the decisions and renames the temporary file to the path.
 func (dw *DecisionWriter) Close() error {
-	err := dw.w.Flush()
-	if err == nil {
-		err = dw.f.Sync()
-	}
-	if cerr := dw.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(dw.f.Name(), dw.path)
-	}
-	if err != nil {
-		os.Remove(dw.f.Name())
+	if err := dw.w.Flush(); err != nil {
+		dw.f.Abort()
 		return fmt.Errorf("write %s: %w", dw.path, err)
 	}
-	return nil
+	return dw.f.Commit()
 }
 
 // Abort discards what was written; the path is left untouched.
-func (dw *DecisionWriter) Abort() {
-	dw.f.Close()
-	os.Remove(dw.f.Name())
-}
+func (dw *DecisionWriter) Abort() { dw.f.Abort() }
 
 // WriteDecisions writes ds to path as decisions.jsonl, atomically.
 func WriteDecisions(path string, ds []Decision) error {
@@ -378,30 +361,4 @@ func WriteDecisions(path string, ds []Decision) error {
 		}
 	}
 	return dw.Close()
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it
-// into place, so readers never see a half-written file.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	err = f.Chmod(0o644)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }

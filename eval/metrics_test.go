@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -306,7 +308,7 @@ func TestReportFollowsFromFile(t *testing.T) {
 	}
 	// ReadReport gives back the same report.
 	rp := filepath.Join(t.TempDir(), "report.json")
-	if err := writeFileAtomic(rp, j1); err != nil {
+	if err := atomicfile.WriteFile(rp, j1); err != nil {
 		t.Fatal(err)
 	}
 	r3, err := ReadReport(rp)

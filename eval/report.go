@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // Files WriteReport writes into its directory.
@@ -61,19 +63,19 @@ func WriteReport(dir string, decisions []Decision, report Report, opts ReportOpt
 	for _, p := range plots {
 		png, err := p.make()
 		if err == nil {
-			err = writeFileAtomic(filepath.Join(dir, p.file), png)
+			err = atomicfile.WriteFile(filepath.Join(dir, p.file), png)
 		}
 		if err != nil {
 			return fmt.Errorf("write report %s: %w", filepath.Join(dir, p.file), err)
 		}
 	}
 	md := Markdown(report, opts)
-	if err := writeFileAtomic(filepath.Join(dir, ReportMarkdown), []byte(md)); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, ReportMarkdown), []byte(md)); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	data, err := MarshalReport(report)
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(dir, ReportJSON), data)
+		err = atomicfile.WriteFile(filepath.Join(dir, ReportJSON), data)
 	}
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)

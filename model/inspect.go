@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // CheckpointInfo describes a checkpoint directory without loading its weights.
@@ -75,5 +77,5 @@ func (o *ScoreOutput) WriteFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("score output: %w", err)
 	}
-	return writeFileAtomic(path, append(data, '\n'))
+	return atomicfile.WriteFile(path, append(data, '\n'))
 }

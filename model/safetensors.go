@@ -16,13 +16,14 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"unsafe"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // Storage dtypes this package reads and writes.
@@ -280,7 +281,7 @@ func (t stTensor) nbytes() int64 {
 
 // writeSafetensors writes ts to path through a temporary file in the same
 // directory that is renamed into place once complete and synced.
-func writeSafetensors(path string, ts []stTensor, metadata map[string]string) (err error) {
+func writeSafetensors(path string, ts []stTensor, metadata map[string]string) error {
 	header := map[string]any{}
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
@@ -297,42 +298,26 @@ func writeSafetensors(path string, ts []stTensor, metadata map[string]string) (e
 	for len(hb)%8 != 0 { // align the data to 8 bytes, as the Python writer does
 		hb = append(hb, ' ')
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	out, err := atomicfile.Create(path)
 	if err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes it 0600
-		return fmt.Errorf("safetensors %s: %w", path, err)
-	}
-	w := bufio.NewWriterSize(tmp, 1<<20)
+	w := bufio.NewWriterSize(out, 1<<20)
 	var lenBuf [8]byte
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hb)))
 	w.Write(lenBuf[:])
 	w.Write(hb)
 	for _, t := range ts {
 		if err := writeTensorData(w, t); err != nil {
+			out.Abort()
 			return fmt.Errorf("safetensors %s: tensor %s: %w", path, t.name, err)
 		}
 	}
 	if err := w.Flush(); err != nil {
+		out.Abort()
 		return fmt.Errorf("safetensors %s: %w", path, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("safetensors %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors %s: %w", path, err)
-	}
-	return nil
+	return out.Commit()
 }
 
 // writeTensorData encodes t.src as t.dtype, little-endian.

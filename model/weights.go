@@ -20,6 +20,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // tensorKind says how a tensor is randomly initialized.
@@ -444,7 +446,7 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		if err != nil {
 			return fmt.Errorf("save %s: index: %w", final, err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, "model.safetensors.index.json"), data); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), data); err != nil {
 			return err
 		}
 		written["model.safetensors.index.json"] = true
@@ -453,14 +455,14 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	if err != nil {
 		return fmt.Errorf("save %s: %w", final, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "config.json"), cfgJSON); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "config.json"), cfgJSON); err != nil {
 		return err
 	}
 	genJSON, err := m.cfg.generationConfigJSON()
 	if err != nil {
 		return fmt.Errorf("save %s: %w", final, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "generation_config.json"), genJSON); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "generation_config.json"), genJSON); err != nil {
 		return err
 	}
 	if opts.TokenizerDir != "" {
@@ -502,32 +504,6 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	return nil
 }
 
-// writeFileAtomic writes data to path through a temporary file and a rename.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	werr := tmp.Chmod(0o644) // CreateTemp makes it 0600
-	if werr == nil {
-		_, werr = tmp.Write(data)
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, werr)
-	}
-	return nil
-}
-
 // copyFileAtomic copies src to dst through a temporary file and a rename.
 func copyFileAtomic(src, dst string, gunzip bool) error {
 	f, err := os.Open(src)
@@ -543,28 +519,15 @@ func copyFileAtomic(src, dst string, gunzip bool) error {
 		}
 		in = zr
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	out, err := atomicfile.Create(dst)
 	if err != nil {
 		return err
 	}
-	werr := tmp.Chmod(0o644) // CreateTemp makes it 0600
-	if werr == nil {
-		_, werr = io.Copy(tmp, in)
+	if _, err := io.Copy(out, in); err != nil {
+		out.Abort()
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), dst)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("copy %s to %s: %w", src, dst, werr)
-	}
-	return nil
+	return out.Commit()
 }
 
 // NumParameters counts the model's weights.

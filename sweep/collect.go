@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/mageguard/mageguard/eval"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // Files Collect writes into the sweep's output folder.
@@ -86,7 +88,7 @@ func Collect(outDir string, plan *Plan) (*Summary, error) {
 		files[HeatmapFile(h.name)] = png
 	}
 	for _, name := range []string{HeatmapFile("asr"), HeatmapFile("bu"), HeatmapFile("token_cost_online"), SummaryCSV, SummaryMarkdown} {
-		if err := writeFileAtomic(filepath.Join(outDir, name), files[name], 0o644); err != nil {
+		if err := atomicfile.WriteFileMode(filepath.Join(outDir, name), files[name], 0o644); err != nil {
 			return nil, fmt.Errorf("sweep: %w", err)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // Files of a plan in the sweep's output folder.
@@ -222,7 +224,7 @@ func WritePlan(outDir string, plan *Plan, workDir string, command []string) erro
 	if err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(outDir, PlanJSON), append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFileMode(filepath.Join(outDir, PlanJSON), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
 	self, err := filepath.Abs(filepath.Join(outDir, PlanShell))
@@ -230,7 +232,7 @@ func WritePlan(outDir string, plan *Plan, workDir string, command []string) erro
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
 	sh := planShell(&withCmd, command, self)
-	if err := writeFileAtomic(filepath.Join(outDir, PlanShell), []byte(sh), 0o755); err != nil {
+	if err := atomicfile.WriteFileMode(filepath.Join(outDir, PlanShell), []byte(sh), 0o755); err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
 	return nil
@@ -277,30 +279,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it
-// into place, so readers never see a half-written file.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }

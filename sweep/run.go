@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // DoneFile marks a finished point: the sweep writes it into the point's
@@ -215,7 +217,7 @@ func runOne(ctx context.Context, plan *Plan, outDir string, pt Point, runner Run
 	d := now().Sub(start)
 	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Config: pt.ConfigHash, Seconds: d.Seconds(), Finished: now().UTC().Format(time.RFC3339)}
 	data, _ := json.MarshalIndent(rec, "", "  ")
-	if err := writeFileAtomic(filepath.Join(dir, DoneFile), append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFileMode(filepath.Join(dir, DoneFile), append(data, '\n'), 0o644); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): mark done: %w", pt.Index, pt.Name, err)
 	}
 	return d, nil

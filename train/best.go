@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/mageguard/mageguard/model"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // bestTracker remembers the best held-out metric so far (best.json in the
@@ -74,13 +76,13 @@ func (r *run) evaluate(ctx context.Context, step int, m *Metrics) error {
 	}
 	best := bestTracker{Step: step, Metric: spec, Value: &v}
 	data, _ := json.MarshalIndent(best, "", "  ")
-	if err := writeFileAtomic(filepath.Join(tmp, "best.json"), data); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(tmp, "best.json"), data); err != nil {
 		return err
 	}
 	if err := replaceDir(tmp, final); err != nil {
 		return fmt.Errorf("checkpoint-best: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(r.opts.Out, "best.json"), data); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(r.opts.Out, "best.json"), data); err != nil {
 		return err
 	}
 	r.best = best

@@ -16,6 +16,8 @@ import (
 
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rollout"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // rolloutRow is one line of rollouts.jsonl: one step × trajectory × turn ×
@@ -94,7 +96,7 @@ func openJSONL(path string, keep int) (*jsonlFile, error) {
 		kept.Write(line)
 	}
 	if !bytes.Equal(kept.Bytes(), data) {
-		if err := writeFileAtomic(path, kept.Bytes()); err != nil {
+		if err := atomicfile.WriteFile(path, kept.Bytes()); err != nil {
 			return nil, err
 		}
 	}
@@ -121,33 +123,6 @@ func (j *jsonlFile) write(v any) error {
 func (j *jsonlFile) close() {
 	j.w.Flush()
 	j.f.Close()
-}
-
-// writeFileAtomic writes data through a synced temporary file (mode 0644)
-// and a rename.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // replaceDir moves the complete directory tmp to final, replacing an older
@@ -274,7 +249,7 @@ func (r *run) saveCheckpoint(step int) (string, error) {
 	}
 	ts, _ := json.MarshalIndent(trainerState{Step: step, OptimizerSteps: r.trainer.Steps(), Seed: o.Train.Seed,
 		Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
-	if err := writeFileAtomic(filepath.Join(tmp, "trainer_state.json"), ts); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(tmp, "trainer_state.json"), ts); err != nil {
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
 	if err := replaceDir(tmp, final); err != nil { // final may be a stale copy without trainer_state.json

@@ -21,6 +21,8 @@ import (
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // Options is everything a training run needs: the configuration sections
@@ -257,7 +259,7 @@ func (r *run) setup() (int, error) {
 
 	// Everything loaded: record the configuration this run uses.
 	if o.ResolvedConfig != nil {
-		if err := writeFileAtomic(filepath.Join(o.Out, "config.yaml"), o.ResolvedConfig); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(o.Out, "config.yaml"), o.ResolvedConfig); err != nil {
 			return 0, err
 		}
 	}

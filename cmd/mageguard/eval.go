@@ -22,6 +22,8 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -221,7 +223,7 @@ func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir
 	}
 	resolved, err := config.Marshal(cfg)
 	if err == nil {
-		err = writeFileAtomicCmd(filepath.Join(outDir, "eval_config.yaml"), resolved)
+		err = atomicfile.WriteFile(filepath.Join(outDir, "eval_config.yaml"), resolved)
 	}
 	if err != nil {
 		return eval.Report{}, fmt.Errorf("eval: write eval_config.yaml: %w", err)
@@ -394,29 +396,6 @@ func compareReports(w io.Writer, args []string) error {
 		}
 	}
 	_, err := io.WriteString(w, eval.Compare(reports))
-	return err
-}
-
-// writeFileAtomicCmd writes data to a temporary file beside path and
-// renames it into place.
-func writeFileAtomicCmd(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	err = f.Chmod(0o644)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
 	return err
 }
 

@@ -1,0 +1,62 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWriteFileReplacesWhole(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.txt")
+	if err := WriteFile(p, []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileMode(p, []byte("new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(p)
+	if err != nil || string(data) != "new" {
+		t.Fatalf("read %q, %v", data, err)
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o755 {
+		t.Fatalf("mode %v", st.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("left behind: %v", entries)
+	}
+}
+
+func TestAbortLeavesTheTargetAlone(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.txt")
+	if err := WriteFile(p, []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("half"))
+	f.Abort()
+	if err := f.Commit(); err == nil {
+		t.Fatal("commit after abort succeeded")
+	}
+	data, _ := os.ReadFile(p)
+	entries, _ := os.ReadDir(dir)
+	if string(data) != "old" || len(entries) != 1 {
+		t.Fatalf("target %q, entries %v", data, entries)
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v", st.Mode().Perm())
+	}
+}
+
+func TestCreateInMissingDirFails(t *testing.T) {
+	if _, err := Create(filepath.Join(t.TempDir(), "no", "a.txt")); err == nil {
+		t.Fatal("created a file in a missing directory")
+	}
+}
