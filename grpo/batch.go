@@ -60,14 +60,29 @@ type Batch struct {
 // Sequence is one memory or judge call of a rollout.
 type Sequence struct {
 	Prompt     []int32 // the rendered prompt, at least one token
-	Completion []int32 // the sampled completion (all its tokens count)
-	Phase      Phase
-	Advantage  float32 // the advantage of this call's phase, turn and chain
-	Reward     float32 // its reward (diagnostics)
+	Completion []int32 // the sampled completion
+	// Forced marks completion tokens that carry no choice (forced by
+	// structured decoding): they are neither targets nor in the loss, so the
+	// LM head never runs at their positions. nil: every token counts.
+	Forced    []bool
+	Phase     Phase
+	Advantage float32 // the advantage of this call's phase, turn and chain
+	Reward    float32 // its reward (diagnostics)
+}
+
+// chosen returns the indexes of the completion tokens that count.
+func (s *Sequence) chosen() []int {
+	var ks []int
+	for k := range s.Completion {
+		if k >= len(s.Forced) || !s.Forced[k] {
+			ks = append(ks, k)
+		}
+	}
+	return ks
 }
 
 // NewBatch lays sequences out as a Batch: L = the longest prompt + completion, K = the
-// longest completion, padding entries of TargetPos set to 1.
+// most completion tokens that count in one sequence, padding entries of TargetPos set to 1.
 func NewBatch(seqs []Sequence) (*Batch, error) {
 	L, K := 2, 1
 	for i, s := range seqs {
@@ -75,7 +90,7 @@ func NewBatch(seqs []Sequence) (*Batch, error) {
 			return nil, fmt.Errorf("grpo: sequence %d has an empty prompt", i)
 		}
 		L = max(L, len(s.Prompt)+len(s.Completion))
-		K = max(K, len(s.Completion))
+		K = max(K, len(s.chosen()))
 	}
 	b := &Batch{}
 	for _, s := range seqs {
@@ -87,10 +102,10 @@ func NewBatch(seqs []Sequence) (*Batch, error) {
 		}
 		pos, mask := make([]int32, K), make([]float32, K)
 		for k := range K {
-			pos[k] = 1
-			if k < len(s.Completion) {
-				pos[k], mask[k] = int32(len(s.Prompt)+k), 1
-			}
+			pos[k] = 1 // padding entries: any valid position, masked out
+		}
+		for j, k := range s.chosen() {
+			pos[j], mask[j] = int32(len(s.Prompt)+k), 1
 		}
 		b.Tokens = append(b.Tokens, tokens)
 		b.AttnMask = append(b.AttnMask, attn)

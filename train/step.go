@@ -81,7 +81,6 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens,
 		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens}
 	var seqs []grpo.Sequence
-	var forced [][]bool
 	var rows []rolloutRow
 	var nTurns, nMem int
 	for e, ep := range episodes {
@@ -90,8 +89,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
 		}
-		gs, gf := groupSequences(group, sc)
-		seqs, forced = append(seqs, gs...), append(forced, gf...)
+		seqs = append(seqs, groupSequences(group, sc)...)
 		for c, ch := range group {
 			for t := range ch.Turns {
 				tu := &ch.Turns[t]
@@ -137,26 +135,18 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 	m.NonzeroAdvantages /= float64(len(seqs))
 
 	// 4. The GRPO update: forced tokens (structured decoding) carry no
-	// choice and are left out of the loss.
-	// Micro-batches are padded to their longest row: ordering the sequences by
-	// phase (memory completions are longer than judge ones) and length keeps
-	// the padding small. The loss is a sum over sequences: order is free.
-	order := make([]int, len(seqs))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		sa, sb := &seqs[order[a]], &seqs[order[b]]
+	// choice and are left out of the loss. Micro-batches are padded to their
+	// longest row: ordering the sequences by phase (memory completions are
+	// longer than judge ones) and length keeps the padding small; the loss is
+	// a sum over sequences, so order is free.
+	sort.SliceStable(seqs, func(a, b int) bool {
+		sa, sb := &seqs[a], &seqs[b]
 		if sa.Phase != sb.Phase {
 			return sa.Phase < sb.Phase
 		}
 		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
 	})
-	sorted, sortedForced := make([]grpo.Sequence, len(seqs)), make([][]bool, len(seqs))
-	for i, j := range order {
-		sorted[i], sortedForced[i] = seqs[j], forced[j]
-	}
-	batch, err := newBatch(sorted, sortedForced)
+	batch, err := grpo.NewBatch(seqs)
 	if err != nil {
 		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
@@ -191,79 +181,26 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 	return m, nil
 }
 
-// newBatch lays sequences out as a GRPO batch whose target positions are
-// only the completion tokens the model chose: tokens forced by structured
-// decoding carry no choice, so they are neither in the loss nor computed
-// (the LM head runs over vocabulary-sized rows only where it must).
-func newBatch(seqs []grpo.Sequence, forced [][]bool) (*grpo.Batch, error) {
-	L, K := 2, 1
-	for i, s := range seqs {
-		if len(s.Prompt) == 0 {
-			return nil, fmt.Errorf("sequence %d has an empty prompt", i)
-		}
-		L = max(L, len(s.Prompt)+len(s.Completion))
-		n := 0
-		for k := range s.Completion {
-			if k >= len(forced[i]) || !forced[i][k] {
-				n++
-			}
-		}
-		K = max(K, n)
-	}
-	b := &grpo.Batch{}
-	for i, s := range seqs {
-		tokens, attn := make([]int32, L), make([]int32, L)
-		n := copy(tokens, s.Prompt)
-		copy(tokens[n:], s.Completion)
-		for p := range len(s.Prompt) + len(s.Completion) {
-			attn[p] = 1
-		}
-		pos, mask := make([]int32, K), make([]float32, K)
-		for k := range pos {
-			pos[k] = 1 // padding entries: any valid position, masked out
-		}
-		j := 0
-		for k := range s.Completion {
-			if k < len(forced[i]) && forced[i][k] {
-				continue
-			}
-			pos[j], mask[j] = int32(len(s.Prompt)+k), 1
-			j++
-		}
-		b.Tokens = append(b.Tokens, tokens)
-		b.AttnMask = append(b.AttnMask, attn)
-		b.TargetPos = append(b.TargetPos, pos)
-		b.LossMask = append(b.LossMask, mask)
-		b.Advantages = append(b.Advantages, s.Advantage)
-		b.Phase = append(b.Phase, s.Phase)
-		b.Rewards = append(b.Rewards, s.Reward)
-	}
-	return b, nil
-}
-
 // groupSequences returns one GRPO sequence per memory and judge call of a
 // trajectory's chains, each carrying its own phase's advantage at its turn
-// and chain (the phase mask), with the calls' forced-token flags.
-func groupSequences(group []*rollout.Chain, sc *scored) ([]grpo.Sequence, [][]bool) {
+// and chain (the phase mask), and the calls' forced-token flags.
+func groupSequences(group []*rollout.Chain, sc *scored) []grpo.Sequence {
 	var seqs []grpo.Sequence
-	var forced [][]bool
 	for c, ch := range group {
 		for t := range ch.Turns {
 			tu := &ch.Turns[t]
 			if tu.Memory != nil {
 				seqs = append(seqs, sequence(tu.Memory, grpo.PhaseMemory, sc.advMemory[t][c], sc.rewards.Memory[t][c]))
-				forced = append(forced, tu.Memory.Forced)
 			}
 			seqs = append(seqs, sequence(&tu.Judge, grpo.PhaseJudge, sc.advJudge[t][c], sc.rewards.Judge[t][c]))
-			forced = append(forced, tu.Judge.Forced)
 		}
 	}
-	return seqs, forced
+	return seqs
 }
 
 // sequence turns a guard call into a GRPO sequence with its phase's advantage.
 func sequence(c *rollout.Call, phase grpo.Phase, adv, reward float64) grpo.Sequence {
-	s := grpo.Sequence{Phase: phase, Advantage: float32(adv), Reward: float32(reward)}
+	s := grpo.Sequence{Phase: phase, Advantage: float32(adv), Reward: float32(reward), Forced: c.Forced}
 	s.Prompt = make([]int32, len(c.Prompt))
 	for i, id := range c.Prompt {
 		s.Prompt[i] = int32(id)
