@@ -1,6 +1,10 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
 
 // Settings is the `model` section of mageguard's configuration: which
 // checkpoint to run, on which backend, and — for `model init`, which has no
@@ -43,4 +47,18 @@ func (s *Settings) Validate() error {
 // String summarizes the settings on one line.
 func (s *Settings) String() string {
 	return fmt.Sprintf("path %q, backend %s, dtype %s, %s", s.Path, s.BackendConfig.Name, s.DType, s.Config.String())
+}
+
+// TokenizerDir returns where the tokenizer of these settings is: the
+// checkpoint directory (model.path) when it holds tokenizer.json (or
+// tokenizer.json.gz), else model.tokenizer.
+func (s *Settings) TokenizerDir() string {
+	if s.Path != "" {
+		for _, f := range []string{"tokenizer.json", "tokenizer.json.gz"} {
+			if _, err := os.Stat(filepath.Join(s.Path, f)); err == nil {
+				return s.Path
+			}
+		}
+	}
+	return s.Tokenizer
 }

@@ -182,10 +182,7 @@ func (r *run) setup() (int, error) {
 			return 0, fmt.Errorf("model.path: %w", err)
 		}
 	}
-	r.tokDir = o.Model.Tokenizer
-	if o.Model.Path != "" && hasTokenizer(o.Model.Path) {
-		r.tokDir = o.Model.Path
-	}
+	r.tokDir = o.Model.TokenizerDir()
 	if r.tok, err = tokenizer.Load(r.tokDir); err != nil {
 		return 0, fmt.Errorf("model.tokenizer: %w", err)
 	}
@@ -338,14 +335,4 @@ func checkBestMetric(spec string) error {
 		names = append(names, f.Name)
 	}
 	return fmt.Errorf("train.best_metric %q: not a metric of the eval report (one of %s, with an optional leading '-')", spec, strings.Join(names, ", "))
-}
-
-// hasTokenizer reports whether dir holds tokenizer files.
-func hasTokenizer(dir string) bool {
-	for _, n := range []string{"tokenizer.json", "tokenizer.json.gz"} {
-		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
-			return true
-		}
-	}
-	return false
 }

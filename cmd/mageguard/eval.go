@@ -279,13 +279,7 @@ func judgeOnly(ds []eval.Decision) bool {
 // checkpointTokenizer loads the tokenizer of checkpoint s.Path: its own
 // when it has tokenizer.json, else s.Tokenizer.
 func checkpointTokenizer(s model.Settings, name string) (*tokenizer.Tokenizer, string, error) {
-	path := s.Tokenizer
-	for _, f := range []string{"tokenizer.json", "tokenizer.json.gz"} {
-		if _, err := os.Stat(filepath.Join(s.Path, f)); err == nil {
-			path = s.Path
-			break
-		}
-	}
+	path := s.TokenizerDir()
 	tok, err := tokenizer.Load(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", name, err)

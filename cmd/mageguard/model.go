@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/spf13/cobra"
@@ -139,10 +138,9 @@ checkpoint's own, else model.tokenizer) copied in.
 				dir = cfg.Model.Path
 			}
 			if tok == "" {
-				tok = cfg.Model.Tokenizer
-				if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
-					tok = dir
-				}
+				s := cfg.Model
+				s.Path = dir
+				tok = s.TokenizerDir()
 			}
 			if tok == "-" {
 				tok = ""
@@ -236,10 +234,9 @@ With --chat the prompt is one user message in Qwen3's chat template, thinking of
 				dir = cfg.Model.Path
 			}
 			if tok == "" {
-				tok = cfg.Model.Tokenizer
-				if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
-					tok = dir
-				}
+				s := cfg.Model
+				s.Path = dir
+				tok = s.TokenizerDir()
 			}
 			tk, err := tokenizer.Load(tok)
 			if err != nil {
