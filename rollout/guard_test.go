@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -419,5 +420,24 @@ func TestVotesTakeTheMajority(t *testing.T) {
 	// A tie is a reject.
 	if Majority([]string{"approve", "reject"}) != "reject" || Majority(nil) != "reject" {
 		t.Fatal("a tie or no votes must reject")
+	}
+}
+
+// failing is a Generator that always fails, as a model does on a prompt
+// longer than its context.
+type failing struct{}
+
+func (failing) Generate([]Request, Sampling) ([]Completion, error) {
+	return nil, errors.New("prompt 0: too long")
+}
+
+func TestGenerationErrorsNameTheTrajectory(t *testing.T) {
+	g, err := NewGuard(DefaultConfig(), qwenTokenizer(t), failing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 1}}, RunOptions{Chains: 1, Sampling: Sampling{Temperature: 1}})
+	if err == nil || !strings.Contains(err.Error(), "turn 0 memory calls of t1: prompt 0: too long") {
+		t.Fatalf("error %v", err)
 	}
 }

@@ -1,6 +1,9 @@
 package rollout
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Role is a guard role: which tool it answers with.
 type Role int
@@ -85,7 +88,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 				reqs[k] = g.request(calls[k], MemoryRole)
 			}
 			if err := g.generate(reqs, calls, s, uint64(2*t), &stats); err != nil {
-				return nil, stats, fmt.Errorf("turn %d memory: %w", t, err)
+				return nil, stats, fmt.Errorf("turn %d memory calls of %s: %w", t, trajectoryIDs(all, live), err)
 			}
 			for k, i := range live {
 				c := calls[k]
@@ -130,7 +133,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 				}
 			}
 			if err := g.generate(reqs, vcalls, vs, uint64(2*t+1)+uint64(v)<<32, &stats); err != nil {
-				return nil, stats, fmt.Errorf("turn %d judge: %w", t, err)
+				return nil, stats, fmt.Errorf("turn %d judge calls of %s: %w", t, trajectoryIDs(all, live), err)
 			}
 			for k := range live {
 				c := vcalls[k]
@@ -180,6 +183,23 @@ func Majority(decisions []string) string {
 		return DecisionApprove
 	}
 	return DecisionReject
+}
+
+// trajectoryIDs names the trajectories of the live chains, for errors.
+func trajectoryIDs(all []*Chain, live []int) string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, i := range live {
+		id := all[i].Episode.Traj.ID
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 3 {
+		return fmt.Sprintf("%s and %d more trajectories", strings.Join(ids[:3], ", "), len(ids)-3)
+	}
+	return strings.Join(ids, ", ")
 }
 
 // generate runs the requests in batches of the configured size and fills
