@@ -1,22 +1,19 @@
 package grpo
 
 import (
-	"os"
 	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/simplego"
+
+	"github.com/mageguard/mageguard/model"
 )
 
-// testBackend is the pure-Go backend with parallelism=-1 (GOMLX-NOTES.md: the default
-// parallelism can deadlock on 2 cores). Its "parallelism set to" message goes to stderr, not
-// stdout.
+// testBackend is the pure-Go backend as training runs it (model.NewBackend:
+// parallelism -1, since the default can deadlock on 2 cores, the fast
+// kernels and the matmul-based gradient of DotGeneral).
 var testBackend = sync.OnceValues(func() (backends.Backend, error) {
-	stdout := os.Stdout
-	os.Stdout = os.Stderr
-	defer func() { os.Stdout = stdout }()
-	return simplego.New("parallelism=-1")
+	return model.NewBackend(model.DefaultBackendConfig())
 })
 
 func backend(t testing.TB) backends.Backend {

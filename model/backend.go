@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
+
+	"github.com/mageguard/mageguard/internal/simplegofast"
 )
 
 // BackendConfig picks the GoMLX backend that runs the model.
@@ -17,9 +20,9 @@ type BackendConfig struct {
 	Plugin      string `yaml:"plugin"`       // xla only: plugin name (e.g. "cuda", "cpu") or absolute path to a pjrt_c_api_*_plugin.so
 	Parallelism int    `yaml:"parallelism"`  // go only: worker goroutines; -1 = unlimited (measured not to deadlock on 2 cores), 0 = sequential
 	AutoInstall bool   `yaml:"auto_install"` // xla only: let go-xla download missing plugins (off: nothing is fetched at run time)
-	// go only: run every op with simplego's own code instead of this
-	// package's AVX2 matrix product (matmul.go) and float32 elementwise ops
-	// (elementwise.go); slower, for comparison.
+	// go only: run every op with simplego's own code instead of the AVX2
+	// matrix product and float32 elementwise ops of internal/simplegofast;
+	// slower, for comparison.
 	SimpleGoOps bool `yaml:"simplego_ops"`
 	// go only: the Go garbage collector's target percentage (GOGC), set by
 	// NewBackend unless the GOGC environment variable is set; 0 = leave it.
@@ -87,14 +90,19 @@ func totalMemory() int64 {
 // stdoutMu serializes the temporary redirection of os.Stdout in NewBackend.
 var stdoutMu sync.Mutex
 
-// NewBackend creates the backend described by cfg.
+// NewBackend creates the backend described by cfg. It is what installs
+// internal/simplegofast's pieces, which are process-wide (importing this
+// package changes nothing): for every backend, the matmul-based gradient of
+// DotGeneral (simplegofast.InstallGradient); for "go", the fast float32
+// executors (simplegofast.Install; on a CPU without AVX2 and FMA simplego
+// keeps its own, correct but slower).
 //
-// "go": the pure-Go simplego backend with cfg.Parallelism workers, this
-// package's matrix product and elementwise ops (simplego_amd64.go) unless
-// cfg.SimpleGoOps, and the Go GC percent cfg.GCPercent. simplego
-// prints "SimpleGo backend: parallelism set to N" on stdout when given a
-// parallelism; NewBackend sends that line to stderr so commands that write
-// data to stdout stay clean.
+// "go": the pure-Go simplego backend with cfg.Parallelism workers, the fast
+// executors unless cfg.SimpleGoOps, the Go GC percent cfg.GCPercent and
+// the soft memory limit cfg.MemoryLimitMB. simplego prints "SimpleGo
+// backend: parallelism set to N" on stdout when given a parallelism;
+// NewBackend sends that line to stderr so commands that write data to
+// stdout stay clean.
 //
 // "xla": a PJRT plugin, by name or absolute path; GOMLX_NO_AUTO_INSTALL
 // behaviour (no downloads) unless cfg.AutoInstall.
@@ -102,8 +110,12 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model backend: %w", err)
 	}
+	simplegofast.InstallGradient()
 	switch cfg.Name {
 	case "", "go":
+		if err := simplegofast.Install(); err != nil && !errors.Is(err, simplegofast.ErrUnsupported) {
+			return nil, fmt.Errorf("model backend go: %w (model.simplego_ops: true runs simplego's own executors)", err)
+		}
 		spec := fmt.Sprintf("parallelism=%d", cfg.Parallelism)
 		var b backends.Backend
 		var err error
@@ -112,7 +124,7 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 			return nil, fmt.Errorf("model backend go (%s): %w", spec, err)
 		}
 		if cfg.SimpleGoOps {
-			markPlainOps(b)
+			simplegofast.KeepPlain(b)
 		}
 		if cfg.GCPercent > 0 && os.Getenv("GOGC") == "" {
 			debug.SetGCPercent(cfg.GCPercent) // process-wide; the backend's buffers dominate the heap

@@ -44,6 +44,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/mageguard/mageguard/internal/simplegofast"
 )
 
 // ConstraintKind says what a Constraint does to the next token of a row.
@@ -355,7 +357,7 @@ func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperatu
 	h := m.forward(ctx, tokens, positionsOf(g, B, Lp), causalBias(mask), keep) // [B, Lp, H]
 	row := Iota(g, shapes.Make(dtypes.Int32, B), 0)
 	hLast := Gather(h, Stack([]*Node{row, last}, -1)) // [B, H]
-	z := Div(m.lmHeadRows(ctx, hLast), temperature)   // [B, V]: logits / temperature
+	z := Div(m.lmHead(ctx, hLast), temperature)       // [B, V]: logits / temperature
 	lse, _, _ := logSumExp(z)                         // [B]
 	return append([]*Node{z, lse}, cache...)
 }
@@ -519,7 +521,7 @@ func (m *Model) extendGraph(ctx *context.Context, tokens, pos, valid, last, temp
 	bias := Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
 	h := m.forward(ctx, tokens, pos, bias, write)                                          // [B, T, H]
 	hLast := Gather(h, Stack([]*Node{Iota(g, shapes.Make(dtypes.Int32, B), 0), last}, -1)) // [B, H]
-	z := Div(m.lmHeadRows(ctx, hLast), temperature)                                        // [B, V]: logits / temperature
+	z := Div(m.lmHead(ctx, hLast), temperature)                                            // [B, V]: logits / temperature
 	lse, _, _ := logSumExp(z)                                                              // [B]
 	return append([]*Node{z, lse}, updated...)
 }
@@ -717,13 +719,13 @@ func (s *sampler) pick(lp []float32, c Constraint) (int, error) {
 
 // sampleVocabulary draws from the whole vocabulary except the banned ids
 // by inverse CDF, like pick's loop over candidates, with the exponentials
-// computed in one vectorized pass (expFloat32) instead of twice per id.
+// computed in one vectorized pass (simplegofast.ExpFloat32) instead of twice per id.
 func (s *sampler) sampleVocabulary(lp []float32) (int, error) {
 	if len(s.probs) != len(lp) {
 		s.probs = make([]float32, len(lp))
 	}
 	p := s.probs
-	expFloat32(p, lp)
+	simplegofast.ExpFloat32(p, lp)
 	var total float64
 	last := -1 // the last candidate, taken when rounding leaves the draw past the end
 	for id, x := range p {

@@ -82,7 +82,7 @@ func fullLogProbs(t *testing.T, m *Model, seq []int, temperature float64) [][]fl
 // equal a full forward pass over prompt + generated tokens, within 1e-5.
 func TestKVCacheMatchesFullForward(t *testing.T) {
 	cfg := testConfig()
-	cfg.VocabSize = 6000 // batch 4 × 6000 logits: the split LM head (lmHeadRows) is used
+	cfg.VocabSize = 6000 // batch 4 × 6000 logits: more than one block of the vocabulary
 	m := newTestModel(t, cfg, 1)
 	rng := rand.New(rand.NewPCG(7, 7))
 	prompts := randomSeqs(rng, m.cfg.VocabSize, 5, 13, 1)
@@ -270,72 +270,6 @@ func TestGenerateLogProbsEqualTokenLogProbs(t *testing.T) {
 	}
 }
 
-// TestDotGeneralVJP compares the matmul-based gradient with GoMLX's
-// built-in one on products with batch axes, several contracting axes and
-// axes in unusual orders.
-func TestDotGeneralVJP(t *testing.T) {
-	backend := testBackend(t)
-	cases := []struct {
-		name             string
-		lhsDims, rhsDims []int
-		lhsC, lhsB       []int
-		rhsC, rhsB       []int
-	}{
-		{"matmul", []int{3, 4}, []int{4, 5}, []int{1}, nil, []int{0}, nil},
-		{"hf linear", []int{2, 3, 4}, []int{5, 4}, []int{2}, nil, []int{1}, nil},
-		{"attention scores", []int{2, 3, 2, 2, 4}, []int{2, 5, 2, 4}, []int{4}, []int{0, 2}, []int{3}, []int{0, 2}},
-		{"two contracting, swapped", []int{3, 2, 4}, []int{4, 5, 3}, []int{0, 2}, nil, []int{2, 0}, nil},
-		{"batch last", []int{4, 3, 2}, []int{2, 4, 5}, []int{0}, []int{2}, []int{1}, []int{0}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(1, 2))
-			mk := func(dims []int) *tensors.Tensor {
-				n := 1
-				for _, d := range dims {
-					n *= d
-				}
-				data := make([]float32, n)
-				for i := range data {
-					data[i] = float32(rng.NormFloat64())
-				}
-				return tensors.FromFlatDataAndDimensions(data, dims...)
-			}
-			a, b := mk(c.lhsDims), mk(c.rhsDims)
-			// The axes must be readable, or DotGeneralVJP silently falls back to the built-in gradient.
-			MustExecOnce(backend, func(x, y *Node) *Node {
-				z := DotGeneral(x, c.lhsC, c.lhsB, y, c.rhsC, c.rhsB)
-				ax, ok := readDotAxes(z)
-				if !ok || !equalInts(ax.lhsContracting, c.lhsC) || !equalInts(ax.rhsContracting, c.rhsC) ||
-					!equalInts(ax.lhsBatch, c.lhsB) || !equalInts(ax.rhsBatch, c.rhsB) {
-					t.Errorf("readDotAxes = %+v, %v; want %v %v %v %v", ax, ok, c.lhsC, c.lhsB, c.rhsC, c.rhsB)
-				}
-				return z
-			}, a, b)
-			grads := func() [][]float32 {
-				out := MustExecOnceN(backend, func(x, y *Node) []*Node {
-					z := DotGeneral(x, c.lhsC, c.lhsB, y, c.rhsC, c.rhsB)
-					w := Sin(IotaFull(x.Graph(), z.Shape())) // a loss with a non-uniform adjoint
-					loss := ReduceAllSum(Mul(z, w))
-					return Gradient(loss, x, y)
-				}, a, b)
-				return [][]float32{tensors.MustCopyFlatData[float32](out[0]), tensors.MustCopyFlatData[float32](out[1])}
-			}
-			ours := grads()
-			VJPRegistration[NodeTypeDotGeneral] = builtinDotGeneralVJP
-			builtin := grads()
-			VJPRegistration[NodeTypeDotGeneral] = DotGeneralVJP
-			for i := range ours {
-				for j := range ours[i] {
-					if d := math.Abs(float64(ours[i][j] - builtin[i][j])); d > 1e-4 {
-						t.Fatalf("operand %d element %d: %g vs built-in %g", i, j, ours[i][j], builtin[i][j])
-					}
-				}
-			}
-		})
-	}
-}
-
 // TestTrainingStepReducesLoss runs a few AdamW steps on the negative
 // log-likelihood of fixed sequences through TokenLogProbs and checks that the
 // loss goes down: every op of the model has a gradient on the pure-Go backend.
@@ -365,60 +299,6 @@ func TestTrainingStepReducesLoss(t *testing.T) {
 	}
 	if math.Abs(float64(losses[0])-math.Log(256)) > 1.5 {
 		t.Errorf("initial loss %g is far from log(vocab) = %g", losses[0], math.Log(256))
-	}
-}
-
-// TestLMHeadRows checks the split LM head of generation against the plain
-// product, where the split applies (B·V above the pure-Go backend's limit,
-// with simplego's own matrix product: this package's reads the weight once
-// and needs no split).
-func TestLMHeadRows(t *testing.T) {
-	if n := lmHeadSplit(8, 151936); n != 128 { // 151936 = 128 · 1187; 8 · 1187 ≤ 16384
-		t.Errorf("lmHeadSplit(8, 151936) = %d, want 128", n)
-	}
-	if n := lmHeadSplit(1, 151936); n != 16 { // 151936 / 16 = 9496 ≤ 16384 < 18992
-		t.Errorf("lmHeadSplit(1, 151936) = %d, want 16", n)
-	}
-	if n := lmHeadSplit(4, 4096); n != 1 {
-		t.Errorf("lmHeadSplit(4, 4096) = %d, want 1", n)
-	}
-	cfg := testConfig()
-	cfg.VocabSize = 6000
-	bcfg := DefaultBackendConfig()
-	bcfg.SimpleGoOps = true
-	backend, err := NewBackend(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer backend.Finalize()
-	m, err := New(backend, cfg, 8, dtypes.Float32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, B := range []int{1, 3, 8} {
-		if lmHeadSplit(B, 6000) == 1 && B > 2 {
-			t.Fatalf("B=%d: no split to test", B)
-		}
-		h := make([][]float32, B)
-		rng := rand.New(rand.NewPCG(uint64(B), 1))
-		for b := range h {
-			for j := 0; j < cfg.HiddenSize; j++ {
-				h[b] = append(h[b], float32(rng.NormFloat64()))
-			}
-		}
-		e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, x *Node) (*Node, *Node) {
-			return m.lmHeadRows(ctx, x), m.lmHead(ctx, x)
-		})
-		res, err := e.Exec(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		split, plain := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
-		for i := range plain {
-			if math.Abs(float64(split[i]-plain[i])) > 1e-5 {
-				t.Fatalf("B=%d: logit %d: split %g, plain %g", B, i, split[i], plain[i])
-			}
-		}
 	}
 }
 

@@ -28,8 +28,9 @@
 // Slice needs Pad, which is missing); the KV cache is written with
 // ScatterSum into zeroed slots (no DynamicUpdateSlice). Weights keep the Hugging
 // Face [out, in] layout and products contract on their last axis (5× faster
-// for decode-shaped products). The gradient of DotGeneral is replaced, at
-// package init, by a matmul-based one (vjp.go).
+// for decode-shaped products). On the pure-Go backend, NewBackend installs
+// faster executors and a matmul-based gradient of DotGeneral
+// (internal/simplegofast); this file does not depend on them.
 //
 // The LM head runs only where logits are needed: at the B×K gathered
 // positions in TokenLogProbs, at each row's last position in generation.
@@ -233,42 +234,6 @@ func (m *Model) lmWeight(ctx *context.Context, g *Graph) *Node {
 		return m.weight(ctx, g, "model.embed_tokens.weight")
 	}
 	return m.weight(ctx, g, "lm_head.weight")
-}
-
-// smallProductLimit is the size of the output of one matrix product up to
-// which GoMLX's pure-Go backend (v0.26) multiplies in place; above it, it
-// copies both operands into 32×32 blocks and pads the rows to 32.
-const smallProductLimit = 16 * 32 * 32
-
-// lmHeadSplit is the smallest n dividing V with B·V/n ≤ smallProductLimit
-// (1 when there is none below V).
-func lmHeadSplit(B, V int) int {
-	for n := 1; n < V; n++ {
-		if V%n == 0 && B*(V/n) <= smallProductLimit {
-			return n
-		}
-	}
-	return 1
-}
-
-// lmHeadRows maps a few hidden states h [B, H] (the rows being generated)
-// to float32 logits [B, V]. On the pure-Go backend with simplego's own
-// matrix product (no AVX2, or BackendConfig.SimpleGoOps), [B, H]·[V, H]ᵀ
-// with B×V above smallProductLimit would copy the whole [V, H] weight into
-// blocks and pad B to 32 rows at every decoding step; instead the weight is
-// viewed as [n, V/n, H] (no copy) and multiplied as n batched products of
-// size B×V/n under the limit. Same numbers, ~4× (B = 8) to ~30× (B = 1) less
-// work. This package's product (matmul.go) reads the weight once either way.
-func (m *Model) lmHeadRows(ctx *context.Context, h *Node) *Node {
-	B, H, V := h.Shape().Dimensions[0], m.cfg.HiddenSize, m.cfg.VocabSize
-	n := lmHeadSplit(B, V)
-	if n == 1 || m.backend.Name() != "SimpleGo (go)" || fastMatmulFor(m.backend) {
-		return m.lmHead(ctx, h)
-	}
-	w := Reshape(m.lmWeight(ctx, h.Graph()), n, V/n, H)            // [n, V/n, H]
-	hb := BroadcastToDims(Reshape(h, 1, B, H), n, B, H)            // [n, B, H]
-	z := DotGeneral(hb, []int{2}, []int{0}, w, []int{2}, []int{0}) // [n, B, V/n]
-	return toF32(Reshape(TransposeAllAxes(z, 1, 0, 2), B, V))      // [B, V]
 }
 
 // causalBias is the additive attention bias [B, L, L] of a right-padded

@@ -1,4 +1,4 @@
-package model
+package simplegofast
 
 // A faster matrix product for GoMLX's pure-Go backend.
 //

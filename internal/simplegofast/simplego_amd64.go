@@ -1,7 +1,8 @@
-package model
+package simplegofast
 
 // Installing matmul.go's product and elementwise.go's ops as executors of
-// GoMLX's pure-Go backend (simplego), on amd64 CPUs with AVX2 and FMA.
+// GoMLX's pure-Go backend (simplego), on amd64 CPUs with AVX2 and FMA
+// (Install, install.go).
 //
 // simplego keeps its op executors in an unexported table, filled at init
 // with setNodeExecutor(op, priority, fn) and looked up at every node
@@ -14,13 +15,14 @@ package model
 // (unexported fields, with reflection) is checked at every call — DotGeneral's
 // layout also once at install time on a real node — and anything unexpected
 // (another layout, another dtype, a shape they do not handle) goes to
-// simplego's own executor. Backends created with BackendConfig.SimpleGoOps
-// always use simplego's own.
+// simplego's own executor. Backends marked with KeepPlain always use
+// simplego's own.
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
-	"sync"
+	"slices"
 	"sync/atomic"
 	_ "unsafe" // go:linkname
 
@@ -123,26 +125,19 @@ func simplegoExecBroadcastInDim(backend *simplego.Backend, node *simplego.Node, 
 // simplegoUserPriority is simplego's priority for user overrides.
 const simplegoUserPriority = 100
 
-// plainBackends are the simplego backends created with
-// BackendConfig.SimpleGoOps: every op stays with simplego's own executor.
-var plainBackends sync.Map
-
-// fastMatmulInstalled reports whether this file's executors replaced
-// simplego's.
-var fastMatmulInstalled bool
-
 // fastMatmulCalls counts the products fastDotGeneral computed itself, and
 // fastOpCalls the elementwise ops computed here (tests).
 var fastMatmulCalls, fastOpCalls atomic.Int64
 
-func init() { installFastOps() }
-
-// installFastOps makes this file's executors simplego's when the CPU has
-// AVX2 and FMA and simplego's DotGeneral node layout is the one
-// readSimpleGoDotParams reads.
-func installFastOps() {
-	if !haveAVX2FMA || !simplegoLayoutOK() {
-		return
+// install makes this file's executors simplego's when the CPU has AVX2 and
+// FMA and simplego's DotGeneral node layout is the one readSimpleGoDotParams
+// reads.
+func install() error {
+	if !haveAVX2FMA {
+		return fmt.Errorf("%w: the CPU lacks AVX2 or FMA", ErrUnsupported)
+	}
+	if !simplegoLayoutOK() {
+		return errors.New("simplegofast: simplego's DotGeneral node does not have GoMLX v0.26.0's layout (another GoMLX version?)")
 	}
 	set := func(op backends.OpType, fn simplegoExecutor) { simplegoSetNodeExecutor(op, simplegoUserPriority, fn) }
 	set(backends.OpTypeDotGeneral, fastDotGeneral)
@@ -155,7 +150,7 @@ func installFastOps() {
 	set(backends.OpTypeReduceSum, fastReduce(reduceSum))
 	set(backends.OpTypeReduceMax, fastReduce(reduceMax))
 	set(backends.OpTypeBroadcastInDim, fastBroadcastInDim)
-	fastMatmulInstalled = true
+	return nil
 }
 
 // simplegoLayoutOK builds one DotGeneral node with simplego's builder and
@@ -269,12 +264,6 @@ func float32Buffer(backend *simplego.Backend, buf *simplego.Buffer) (flat []floa
 	return flat, shape.Dimensions, ok
 }
 
-// isPlain reports whether backend keeps simplego's own executors.
-func isPlain(backend *simplego.Backend) bool {
-	_, plain := plainBackends.Load(backend)
-	return plain
-}
-
 // newFloat32Buffer returns a new buffer of dimensions dims and its data.
 func newFloat32Buffer(backend *simplego.Backend, dims []int) (*simplego.Buffer, []float32, error) {
 	out := backend.NewBuffer(shapes.Make(dtypes.Float32, dims...))
@@ -328,9 +317,9 @@ func fastBinary(op binaryOp, orig simplegoExecutor) simplegoExecutor {
 		}
 		reuse := -1
 		switch {
-		case inputsOwned[1] && equalInts(bDims, outDims):
+		case inputsOwned[1] && slices.Equal(bDims, outDims):
 			reuse = 1
-		case inputsOwned[0] && equalInts(aDims, outDims):
+		case inputsOwned[0] && slices.Equal(aDims, outDims):
 			reuse = 0
 		}
 		var out *simplego.Buffer
@@ -422,18 +411,4 @@ func fastBroadcastInDim(backend *simplego.Backend, node *simplego.Node, inputs [
 	}
 	fastOpCalls.Add(1)
 	return out, nil
-}
-
-// fastMatmulFor reports whether backend's float32 ops run through this
-// file's executors.
-func fastMatmulFor(backend backends.Backend) bool {
-	b, ok := backend.(*simplego.Backend)
-	return ok && fastMatmulInstalled && !isPlain(b)
-}
-
-// markPlainOps keeps backend's ops with simplego's own executors.
-func markPlainOps(backend backends.Backend) {
-	if b, ok := backend.(*simplego.Backend); ok {
-		plainBackends.Store(b, true)
-	}
 }

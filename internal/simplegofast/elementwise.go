@@ -1,4 +1,4 @@
-package model
+package simplegofast
 
 // Faster float32 elementwise ops for GoMLX's pure-Go backend.
 //

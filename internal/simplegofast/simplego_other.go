@@ -1,11 +1,10 @@
 //go:build !amd64
 
-package model
+package simplegofast
 
 import (
+	"fmt"
 	"sync/atomic"
-
-	"github.com/gomlx/gomlx/backends"
 )
 
 // kernel6x16 is the portable micro-kernel: the packed product and the
@@ -18,12 +17,8 @@ func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []floa
 // dot4 is the portable dot4Go.
 func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) { dot4Go(a, b0, b1, b2, b3, out) }
 
-// fastMatmulInstalled is false: simplego runs every op with its own executor.
-const fastMatmulInstalled = false
-
-func markPlainOps(backends.Backend) {}
-
-func fastMatmulFor(backends.Backend) bool { return false }
+// install refuses: simplego runs every op with its own executor.
+func install() error { return fmt.Errorf("%w: not an amd64 CPU", ErrUnsupported) }
 
 // fastMatmulCalls and fastOpCalls stay 0.
 var fastMatmulCalls, fastOpCalls atomic.Int64

@@ -1,8 +1,9 @@
-package model
+package simplegofast
 
 import (
 	"reflect"
 	"slices"
+	"sync"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -11,16 +12,22 @@ import (
 // The gradient of DotGeneral that GoMLX v0.26 registers builds the products
 // elementwise over the full outer product of the operands, which made a
 // training step 11× slower on the pure-Go backend (GOMLX-NOTES.md). This
-// file registers, at package init, a gradient made of two DotGenerals
-// (dA = dC·Bᵀ, dB = Aᵀ·dC with the batch and contracting axes mapped back),
-// for every DotGeneral of every graph in the process — it is the same
-// gradient, computed with matrix products. Importing this package is enough.
+// file holds a gradient made of two DotGenerals (dA = dC·Bᵀ, dB = Aᵀ·dC
+// with the batch and contracting axes mapped back) — the same gradient,
+// computed with matrix products — and InstallGradient, which registers it
+// for every DotGeneral of every graph built afterwards in the process.
 
 // builtinDotGeneralVJP is GoMLX's own gradient, kept as a fallback.
 var builtinDotGeneralVJP = VJPRegistration[NodeTypeDotGeneral]
 
-func init() {
-	VJPRegistration[NodeTypeDotGeneral] = DotGeneralVJP
+var gradientOnce sync.Once
+
+// InstallGradient registers DotGeneralVJP as the gradient of DotGeneral in
+// GoMLX's process-wide table (graph.VJPRegistration), once; graphs built
+// before the call keep the built-in gradient. It is backend-independent:
+// model.NewBackend calls it for every backend.
+func InstallGradient() {
+	gradientOnce.Do(func() { VJPRegistration[NodeTypeDotGeneral] = DotGeneralVJP })
 }
 
 // dotAxes are the axes parameters of a DotGeneral node.

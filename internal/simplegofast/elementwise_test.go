@@ -1,4 +1,4 @@
-package model
+package simplegofast
 
 import (
 	"math"
@@ -100,14 +100,7 @@ var fastOpCases = []fastOpCase{
 // (simplego's own), and compares; where the executors are installed, each
 // case must have used them.
 func TestFastOpsMatchSimpleGo(t *testing.T) {
-	fast := testBackend(t)
-	plainCfg := DefaultBackendConfig()
-	plainCfg.SimpleGoOps = true
-	plain, err := NewBackend(plainCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Finalize()
+	fast, plain := testBackends(t)
 	rng := rand.New(rand.NewPCG(2, 3))
 	for _, c := range fastOpCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -125,7 +118,7 @@ func TestFastOpsMatchSimpleGo(t *testing.T) {
 			}
 			calls := fastOpCalls.Load()
 			got := run(fast)
-			if fastMatmulInstalled && fastOpCalls.Load() == calls {
+			if Installed() && fastOpCalls.Load() == calls {
 				t.Error("no op ran through this package's executors")
 			}
 			calls = fastOpCalls.Load()

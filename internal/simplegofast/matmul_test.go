@@ -1,9 +1,10 @@
-package model
+package simplegofast
 
 import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -155,7 +156,7 @@ func TestOperandView(t *testing.T) {
 	v := newOperandView(nil, []int{2, 3, 4, 5}, []int{3, 1}, []int{2, 0})
 	wantB := []int{0, 60, 5, 65, 10, 70, 15, 75}               // b = (axis2, axis0)
 	wantP := []int{0, 20, 40, 1, 21, 41, 2, 22, 42, 3, 23, 43} // first 12 of p = (axis3, axis1)
-	if !equalInts(v.bOff, wantB) || !equalInts(v.pOff[:12], wantP) || !equalInts(v.iOff, []int{0}) {
+	if !slices.Equal(v.bOff, wantB) || !slices.Equal(v.pOff[:12], wantP) || !slices.Equal(v.iOff, []int{0}) {
 		t.Errorf("offsets b %v p %v i %v", v.bOff, v.pOff[:12], v.iOff)
 	}
 	if uniformStride([]int{3, 5, 7}) != 2 || uniformStride([]int{0, 1, 3}) != 0 || uniformStride([]int{4}) != 1 {
@@ -168,17 +169,10 @@ func TestOperandView(t *testing.T) {
 // own executor), and compares; on amd64 with AVX2 it also checks that the
 // packed product was installed and did the work.
 func TestFastDotGeneral(t *testing.T) {
-	if runtime.GOARCH == "amd64" && haveFastKernel() && !fastMatmulInstalled {
+	if runtime.GOARCH == "amd64" && haveFastKernel() && !Installed() {
 		t.Fatal("the CPU has AVX2 and FMA but the packed product was not installed")
 	}
-	fast := testBackend(t)
-	plainCfg := DefaultBackendConfig()
-	plainCfg.SimpleGoOps = true
-	plain, err := NewBackend(plainCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Finalize()
+	fast, plain := testBackends(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, c := range fastDotGeneralCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -190,7 +184,7 @@ func TestFastDotGeneral(t *testing.T) {
 			}
 			calls := fastMatmulCalls.Load()
 			got := run(fast)
-			if fastMatmulInstalled && fastMatmulCalls.Load() == calls {
+			if Installed() && fastMatmulCalls.Load() == calls {
 				t.Error("the packed product did not run")
 			}
 			calls = fastMatmulCalls.Load()
