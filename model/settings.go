@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/mageguard/mageguard/model/tokenizer"
 )
 
 // Settings is the `model` section of mageguard's configuration: which
@@ -61,4 +65,66 @@ func (s *Settings) TokenizerDir() string {
 		}
 	}
 	return s.Tokenizer
+}
+
+// LoadTokenizer loads the tokenizer of these settings (TokenizerDir) and
+// returns it with the directory it was read from.
+func (s *Settings) LoadTokenizer() (*tokenizer.Tokenizer, string, error) {
+	dir := s.TokenizerDir()
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("model.tokenizer: %w", err)
+	}
+	return tok, dir, nil
+}
+
+// LoadModel builds the model these settings name, on backend, with its
+// weights in model.dtype: the checkpoint model.path, or — when model.path is
+// "" — a random model from the architecture keys and model.seed (a
+// checkpoint's config.json always wins over the keys). With tok (nil skips
+// the check), every id of the tokenizer must have an embedding.
+func (s *Settings) LoadModel(backend backends.Backend, tok *tokenizer.Tokenizer) (*Model, error) {
+	dtype, err := ParseDType(s.DType)
+	if err != nil {
+		return nil, fmt.Errorf("model.%w", err)
+	}
+	var m *Model
+	what := "the random model (model.vocab_size)"
+	if s.Path == "" {
+		cfg := s.Config
+		if m, err = New(backend, &cfg, s.Seed, dtype); err != nil {
+			return nil, err
+		}
+	} else {
+		if _, err := os.Stat(s.Path); err != nil {
+			return nil, fmt.Errorf("model.path: %w", err)
+		}
+		if m, err = LoadAs(backend, s.Path, dtype); err != nil {
+			return nil, fmt.Errorf("load checkpoint: %w", err)
+		}
+		what = "the checkpoint " + s.Path + " (vocab_size)"
+	}
+	if tok != nil && tok.VocabSize() > m.cfg.VocabSize {
+		return nil, fmt.Errorf("the tokenizer %s has %d ids but %s has only %d embeddings", s.TokenizerDir(), tok.VocabSize(), what, m.cfg.VocabSize)
+	}
+	return m, nil
+}
+
+// Open is what a command needs to run these settings: the backend
+// (NewBackend), the tokenizer (LoadTokenizer) and the model (LoadModel,
+// checked against the tokenizer).
+func (s *Settings) Open() (*Model, *tokenizer.Tokenizer, error) {
+	tok, _, err := s.LoadTokenizer()
+	if err != nil {
+		return nil, nil, err
+	}
+	backend, err := NewBackend(s.BackendConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := s.LoadModel(backend, tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, tok, nil
 }

@@ -23,6 +23,7 @@ type Sampling struct {
 type Request struct {
 	Prompt  []int    // the full prompt, chat template and generation prompt included
 	MaxNew  int      // max new tokens
+	Stops   []int    // token ids that end the completion (kept as its last token)
 	Grammar *Grammar // structured decoding (nil: free, stopping at a stop token)
 }
 
@@ -234,7 +235,7 @@ func (g *Guard) request(c *Call, role Role) Request {
 	if role == JudgeRole {
 		max = g.cfg.MaxJudgeTokens
 	}
-	return Request{Prompt: c.Prompt, MaxNew: max, Grammar: g.grammar[role]}
+	return Request{Prompt: c.Prompt, MaxNew: max, Stops: g.stops, Grammar: g.grammar[role]}
 }
 
 // episodeView holds an episode's observations after elision, computed once

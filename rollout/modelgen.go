@@ -11,7 +11,6 @@ import (
 // decoding through the model's per-step constraint hook.
 type ModelGenerator struct {
 	Model *model.Model
-	Stops []int // e.g. Guard.Stops()
 
 	bans map[*Grammar][]int // a grammar's banned ids plus the model's ids beyond the tokenizer's vocabulary
 }
@@ -34,20 +33,25 @@ func (mg *ModelGenerator) banned(g *Grammar) []int {
 	return ids
 }
 
-// Generate implements Generator. Requests are grouped by MaxNew; each group
-// is one call of model.Generate.
+// Generate implements Generator. Requests are grouped by MaxNew and Stops;
+// each group is one call of model.Generate.
 func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, error) {
 	out := make([]Completion, len(reqs))
-	groups := map[int][]int{}
-	var order []int
-	for i, r := range reqs {
-		if _, ok := groups[r.MaxNew]; !ok {
-			order = append(order, r.MaxNew)
-		}
-		groups[r.MaxNew] = append(groups[r.MaxNew], i)
+	type key struct {
+		maxNew int
+		stops  string
 	}
-	for gi, maxNew := range order {
-		idx := groups[maxNew]
+	groups := map[key][]int{}
+	var order []key
+	for i, r := range reqs {
+		k := key{r.MaxNew, fmt.Sprint(r.Stops)}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	for gi, k := range order {
+		idx, maxNew := groups[k], k.maxNew
 		prompts := make([][]int, len(idx))
 		decoders := make([]*Decoder, len(idx))
 		forced := make([][]bool, len(idx))
@@ -63,7 +67,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			TopK:         s.TopK,
 			TopP:         s.TopP,
 			Seed:         mixSeed(s.Seed, uint64(gi)),
-			StopTokens:   mg.Stops,
+			StopTokens:   reqs[idx[0]].Stops,
 		}
 		if s.Greedy {
 			opts.Temperature = 0

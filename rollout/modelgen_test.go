@@ -38,7 +38,7 @@ func TestModelGeneratorStructured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.gen = &ModelGenerator{Model: m, Stops: g.Stops()}
+	g.gen = &ModelGenerator{Model: m}
 	ep := []*Episode{{Traj: bankTrajectory(), Start: 1, End: 2}}
 	run := func(seed uint64) []*Chain {
 		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: Sampling{Temperature: 1, TopP: 1, Seed: seed}})

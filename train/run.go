@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -176,48 +175,24 @@ func (r *run) setup() (int, error) {
 		return 0, err
 	}
 
-	// Tokenizer: the checkpoint's own files when it has them.
-	if o.Model.Path != "" {
-		if _, err := os.Stat(o.Model.Path); err != nil {
-			return 0, fmt.Errorf("model.path: %w", err)
-		}
+	// Tokenizer and model: the newest checkpoint when resuming, else
+	// model.path, else a random model from the model.* architecture keys
+	// and model.seed (model.Settings.LoadModel).
+	if r.tok, r.tokDir, err = o.Model.LoadTokenizer(); err != nil {
+		return 0, err
 	}
-	r.tokDir = o.Model.TokenizerDir()
-	if r.tok, err = tokenizer.Load(r.tokDir); err != nil {
-		return 0, fmt.Errorf("model.tokenizer: %w", err)
-	}
-
-	// Model: the newest checkpoint when resuming, else model.path, else a
-	// random model from the model.* architecture keys and model.seed.
 	if r.backend, err = model.NewBackend(o.Model.BackendConfig); err != nil {
 		return 0, err
 	}
-	initial := func() (*model.Model, error) {
-		dtype, err := model.ParseDType(o.Model.DType)
-		if err != nil {
-			return nil, err
-		}
-		if o.Model.Path != "" {
-			return model.LoadAs(r.backend, o.Model.Path, dtype)
-		}
-		cfg := o.Model.Config
-		return model.New(r.backend, &cfg, o.Model.Seed, dtype)
-	}
 	if resumeDir != "" {
-		dtype, err := model.ParseDType(o.Model.DType)
-		if err != nil {
-			return 0, err
-		}
-		r.model, err = model.LoadAs(r.backend, resumeDir, dtype)
-		if err != nil {
+		s := o.Model
+		s.Path = resumeDir
+		if r.model, err = s.LoadModel(r.backend, r.tok); err != nil {
 			return 0, fmt.Errorf("resume: %w", err)
 		}
 		fmt.Fprintf(r.log, "resume: %s (step %d)\n", resumeDir, start)
-	} else if r.model, err = initial(); err != nil {
+	} else if r.model, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
 		return 0, err
-	}
-	if r.model.Config().VocabSize < r.tok.VocabSize() {
-		return 0, fmt.Errorf("model vocab_size %d is smaller than the tokenizer's %d tokens (%s)", r.model.Config().VocabSize, r.tok.VocabSize(), r.tokDir)
 	}
 	fmt.Fprintf(r.log, "model: %s, %d parameters\n", r.model.Config().String(), r.model.NumParameters())
 
@@ -225,7 +200,7 @@ func (r *run) setup() (int, error) {
 	if o.GRPO.Beta > 0 {
 		ref := r.model
 		if resumeDir != "" {
-			if ref, err = initial(); err != nil {
+			if ref, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
 				return 0, fmt.Errorf("reference model: %w", err)
 			}
 		}
@@ -234,11 +209,9 @@ func (r *run) setup() (int, error) {
 		}
 	}
 
-	gen := &rollout.ModelGenerator{Model: r.model}
-	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, gen); err != nil {
+	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, &rollout.ModelGenerator{Model: r.model}); err != nil {
 		return 0, err
 	}
-	gen.Stops = r.guard.Stops()
 
 	m := r.model
 	temperature := o.Rollout.Temperature

@@ -198,9 +198,9 @@ func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir
 	if err != nil {
 		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
-	tok, tokPath, err := checkpointTokenizer(cfg.Model, "eval")
+	tok, tokPath, err := cfg.Model.LoadTokenizer()
 	if err != nil {
-		return eval.Report{}, err
+		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
 	// The guard checks the rollout settings against the tokenizer before
 	// the (slow) model load; the generator gets the model after.
@@ -211,9 +211,8 @@ func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir
 	if err != nil {
 		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
-	gen.Stops = guard.Stops()
-	if gen.Model, err = loadCheckpoint(cfg.Model, tok, tokPath, log, "eval"); err != nil {
-		return eval.Report{}, err
+	if gen.Model, err = loadCheckpoint(cfg.Model, tok, tokPath, log); err != nil {
+		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
 	opts := cfg.Eval.Options(cfg.Rollout)
 	opts.Meter = meter
@@ -276,39 +275,21 @@ func judgeOnly(ds []eval.Decision) bool {
 	return len(ds) > 0
 }
 
-// checkpointTokenizer loads the tokenizer of checkpoint s.Path: its own
-// when it has tokenizer.json, else s.Tokenizer.
-func checkpointTokenizer(s model.Settings, name string) (*tokenizer.Tokenizer, string, error) {
-	path := s.TokenizerDir()
-	tok, err := tokenizer.Load(path)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", name, err)
-	}
-	return tok, path, nil
-}
-
-// loadCheckpoint loads the checkpoint s.Path on the backend s describes and
-// checks that the tokenizer tok (read from tokPath) fits its vocabulary.
-func loadCheckpoint(s model.Settings, tok *tokenizer.Tokenizer, tokPath string, log io.Writer, name string) (*model.Model, error) {
-	dtype, err := model.ParseDType(s.DType)
-	if err != nil {
-		return nil, fmt.Errorf("%s: model.%w", name, err)
-	}
+// loadCheckpoint loads the checkpoint s.Path on the backend s describes,
+// checked against the tokenizer tok (read from tokPath), and logs what it
+// loaded and how long it took.
+func loadCheckpoint(s model.Settings, tok *tokenizer.Tokenizer, tokPath string, log io.Writer) (*model.Model, error) {
 	backend, err := model.NewBackend(s.BackendConfig)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	start := time.Now()
-	m, err := model.LoadAs(backend, s.Path, dtype)
+	m, err := s.LoadModel(backend, tok)
 	if err != nil {
-		return nil, fmt.Errorf("%s: load checkpoint: %w", name, err)
+		return nil, err
 	}
-	if v := m.Config().VocabSize; tok.VocabSize() > v {
-		return nil, fmt.Errorf("%s: the tokenizer %s has %d ids but the checkpoint %s only %d embeddings (vocab_size)",
-			name, tokPath, tok.VocabSize(), s.Path, v)
-	}
-	fmt.Fprintf(log, "%s: loaded %s (%s parameters, %s, backend %s) in %s; tokenizer %s\n", name, s.Path,
-		humanCount(m.NumParameters()), strings.ToLower(dtype.String()), backendName(s.BackendConfig), time.Since(start).Round(time.Millisecond), tokPath)
+	fmt.Fprintf(log, "loaded %s (%s parameters, %s, backend %s) in %s; tokenizer %s\n", s.Path,
+		humanCount(m.NumParameters()), strings.ToLower(m.DType().String()), backendName(s.BackendConfig), time.Since(start).Round(time.Millisecond), tokPath)
 	return m, nil
 }
 

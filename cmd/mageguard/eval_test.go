@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -228,17 +227,13 @@ func TestTrainEvalHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, tokPath, err := checkpointTokenizer(cfg.Model, "test")
+	m, tok, err := cfg.Model.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := &rollout.ModelGenerator{}
+	gen := &rollout.ModelGenerator{Model: m}
 	guard, err := rollout.NewGuard(cfg.Rollout, tok, gen)
 	if err != nil {
-		t.Fatal(err)
-	}
-	gen.Stops = guard.Stops()
-	if gen.Model, err = loadCheckpoint(cfg.Model, tok, tokPath, io.Discard, "test"); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "eval-3")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
@@ -28,28 +27,27 @@ xla, model.plugin, model.parallelism) and the in-memory dtype (model.dtype).`,
 	return cmd
 }
 
-// modelBackend creates the backend of the model section.
-func modelBackend(cfg *config.Config) (backends.Backend, error) {
-	return model.NewBackend(cfg.Model.BackendConfig)
+// checkpointSettings returns the model section with model.path set to dir
+// (when given): the checkpoint a model command works on.
+func checkpointSettings(cfg *config.Config, dir string) (model.Settings, error) {
+	s := cfg.Model
+	if dir != "" {
+		s.Path = dir
+	}
+	if s.Path == "" {
+		return s, errors.New("no checkpoint: pass --model DIR or set model.path")
+	}
+	return s, nil
 }
 
-// loadModel loads the checkpoint dir (default: model.path) in model.dtype.
-func loadModel(cfg *config.Config, dir string) (*model.Model, error) {
-	if dir == "" {
-		dir = cfg.Model.Path
-	}
-	if dir == "" {
-		return nil, errors.New("no checkpoint: pass --model DIR or set model.path")
-	}
-	dtype, err := model.ParseDType(cfg.Model.DType)
-	if err != nil {
-		return nil, fmt.Errorf("model.%w", err)
-	}
-	backend, err := modelBackend(cfg)
+// loadModel loads the checkpoint of s (model.Settings.LoadModel) on the
+// backend s describes, without a tokenizer.
+func loadModel(s model.Settings) (*model.Model, error) {
+	backend, err := model.NewBackend(s.BackendConfig)
 	if err != nil {
 		return nil, err
 	}
-	return model.LoadAs(backend, dir, dtype)
+	return s.LoadModel(backend, nil)
 }
 
 func newModelInitCmd() *cobra.Command {
@@ -80,17 +78,11 @@ bfloat16), with the tokenizer files of model.tokenizer copied in.
 			if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 && !force {
 				return fmt.Errorf("model init: %s exists and is not empty (use --force to overwrite)", out)
 			}
-			dtype, err := model.ParseDType(cfg.Model.DType)
+			s := cfg.Model
+			s.Path = "" // a random model from the architecture keys and model.seed
+			m, err := loadModel(s)
 			if err != nil {
-				return fmt.Errorf("model init: model.%w", err)
-			}
-			backend, err := modelBackend(cfg)
-			if err != nil {
-				return err
-			}
-			m, err := model.New(backend, &cfg.Model.Config, cfg.Model.Seed, dtype)
-			if err != nil {
-				return err
+				return fmt.Errorf("model init: %w", err)
 			}
 			opts := model.SaveOptions{DType: cfg.Model.DType, MaxShardBytes: maxShard, TokenizerDir: cfg.Model.Tokenizer}
 			if err := m.Save(out, opts); err != nil {
@@ -130,16 +122,15 @@ checkpoint's own, else model.tokenizer) copied in.
 			if out == "" {
 				return errors.New("model convert: --out is required")
 			}
-			m, err := loadModel(cfg, dir)
+			s, err := checkpointSettings(cfg, dir)
 			if err != nil {
 				return err
 			}
-			if dir == "" {
-				dir = cfg.Model.Path
+			m, err := loadModel(s)
+			if err != nil {
+				return err
 			}
 			if tok == "" {
-				s := cfg.Model
-				s.Path = dir
 				tok = s.TokenizerDir()
 			}
 			if tok == "-" {
@@ -188,7 +179,11 @@ greedy_margins, greedy_logprobs}, ...]} — the format of
 			if err != nil {
 				return err
 			}
-			m, err := loadModel(cfg, dir)
+			s, err := checkpointSettings(cfg, dir)
+			if err != nil {
+				return err
+			}
+			m, err := loadModel(s)
 			if err != nil {
 				return err
 			}
@@ -226,19 +221,22 @@ With --chat the prompt is one user message in Qwen3's chat template, thinking of
 			if err != nil {
 				return err
 			}
-			m, err := loadModel(cfg, dir)
+			s, err := checkpointSettings(cfg, dir)
 			if err != nil {
 				return err
 			}
-			if dir == "" {
-				dir = cfg.Model.Path
-			}
 			if tok == "" {
-				s := cfg.Model
-				s.Path = dir
 				tok = s.TokenizerDir()
 			}
 			tk, err := tokenizer.Load(tok)
+			if err != nil {
+				return err
+			}
+			backend, err := model.NewBackend(s.BackendConfig)
+			if err != nil {
+				return err
+			}
+			m, err := s.LoadModel(backend, tk)
 			if err != nil {
 				return err
 			}
