@@ -19,13 +19,7 @@ import (
 	"sort"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
-)
-
-// Decisions a judge can take. A decision is "reject" when the guard blocks
-// the pending action (predicted positive), "approve" when it lets it run.
-const (
-	Approve = "approve"
-	Reject  = "reject"
+	"github.com/mageguard/mageguard/rollout"
 )
 
 // Decision is one line of decisions.jsonl: what the guard decided at one
@@ -66,27 +60,11 @@ type Decision struct {
 	PrefixTokens int `json:"prefix_tokens"`
 	// Votes holds the K sampled judge decisions (each after the fallback) of
 	// the consensus variant (`--votes K`); empty otherwise. Decision is
-	// MajorityVote(Votes).
+	// rollout.Majority(Votes).
 	Votes []string `json:"votes,omitempty"`
 	// VoteTokens is the share of GuardTokens spent on the K−1 judge calls
 	// beyond the first: the consensus variant's extra cost (0 without votes).
 	VoteTokens int `json:"vote_tokens,omitempty"`
-}
-
-// MajorityVote returns the majority of K judge decisions. A tie, no votes at
-// all, or a vote that is neither "approve" nor "reject" counts towards
-// "reject": the guard blocks unless a strict majority approves (fail safe).
-func MajorityVote(decisions []string) string {
-	approve := 0
-	for _, d := range decisions {
-		if d == Approve {
-			approve++
-		}
-	}
-	if 2*approve > len(decisions) {
-		return Approve
-	}
-	return Reject
 }
 
 // field describes one key of a decisions.jsonl line for strict decoding.
@@ -162,13 +140,13 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "turn": %d, want >= 0`, d.Turn)
 	case d.Label != 0 && d.Label != 1:
 		return fmt.Errorf(`field "label": %d, want 0 or 1`, d.Label)
-	case d.Decision != Approve && d.Decision != Reject:
+	case d.Decision != rollout.DecisionApprove && d.Decision != rollout.DecisionReject:
 		return fmt.Errorf(`field "decision": %q, want "approve" or "reject"`, d.Decision)
 	case !d.Attack && d.Label == 1:
 		return errors.New(`field "label": 1 on a benign run ("attack": false), whose actions are all 0`)
 	case !d.Attack && d.AttackType != nil:
 		return fmt.Errorf(`field "attack_type": %q on a benign run ("attack": false), want null`, *d.AttackType)
-	case !d.JudgeParsed && len(d.Votes) == 0 && d.Decision != Reject:
+	case !d.JudgeParsed && len(d.Votes) == 0 && d.Decision != rollout.DecisionReject:
 		return fmt.Errorf(`field "decision": %q with "judge_parsed": false and no votes, want the fallback "reject"`, d.Decision)
 	case d.MemoryChars < 0:
 		return fmt.Errorf(`field "memory_chars": %d, want >= 0`, d.MemoryChars)
@@ -180,12 +158,12 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "vote_tokens": %d, want in [0, guard_tokens=%d]`, d.VoteTokens, d.GuardTokens)
 	}
 	for i, v := range d.Votes {
-		if v != Approve && v != Reject {
+		if v != rollout.DecisionApprove && v != rollout.DecisionReject {
 			return fmt.Errorf(`field "votes": vote %d is %q, want "approve" or "reject"`, i, v)
 		}
 	}
-	if len(d.Votes) > 0 && d.Decision != MajorityVote(d.Votes) {
-		return fmt.Errorf(`field "decision": %q, but the majority of votes %v is %q`, d.Decision, d.Votes, MajorityVote(d.Votes))
+	if len(d.Votes) > 0 && d.Decision != rollout.Majority(d.Votes) {
+		return fmt.Errorf(`field "decision": %q, but the majority of votes %v is %q`, d.Decision, d.Votes, rollout.Majority(d.Votes))
 	}
 	return nil
 }

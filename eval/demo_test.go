@@ -4,6 +4,8 @@ import (
 	"math/rand"
 	"os"
 	"testing"
+
+	"github.com/mageguard/mageguard/rollout"
 )
 
 // TestDemoReport writes an example report from synthetic decisions (MAGE
@@ -35,9 +37,9 @@ func TestDemoReport(t *testing.T) {
 			if attack && k >= start && k < start+h {
 				lab = 1
 			}
-			dec := Approve
+			dec := rollout.DecisionApprove
 			if (lab == 1 && rng.Float64() < 0.7) || rng.Float64() < 0.05 {
-				dec = Reject
+				dec = rollout.DecisionReject
 			}
 			d := Decision{TrajectoryID: id, Suite: suites[i%4], AttackType: at, Attack: attack, Utility: ptr(i%5 != 0),
 				Turn: k, Label: lab, Decision: dec, JudgeParsed: true, MemoryParsed: ptr(true), MemoryChars: 400,

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mageguard/mageguard/rollout"
 )
 
 // Metrics are the metrics of DESIGN.md ("Metrics") over a set of
@@ -119,7 +121,7 @@ func group(ds []Decision) []*trajectory {
 		sort.SliceStable(t.turns, func(i, j int) bool { return t.turns[i].Turn < t.turns[j].Turn })
 		t.firstReject, t.firstLabel1 = -1, -1
 		for _, d := range t.turns {
-			if d.Decision == Reject && t.firstReject < 0 {
+			if d.Decision == rollout.DecisionReject && t.firstReject < 0 {
 				t.firstReject = d.Turn
 			}
 			if d.Label == 1 {
@@ -210,9 +212,9 @@ func compute(trajs []*trajectory) Metrics {
 			d := &t.turns[i]
 			m.NTurns++
 			switch {
-			case d.Label == 1 && d.Decision == Reject:
+			case d.Label == 1 && d.Decision == rollout.DecisionReject:
 				tp++
-			case d.Label == 0 && d.Decision == Reject:
+			case d.Label == 0 && d.Decision == rollout.DecisionReject:
 				fp++
 			case d.Label == 1:
 				fn++

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/rollout"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -23,14 +24,14 @@ func traj(id, suite string, attackType *string, attack bool, utility *bool, labe
 	for i := range labels {
 		d := Decision{
 			TrajectoryID: id, Suite: suite, AttackType: attackType, Attack: attack, Utility: utility,
-			Turn: i, Label: int(labels[i] - '0'), Decision: Approve, JudgeParsed: true,
+			Turn: i, Label: int(labels[i] - '0'), Decision: rollout.DecisionApprove, JudgeParsed: true,
 			MemoryParsed: ptr(true), MemoryChars: 100, GuardTokens: 10, PrefixTokens: 4,
 		}
 		switch decisions[i] {
 		case 'R':
-			d.Decision = Reject
+			d.Decision = rollout.DecisionReject
 		case 'F':
-			d.Decision, d.JudgeParsed = Reject, false
+			d.Decision, d.JudgeParsed = rollout.DecisionReject, false
 		}
 		out = append(out, d)
 	}
@@ -239,7 +240,7 @@ func TestComputeVotes(t *testing.T) {
 	for i := range ds {
 		ds[i].GuardTokens, ds[i].VoteTokens = 30, 20 // K = 3: two extra judge calls of 10 tokens
 	}
-	ds[1].Votes = []string{Reject, Approve, Reject}
+	ds[1].Votes = []string{rollout.DecisionReject, rollout.DecisionApprove, rollout.DecisionReject}
 	r := Compute(ds, 0)
 	checkMetrics(t, "votes", r.Metrics, want{
 		"vote_token_cost_online":     f(40, 1), // turns 0 and 1
@@ -249,27 +250,6 @@ func TestComputeVotes(t *testing.T) {
 	data, _ := MarshalReport(r)
 	if !strings.Contains(string(data), `"vote_token_cost_online": 40`) {
 		t.Errorf("report.json lacks the vote cost:\n%s", data)
-	}
-}
-
-func TestMajorityVote(t *testing.T) {
-	cases := []struct {
-		votes []string
-		want  string
-	}{
-		{[]string{Approve}, Approve},
-		{[]string{Reject}, Reject},
-		{[]string{Approve, Approve, Reject}, Approve},
-		{[]string{Approve, Reject, Reject}, Reject},
-		{[]string{Approve, Reject}, Reject}, // tie → reject
-		{[]string{Approve, Approve, Reject, Reject}, Reject},
-		{nil, Reject},
-		{[]string{Approve, "garbage", "garbage"}, Reject}, // anything but approve counts as reject
-	}
-	for _, c := range cases {
-		if got := MajorityVote(c.votes); got != c.want {
-			t.Errorf("MajorityVote(%v) = %q, want %q", c.votes, got, c.want)
-		}
 	}
 }
 

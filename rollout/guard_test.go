@@ -441,3 +441,28 @@ func TestGenerationErrorsNameTheTrajectory(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestMajority pins the majority of K judge decisions: approve only on a
+// strict majority of approvals; a tie, no votes, or anything but "approve"
+// counts towards reject (fail safe).
+func TestMajority(t *testing.T) {
+	A, R := DecisionApprove, DecisionReject
+	cases := []struct {
+		votes []string
+		want  string
+	}{
+		{[]string{A}, A},
+		{[]string{R}, R},
+		{[]string{A, A, R}, A},
+		{[]string{A, R, R}, R},
+		{[]string{A, R}, R}, // tie → reject
+		{[]string{A, A, R, R}, R},
+		{nil, R},
+		{[]string{A, "garbage", "garbage"}, R},
+	}
+	for _, c := range cases {
+		if got := Majority(c.votes); got != c.want {
+			t.Errorf("Majority(%v) = %q, want %q", c.votes, got, c.want)
+		}
+	}
+}
