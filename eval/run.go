@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
 )
 
@@ -187,15 +188,12 @@ func NewDecision(tr *dataset.Trajectory, t *rollout.Turn) Decision {
 }
 
 // chunkSeed derives the seed of the chunk starting at trajectory lo
-// (a splitmix64 step; chunk 0 keeps the seed itself).
-func chunkSeed(seed uint64, lo int) uint64 {
+// (seed.Mix; chunk 0 keeps the seed itself).
+func chunkSeed(s uint64, lo int) uint64 {
 	if lo == 0 {
-		return seed
+		return s
 	}
-	x := seed + 0x9e3779b97f4a7c15*uint64(lo)
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
+	return seed.Mix(s, uint64(lo))
 }
 
 // chunkTurns says what the turns of one chunk complete: by the end of its

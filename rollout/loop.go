@@ -3,6 +3,8 @@ package rollout
 import (
 	"fmt"
 	"strings"
+
+	"github.com/mageguard/mageguard/internal/seed"
 )
 
 // Role is a guard role: which tool it answers with.
@@ -209,7 +211,7 @@ func (g *Guard) generate(reqs []Request, calls []*Call, s Sampling, salt uint64,
 	for lo := 0; lo < len(reqs); lo += bs {
 		hi := min(lo+bs, len(reqs))
 		ss := s
-		ss.Seed = mixSeed(s.Seed, salt, uint64(lo))
+		ss.Seed = seed.Mix(s.Seed, salt, uint64(lo))
 		outs, err := g.gen.Generate(reqs[lo:hi], ss)
 		if err != nil {
 			return err
@@ -227,16 +229,4 @@ func (g *Guard) generate(reqs []Request, calls []*Call, s Sampling, salt uint64,
 		}
 	}
 	return nil
-}
-
-// mixSeed derives a seed from a base seed and salts (splitmix64 steps).
-func mixSeed(seed uint64, salts ...uint64) uint64 {
-	x := seed
-	for _, s := range salts {
-		x += 0x9e3779b97f4a7c15 + s
-		x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-		x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-		x ^= x >> 31
-	}
-	return x
 }

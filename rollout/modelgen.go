@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 
+	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/model"
 )
 
@@ -66,7 +67,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			Temperature:  s.Temperature,
 			TopK:         s.TopK,
 			TopP:         s.TopP,
-			Seed:         mixSeed(s.Seed, uint64(gi)),
+			Seed:         seed.Mix(s.Seed, uint64(gi)),
 			StopTokens:   reqs[idx[0]].Stops,
 		}
 		if s.Greedy {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
 )
@@ -66,7 +67,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 	G := o.Rollout.GroupSize
 	chains, rstats, err := r.guard.Run(episodes, rollout.RunOptions{Chains: G, Sampling: rollout.Sampling{
 		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
-		Seed: mixSeed(o.Train.Seed, uint64(step)),
+		Seed: seed.Mix(o.Train.Seed, uint64(step)),
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("step %d: rollout: %w", step, err)
@@ -266,12 +267,4 @@ func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*
 		}
 	}
 	return s, nil
-}
-
-// mixSeed derives a seed from a base seed and a salt (a splitmix64 step).
-func mixSeed(seed, salt uint64) uint64 {
-	x := seed + 0x9e3779b97f4a7c15*(salt+1)
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }
