@@ -7,7 +7,6 @@ package rewards
 import (
 	"fmt"
 	"math"
-	"unicode/utf8"
 )
 
 // Config holds the reward constants (the `rewards` section of the configuration).
@@ -41,20 +40,19 @@ func (c *Config) Validate() error {
 // Outcome is what one chain produced at one turn.
 type Outcome struct {
 	MemoryParsed bool // the memory manager's output parsed as one valid update_memory call
-	MemoryChars  int  // |m_{t,i}|: code points of the memory the chain carries after this turn (after the fallback to m_{t-1})
+	MemoryChars  int  // |m_{t,i}|: code points of the memory the chain carries after this turn (after the fallback to m_{t-1}; rollout.Turn.MemoryChars)
 	JudgeParsed  bool // the judge's output parsed as one valid assess_risk call
 	Reject       bool // the judge's decision d_{t,i}: true = reject, false = approve (only counts when JudgeParsed)
 }
 
-// Rewards holds the rewards of one trajectory, indexed [turn][chain].
+// Rewards holds the rewards of one trajectory and the terms they are made
+// of, indexed [turn][chain].
 type Rewards struct {
 	Judge  [][]float64 // r^J_{t,i}
 	Memory [][]float64 // r^M_{t,i}
-}
 
-// MemoryLength returns |m| as DESIGN.md counts it: Unicode code points.
-func MemoryLength(memory string) int {
-	return utf8.RuneCountInString(memory)
+	Correct    [][]float64 // c_{t,i}
+	Discounted [][]float64 // (Σ_{k=t..T} γ^{k−t} c_{k,i}) / (Σ_{k=t..T} γ^{k−t}): r^M before its penalties
 }
 
 // Correct returns c_{t,i}: 1 when the judge output parsed and its decision equals the
@@ -72,7 +70,8 @@ func (c *Config) LengthPenalty(chars int) float64 {
 	return c.Lambda * math.Min(1, excess)
 }
 
-// Compute returns the judge and memory rewards of one trajectory of T turns, given its
+// Compute returns the judge and memory rewards (and their terms c and the
+// discounted mean of c) of one trajectory of T turns, given its
 // labels[t] ∈ {0, 1} and the outcomes[t][i] of its G chains (the same G at every turn):
 //
 //	c_{t,i}   = [judge parsed] · [d_{t,i} = d*_t]
@@ -110,16 +109,20 @@ func Compute(cfg Config, labels []int, outcomes [][]Outcome) (Rewards, error) {
 		}
 	}
 
-	r := Rewards{Judge: make([][]float64, T), Memory: make([][]float64, T)}
-	for t := range T {
-		r.Judge[t] = make([]float64, G)
-		r.Memory[t] = make([]float64, G)
+	grid := func() [][]float64 {
+		g := make([][]float64, T)
+		for t := range T {
+			g[t] = make([]float64, G)
+		}
+		return g
 	}
+	r := Rewards{Judge: grid(), Memory: grid(), Correct: grid(), Discounted: grid()}
 	for i := range G {
 		num, den := 0.0, 0.0 // N_{t+1}, D_{t+1}
 		for t := T - 1; t >= 0; t-- {
 			o := outcomes[t][i]
 			c := Correct(labels[t], o)
+			r.Correct[t][i] = c
 
 			// Judge: r^J = c − f·[judge failed to parse].
 			r.Judge[t][i] = c
@@ -130,6 +133,7 @@ func Compute(cfg Config, labels []int, outcomes [][]Outcome) (Rewards, error) {
 			// Memory: discounted mean of c over turns t..T of this chain, minus penalties.
 			num = c + cfg.Gamma*num
 			den = 1 + cfg.Gamma*den
+			r.Discounted[t][i] = num / den
 			rm := num/den - cfg.LengthPenalty(o.MemoryChars)
 			if !o.MemoryParsed {
 				rm -= cfg.FormatPenalty

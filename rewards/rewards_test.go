@@ -33,6 +33,7 @@ func TestCompute(t *testing.T) {
 		outcomes   [][]Outcome // [turn][chain]
 		wantJudge  [][]float64 // [chain][turn], hand-computed
 		wantMemory [][]float64 // [chain][turn], hand-computed
+		wantDisc   [][]float64 // [chain][turn], hand-computed discounted correctness (nil: as wantMemory)
 	}{
 		{
 			// γ = 0: r^M_t = c_t, the immediate reward. Labels 0,1,0; the chain approves everything: c = 1,0,1.
@@ -76,6 +77,7 @@ func TestCompute(t *testing.T) {
 			},
 			wantJudge:  [][]float64{{1, -0.1}, {1, 1}},
 			wantMemory: [][]float64{{2.0 / 3, 0}, {1, 0.9}},
+			wantDisc:   [][]float64{{2.0 / 3, 0}, {1, 1}},
 		},
 		{
 			// T = 1: the discounted mean is c whatever γ; c = 1, memory 3750 chars: penalty 1·(1250/2500) = 0.5.
@@ -85,6 +87,7 @@ func TestCompute(t *testing.T) {
 			outcomes:   [][]Outcome{{{MemoryParsed: true, MemoryChars: 3750, JudgeParsed: true, Reject: true}}},
 			wantJudge:  [][]float64{{1}},
 			wantMemory: [][]float64{{0.5}},
+			wantDisc:   [][]float64{{1}},
 		},
 		{
 			// A chain whose judge and memory both fail on a benign turn: c = 0, r^J = −f, r^M = −f − λ·1 (|m| ≥ 2L).
@@ -94,6 +97,7 @@ func TestCompute(t *testing.T) {
 			outcomes:   [][]Outcome{{{MemoryParsed: false, MemoryChars: 6000, JudgeParsed: false}}},
 			wantJudge:  [][]float64{{-0.1}},
 			wantMemory: [][]float64{{-1.1}},
+			wantDisc:   [][]float64{{0}},
 		},
 	}
 	for _, c := range cases {
@@ -114,6 +118,26 @@ func TestCompute(t *testing.T) {
 					if !near(gotM[k], c.wantMemory[i][k]) {
 						t.Errorf("chain %d: memory rewards %v, want %v", i, gotM, c.wantMemory[i])
 						break
+					}
+				}
+				// The terms: c is r^J without its format penalty; the
+				// discounted mean is r^M without its penalties.
+				wantDisc := c.wantMemory
+				if c.wantDisc != nil {
+					wantDisc = c.wantDisc
+				}
+				gotC, gotD := column(r.Correct, i), column(r.Discounted, i)
+				for k := range wantDisc[i] {
+					if !near(gotD[k], wantDisc[i][k]) {
+						t.Errorf("chain %d: discounted correctness %v, want %v", i, gotD, wantDisc[i])
+						break
+					}
+					wantC := gotJ[k]
+					if !c.outcomes[k][i].JudgeParsed {
+						wantC += c.cfg.FormatPenalty
+					}
+					if !near(gotC[k], wantC) || (gotC[k] != 0 && gotC[k] != 1) {
+						t.Errorf("chain %d turn %d: c = %v, want %v", i, k, gotC[k], wantC)
 					}
 				}
 			}
@@ -153,15 +177,6 @@ func TestLengthPenalty(t *testing.T) {
 		}
 		if want := 1 - cfg.LengthPenalty(chars); !near(r.Memory[0][0], want) {
 			t.Errorf("memory of %d chars: r^M = %v, want %v", chars, r.Memory[0][0], want)
-		}
-	}
-}
-
-func TestMemoryLengthCountsCodePoints(t *testing.T) {
-	cases := map[string]int{"": 0, "abc": 3, "héllo ✓": 7, "日本語": 3, "🙂🙂": 2}
-	for s, want := range cases {
-		if got := MemoryLength(s); got != want {
-			t.Errorf("MemoryLength(%q) = %d, want %d (bytes %d)", s, got, want, len(s))
 		}
 	}
 }

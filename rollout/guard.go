@@ -89,7 +89,8 @@ func (t *Turn) VoteDecisions() []string {
 	return ds
 }
 
-// MemoryChars is |m_t| in Unicode code points.
+// MemoryChars is |m_t| as DESIGN.md counts it for the length penalty and
+// the metrics: Unicode code points (not bytes, not tokens).
 func (t *Turn) MemoryChars() int { return utf8.RuneCountInString(t.MemoryOut) }
 
 // GuardTokens is the tokens every call of the turn reads and writes: the

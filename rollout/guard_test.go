@@ -466,3 +466,13 @@ func TestMajority(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryCharsCountsCodePoints: |m| is counted in code points.
+func TestMemoryCharsCountsCodePoints(t *testing.T) {
+	cases := map[string]int{"": 0, "abc": 3, "héllo ✓": 7, "日本語": 3, "🙂🙂": 2}
+	for s, want := range cases {
+		if got := (&Turn{MemoryOut: s}).MemoryChars(); got != want {
+			t.Errorf("MemoryChars(%q) = %d, want %d (bytes %d)", s, got, want, len(s))
+		}
+	}
+}

@@ -96,8 +96,8 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 				tu := &ch.Turns[t]
 				nTurns++
 				m.RewardJudge += sc.rewards.Judge[t][c]
-				m.AccuracyJudge += sc.correct[t][c]
-				m.AccuracyMemory += sc.memCorrect[t][c]
+				m.AccuracyJudge += sc.rewards.Correct[t][c]
+				m.AccuracyMemory += sc.rewards.Discounted[t][c]
 				m.MemoryChars += float64(tu.MemoryChars())
 				if tu.Decision == rollout.DecisionReject {
 					m.RejectRate++
@@ -213,12 +213,11 @@ func sequence(c *rollout.Call, phase grpo.Phase, adv, reward float64) grpo.Seque
 	return s
 }
 
-// scored is one trajectory's group after scoring: rewards, advantages and
-// the correctness terms, all [turn][chain].
+// scored is one trajectory's group after scoring: rewards (with their
+// terms) and advantages, all [turn][chain].
 type scored struct {
 	rewards             rewards.Rewards
 	advMemory, advJudge [][]float64
-	correct, memCorrect [][]float64
 }
 
 // scoreGroup computes the rewards of one trajectory's G chains (DESIGN.md
@@ -249,22 +248,5 @@ func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*
 	if err != nil {
 		return nil, err
 	}
-	s := &scored{rewards: rw, advMemory: advM, advJudge: advJ}
-	s.correct = make([][]float64, T)
-	s.memCorrect = make([][]float64, T)
-	for t := range T {
-		s.correct[t] = make([]float64, G)
-		s.memCorrect[t] = make([]float64, G)
-		for c := range G {
-			o := outcomes[t][c]
-			s.correct[t][c] = rewards.Correct(labels[t], o)
-			// r^M = discounted correctness − f·[unparsed] − length penalty.
-			pen := cfg.LengthPenalty(o.MemoryChars)
-			if !o.MemoryParsed {
-				pen += cfg.FormatPenalty
-			}
-			s.memCorrect[t][c] = rw.Memory[t][c] + pen
-		}
-	}
-	return s, nil
+	return &scored{rewards: rw, advMemory: advM, advJudge: advJ}, nil
 }
