@@ -1,10 +1,11 @@
 package grpo
 
 import (
-	"github.com/mageguard/mageguard/rewards"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/mageguard/mageguard/rewards"
 )
 
 func TestGroupAdvantages(t *testing.T) {

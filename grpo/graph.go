@@ -1,0 +1,178 @@
+package grpo
+
+// The training graph of one micro-batch: the policy's log-probs, the objective, the
+// gradient added to the accumulators and, on a step's last micro-batch, AdamW.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph code reads as equations
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+func (t *Trainer) trainExec(key trainKey) (*context.Exec, error) {
+	if e, ok := t.trainExecs[key]; ok {
+		return e, nil
+	}
+	e, err := context.NewExec(t.backend, reuseIfLoaded(t.ctx), func(ctx *context.Context, in []*Node) []*Node {
+		return t.trainGraph(ctx, key, in)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.SetMaxCache(maxCompiledShapes)
+	t.trainExecs[key] = e
+	return e, nil
+}
+
+// The inputs of a training graph, in the order of its Exec's arguments: the micro-batch's
+// tokens, attn, pos, mask and adv; old and ref when key has them; denom; lr, c1 and c2 when
+// key applies the update. trainArgs writes that order and readTrainInputs reads it; nothing
+// else depends on it.
+type trainInputs struct {
+	tokens, attn, pos *Node // int32 [R, L], [R, L], [R, K]
+	mask, adv         *Node // float32 [R, K], [R]
+	old, ref          *Node // float32 [R, K]; nil when key has none
+	denom             *Node // float32 scalar: sequences (seq-mean-token-mean) or tokens (token-mean) of the step
+	lr, c1, c2        *Node // float32 scalars (key.apply only): learning rate, Adam's bias corrections
+}
+
+// stepScalars are the values of a step's scalar inputs.
+type stepScalars struct{ denom, lr, c1, c2 float32 }
+
+// trainArgs returns the arguments of a training graph for micro-batch mb under key.
+func trainArgs(key trainKey, mb *microBatch, sc stepScalars) []any {
+	args := []any{mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv}
+	if key.hasOld {
+		args = append(args, mb.old)
+	}
+	if key.hasRef {
+		args = append(args, mb.ref)
+	}
+	args = append(args, tensors.FromScalar(sc.denom))
+	if key.apply {
+		args = append(args, tensors.FromScalar(sc.lr), tensors.FromScalar(sc.c1), tensors.FromScalar(sc.c2))
+	}
+	return args
+}
+
+// readTrainInputs names the graph inputs in, in trainArgs's order.
+func readTrainInputs(key trainKey, in []*Node) trainInputs {
+	x := trainInputs{tokens: in[0], attn: in[1], pos: in[2], mask: in[3], adv: in[4]}
+	in = in[5:]
+	if key.hasOld {
+		x.old, in = in[0], in[1:]
+	}
+	if key.hasRef {
+		x.ref, in = in[0], in[1:]
+	}
+	x.denom, in = in[0], in[1:]
+	if key.apply {
+		x.lr, x.c1, x.c2 = in[0], in[1], in[2]
+	}
+	return x
+}
+
+// The outputs of a training graph, in this order: the micro-batch's share of the loss
+// (scalar); the per-row sums of ρ, KL, clipped-term flags and −log π over counted tokens
+// ([R] each); the gradient norm before clipping (scalar, key.apply only).
+// trainOutputList writes that order and readTrainOutputs reads it.
+type trainOutputs[T any] struct {
+	loss, seqRatio, seqKL, seqClipped, seqNegLogP, gradNorm T
+}
+
+func trainOutputList(key trainKey, o trainOutputs[*Node]) []*Node {
+	outs := []*Node{o.loss, o.seqRatio, o.seqKL, o.seqClipped, o.seqNegLogP}
+	if key.apply {
+		outs = append(outs, o.gradNorm)
+	}
+	return outs
+}
+
+func readTrainOutputs(key trainKey, res []*tensors.Tensor) trainOutputs[*tensors.Tensor] {
+	o := trainOutputs[*tensors.Tensor]{loss: res[0], seqRatio: res[1], seqKL: res[2], seqClipped: res[3], seqNegLogP: res[4]}
+	if key.apply {
+		o.gradNorm = res[5]
+	}
+	return o
+}
+
+// trainGraph builds one micro-batch's forward and backward pass, adds the gradients to the
+// accumulators and, for the step's last micro-batch (key.apply), clips and applies AdamW.
+func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*Node {
+	x := readTrainInputs(key, in)
+	g := x.tokens.Graph()
+	t.graphsBuilt++
+	ctx.SetTraining(g, true)
+	logp := ConvertDType(t.callPolicy(ctx, x.tokens, x.attn, x.pos), float32DType) // [R, K]
+	old := x.old
+	if old == nil {
+		old = StopGradient(logp) // μ = 1: ρ = 1, gradient kept
+	}
+	obj := buildObjective(t.cfg, logp, old, x.ref, x.mask, x.adv, x.denom)
+
+	params := t.trainedVariables(ctx, g)
+	values := make([]*Node, len(params))
+	for i, v := range params {
+		values[i] = v.ValueGraph(g)
+	}
+	grads := Gradient(obj.Loss, values...)
+	for i, v := range params {
+		acc := t.stateVariable(ctx, "grad_acc", v)
+		grads[i] = Add(acc.ValueGraph(g), ConvertDType(grads[i], float32DType))
+		if key.apply {
+			acc.SetValueGraph(ZerosLike(grads[i]))
+		} else {
+			acc.SetValueGraph(grads[i])
+		}
+	}
+	out := trainOutputs[*Node]{loss: obj.Loss, seqRatio: obj.SeqRatio, seqKL: obj.SeqKL, seqClipped: obj.SeqClipped, seqNegLogP: obj.SeqNegLogP}
+	if key.apply {
+		out.gradNorm = t.adamW(ctx, g, params, grads, x.lr, x.c1, x.c2)
+	}
+	return trainOutputList(key, out)
+}
+
+// callPolicy calls the policy, turning a panic with a non-error value into an error panic:
+// GoMLX's executors return error panics as errors but re-raise anything else.
+func (t *Trainer) callPolicy(ctx *context.Context, tokens, attn, pos *Node) (logp *Node) {
+	defer func() {
+		if r := recover(); r != nil {
+			if err, ok := r.(error); ok {
+				panic(err)
+			}
+			panic(fmt.Errorf("policy: %v", r))
+		}
+	}()
+	logp = t.policy(ctx, tokens, attn, pos)
+	if want := pos.Shape().Dimensions; logp.Rank() != 2 || logp.Shape().Dim(0) != want[0] || logp.Shape().Dim(1) != want[1] {
+		panic(fmt.Errorf("policy returned log-probs shaped %s, want [%d %d]", logp.Shape(), want[0], want[1]))
+	}
+	return logp
+}
+
+// trainedVariables returns the trainable variables the policy used in g, and checks they are
+// the same in every training graph (the optimizer state is keyed by them).
+func (t *Trainer) trainedVariables(ctx *context.Context, g *Graph) []*context.Variable {
+	var vars []*context.Variable
+	for v := range ctx.IterVariables() {
+		if v.Trainable && v.InUseByGraph(g) {
+			vars = append(vars, v)
+		}
+	}
+	if len(vars) == 0 {
+		panic(errors.New("grpo: the policy uses no trainable variable"))
+	}
+	if t.params == nil {
+		if err := t.checkPendingState(vars); err != nil {
+			panic(err)
+		}
+		t.params = vars
+	} else if !slices.Equal(vars, t.params) {
+		panic(fmt.Errorf("grpo: the policy's trainable variables changed between graphs (%d, then %d)", len(t.params), len(vars)))
+	}
+	return vars
+}

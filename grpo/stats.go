@@ -1,0 +1,92 @@
+package grpo
+
+// The diagnostics of an optimizer step, overall and per phase.
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Stats are the diagnostics of one optimizer step.
+type Stats struct {
+	Step      int     // optimizer steps taken, this one included
+	LR        float64 // learning rate of this step
+	Loss      float64 // the full-batch loss
+	GradNorm  float64 // global gradient norm before clipping
+	Sequences int     // sequences with at least one counted token
+	Tokens    int     // counted completion tokens
+	ClipFrac  float64 // fraction of counted tokens whose clipped term was the active one
+	MeanRatio float64 // mean ρ = π_θ/π_old over counted tokens
+	MeanKL    float64 // mean k3 KL to the reference over counted tokens (0 without reference log-probs)
+	Entropy   float64 // mean −log π_θ of the counted (sampled) tokens: a Monte-Carlo estimate of the entropy
+	Phase     [NumPhases]PhaseStats
+}
+
+// PhaseStats are the diagnostics of one phase's sequences in a step.
+type PhaseStats struct {
+	Sequences     int
+	Tokens        int
+	MeanReward    float64 // mean of Batch.Rewards (0 when not given)
+	MeanAdvantage float64
+	ClipFrac      float64
+	MeanRatio     float64
+	MeanKL        float64
+}
+
+// String renders the stats as one log line.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "step %d lr %.3g loss %.4f grad_norm %.4f seqs %d tokens %d clip %.3f ratio %.4f kl %.4g entropy %.3f",
+		s.Step, s.LR, s.Loss, s.GradNorm, s.Sequences, s.Tokens, s.ClipFrac, s.MeanRatio, s.MeanKL, s.Entropy)
+	for p := range NumPhases {
+		ps := s.Phase[p]
+		if ps.Sequences > 0 {
+			fmt.Fprintf(&b, " | %s reward %.3f seqs %d", Phase(p), ps.MeanReward, ps.Sequences)
+		}
+	}
+	return b.String()
+}
+
+// seqDiagnostics are the per-sequence sums a training graph returns (over each sequence's
+// counted tokens), in batch order.
+type seqDiagnostics struct {
+	ratio, kl, clipped, negLogP []float64
+}
+
+// summarize fills the token means of st, overall and per phase, from the per-sequence sums
+// of b's sequences and their counted tokens seqTokens (st.Tokens is their total).
+func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics) {
+	var ratio, kl, clip, negLogP float64
+	var phaseSums [NumPhases]struct{ reward, adv, ratio, kl, clip float64 }
+	for i := range b.Len() {
+		ratio += seqs.ratio[i]
+		kl += seqs.kl[i]
+		clip += seqs.clipped[i]
+		negLogP += seqs.negLogP[i]
+		if seqTokens[i] == 0 {
+			continue
+		}
+		p := b.Phase[i]
+		ps := &st.Phase[p]
+		ps.Sequences++
+		ps.Tokens += seqTokens[i]
+		if b.Rewards != nil {
+			phaseSums[p].reward += float64(b.Rewards[i])
+		}
+		phaseSums[p].adv += float64(b.Advantages[i])
+		phaseSums[p].ratio += seqs.ratio[i]
+		phaseSums[p].kl += seqs.kl[i]
+		phaseSums[p].clip += seqs.clipped[i]
+	}
+	tok := float64(st.Tokens)
+	st.MeanRatio, st.MeanKL, st.ClipFrac, st.Entropy = ratio/tok, kl/tok, clip/tok, negLogP/tok
+	for p := range NumPhases {
+		ps := &st.Phase[p]
+		if ps.Sequences == 0 {
+			continue
+		}
+		s, tk := float64(ps.Sequences), float64(ps.Tokens)
+		ps.MeanReward, ps.MeanAdvantage = phaseSums[p].reward/s, phaseSums[p].adv/s
+		ps.MeanRatio, ps.MeanKL, ps.ClipFrac = phaseSums[p].ratio/tk, phaseSums[p].kl/tk, phaseSums[p].clip/tk
+	}
+}
