@@ -73,7 +73,7 @@ func loadFile(path string, dst any, depth int) error {
 			break
 		}
 	}
-	if err := apply(root, reflect.ValueOf(dst).Elem(), ""); err != nil {
+	if err := suggest(apply(root, reflect.ValueOf(dst).Elem(), ""), dst); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
@@ -108,7 +108,7 @@ func Set(dst any, kv string) error {
 	if err := checkDuplicates(node, ""); err != nil {
 		return fmt.Errorf("--set %s: %w", key, err)
 	}
-	if err := apply(node, reflect.ValueOf(dst).Elem(), ""); err != nil {
+	if err := suggest(apply(node, reflect.ValueOf(dst).Elem(), ""), dst); err != nil {
 		return fmt.Errorf("--set %s: %w", key, err)
 	}
 	return nil
@@ -123,7 +123,7 @@ func apply(node *yaml.Node, v reflect.Value, prefix string) error {
 			name := join(prefix, k.Value)
 			f, ok := fieldByTag(v, k.Value)
 			if !ok {
-				return fmt.Errorf("%sunknown key %q", at(k), name)
+				return &unknownKeyError{where: at(k), key: name}
 			}
 			if err := apply(val, f, name); err != nil {
 				return err
@@ -347,3 +347,104 @@ func Validate(cfg any) error {
 func Marshal(cfg any) ([]byte, error) {
 	return yaml.Marshal(cfg)
 }
+
+// unknownKeyError is a key that names no field, with the closest known key.
+type unknownKeyError struct {
+	where, key string
+	closest    string // "" = none close enough
+}
+
+func (e *unknownKeyError) Error() string {
+	msg := fmt.Sprintf("%sunknown key %q", e.where, e.key)
+	if e.closest != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", e.closest)
+	}
+	return msg
+}
+
+// suggest fills an unknownKeyError with the known key of dst closest to
+// it; other errors pass through.
+func suggest(err error, dst any) error {
+	var uk *unknownKeyError
+	if errors.As(err, &uk) {
+		uk.closest = closestKey(knownKeys(reflect.TypeOf(dst).Elem(), ""), uk.key)
+	}
+	return err
+}
+
+// knownKeys lists the dotted keys of a configuration struct type: its
+// sections and their keys, in declaration order.
+func knownKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		if name == "-" {
+			continue
+		}
+		ft := sf.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if strings.Contains(opts, "inline") {
+			keys = append(keys, knownKeys(ft, prefix)...)
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(sf.Name)
+		}
+		key := join(prefix, name)
+		keys = append(keys, key)
+		if ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(unmarshalerType) {
+			keys = append(keys, knownKeys(ft, key)...)
+		}
+	}
+	return keys
+}
+
+// closestKey returns the known key nearest to key: one with the same last
+// part in another section ("rollout.gamma" → "rewards.gamma"), else the
+// one at the smallest edit distance if that is at most a third of key's
+// length (at least 2); "" when none is close.
+func closestKey(known []string, key string) string {
+	leaf := key[strings.LastIndex(key, ".")+1:]
+	for _, k := range known {
+		if k != key && k[strings.LastIndex(k, ".")+1:] == leaf {
+			return k
+		}
+	}
+	best, bestD := "", max(2, len([]rune(key))/3)+1
+	for _, k := range known {
+		if d := editDistance(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in runes.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
+
+var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()

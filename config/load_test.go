@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -72,13 +73,16 @@ func TestErrorsNameTheKey(t *testing.T) {
 	cases := []struct {
 		name, file, set, want string
 	}{
-		{"unknown key in file", "a:\n  gama: 0.1\n", "", `line 2: unknown key "a.gama"`},
+		{"unknown key in file", "a:\n  gama: 0.1\n", "", `line 2: unknown key "a.gama" (did you mean "a.gamma"?)`},
+		{"key in the wrong section", "b:\n  steps: 3\n", "", `line 2: unknown key "b.steps" (did you mean "a.steps"?)`},
+		{"nothing close", "a:\n  zzzzzz: 1\n", "", `line 2: unknown key "a.zzzzzz"`},
 		{"unknown section in file", "zz: 1\n", "", `line 1: unknown key "zz"`},
 		{"bad value in file", "a:\n  steps: many\n", "", `line 2: key "a.steps": bad value "many": want an integer`},
 		{"section given a scalar", "a: 3\n", "", `key "a" is a section`},
 		{"duplicate key in file", "a:\n  gamma: 0.1\n  steps: 2\n  gamma: 0.2\n", "", `line 4: key "a.gamma" is given twice (first on line 2)`},
 		{"duplicate section in file", "a:\n  gamma: 0.1\nb:\n  flag: true\na:\n  steps: 2\n", "", `line 5: key "a" is given twice (first on line 1)`},
 		{"unknown key in --set", "", "a.nope=1", `--set a.nope: unknown key "a.nope"`},
+		{"misspelt key in --set", "", "a.stesp=1", `--set a.stesp: unknown key "a.stesp" (did you mean "a.steps"?)`},
 		{"bad value in --set", "", "a.gamma=abc", `--set a.gamma: key "a.gamma": bad value "abc": want a number`},
 		{"fraction for an integer in --set", "", "a.steps=1.5", `--set a.steps: key "a.steps": bad value "1.5": want an integer`},
 		{"fraction for an integer in file", "a:\n  steps: 2.5\n", "", `line 2: key "a.steps": bad value "2.5": want an integer`},
@@ -172,5 +176,27 @@ func TestBaseFile(t *testing.T) {
 	bad := write("bad.yaml", "base: missing.yaml\n")
 	if err := LoadFile(bad, defaults()); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("a missing base gave %v", err)
+	}
+}
+
+// TestClosestKey pins the suggestion rule: the same last part in another
+// section first, else the nearest key within a third of the key's length.
+func TestClosestKey(t *testing.T) {
+	known := knownKeys(reflect.TypeOf(root{}), "")
+	if got := strings.Join(known, " "); got != "a a.gamma a.steps a.name a.keys b b.flag" {
+		t.Fatalf("knownKeys = %q", got)
+	}
+	cases := map[string]string{
+		"a.gama":   "a.gamma", // one deletion
+		"b.steps":  "a.steps", // the right key in the wrong section
+		"a.flag":   "b.flag",
+		"a.zzzzzz": "",  // nothing close
+		"c":        "a", // distance 1 ≤ 2
+		"qqqqqqqq": "",
+	}
+	for key, want := range cases {
+		if got := closestKey(known, key); got != want {
+			t.Errorf("closestKey(%q) = %q, want %q", key, got, want)
+		}
 	}
 }
