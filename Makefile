@@ -43,9 +43,11 @@ acceptance-eval:
 	  $(GO) test -count=1 -v -timeout 6h -run '^TestAcceptanceEval$$' ./cmd/mageguard
 
 # The acceptance run of `mageguard sweep`: the 2 x 2 tiny grid of
-# configs/sweep-tiny.yaml, killed with kill -9 after its first point and
-# resumed, then replayed point by point from --plan and --collect'ed; the two
-# summaries must be identical. Outputs in runs/acceptance-sweep.
+# configs/sweep-tiny.yaml, killed with kill -9 as soon as its second point has
+# written its first metrics line (an event, not a delay: it holds on any
+# machine speed) and resumed, then replayed point by point from --plan and
+# --collect'ed; the two summaries must be identical. Outputs in
+# runs/acceptance-sweep.
 acceptance-sweep: build
 	scripts/acceptance-sweep.sh runs/acceptance-sweep
 
