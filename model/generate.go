@@ -351,9 +351,21 @@ func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperatu
 	h := m.forward(ctx, tokens, positionsOf(g, B, Lp), causalBias(mask), keep) // [B, Lp, H]
 	row := Iota(g, shapes.Make(dtypes.Int32, B), 0)
 	hLast := Gather(h, Stack([]*Node{row, last}, -1)) // [B, H]
-	z := Div(m.lmHead(ctx, hLast), temperature)       // [B, V]: logits / temperature
-	lse, _, _ := logSumExp(z)                         // [B]
+	z, lse := m.lastLogits(ctx, hLast, temperature)   // [B, V] logits / temperature, [B]
 	return append([]*Node{z, lse}, cache...)
+}
+
+// lastLogits maps the hidden states of the rows being generated, hLast
+// [B, H], to their logits / temperature [B, V] (float32) and log-sum-exp
+// [B]: over vocabulary chunks (lmhead.go) or at once.
+func (m *Model) lastLogits(ctx *context.Context, hLast, temperature *Node) (z, lse *Node) {
+	if m.chunked() {
+		invT := Inverse(ConvertDType(temperature, dtypes.Float32))
+		return m.headLogits(ctx, hLast, invT)
+	}
+	z = Div(m.lmHead(ctx, hLast), temperature)
+	lse, _, _ = logSumExp(z)
+	return z, lse
 }
 
 // sharedPrefixLen returns the length of the longest common prefix of the
@@ -515,7 +527,6 @@ func (m *Model) extendGraph(ctx *context.Context, tokens, pos, valid, last, temp
 	bias := Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
 	h := m.forward(ctx, tokens, pos, bias, write)                                          // [B, T, H]
 	hLast := Gather(h, Stack([]*Node{Iota(g, shapes.Make(dtypes.Int32, B), 0), last}, -1)) // [B, H]
-	z := Div(m.lmHead(ctx, hLast), temperature)                                            // [B, V]: logits / temperature
-	lse, _, _ := logSumExp(z)                                                              // [B]
+	z, lse := m.lastLogits(ctx, hLast, temperature)                                        // [B, V] logits / temperature, [B]
 	return append([]*Node{z, lse}, updated...)
 }

@@ -79,11 +79,20 @@ func fullLogProbs(t *testing.T, m *Model, seq []int, temperature float64) [][]fl
 
 // TestKVCacheMatchesFullForward checks that the log-probs every decode step
 // samples from (prefill + cached steps, batched rows of different lengths)
-// equal a full forward pass over prompt + generated tokens, within 1e-5.
+// equal a full forward pass over prompt + generated tokens (whose LM head
+// takes the whole vocabulary at once), within 1e-5, with generation's LM
+// head over the whole vocabulary and over chunks of 1000.
 func TestKVCacheMatchesFullForward(t *testing.T) {
 	cfg := testConfig()
 	cfg.VocabSize = 6000 // batch 4 × 6000 logits: more than one block of the vocabulary
-	m := newTestModel(t, cfg, 1)
+	for _, chunk := range []int{0, 1000} {
+		m := newTestModel(t, cfg, 1)
+		m.SetLMHeadChunk(chunk)
+		testKVCache(t, m, chunk)
+	}
+}
+
+func testKVCache(t *testing.T, m *Model, chunk int) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	prompts := randomSeqs(rng, m.cfg.VocabSize, 5, 13, 1)
 	for _, temp := range []float64{0, 0.8} {
@@ -119,9 +128,9 @@ func TestKVCacheMatchesFullForward(t *testing.T) {
 			}
 		}
 		if worst > 1e-5 {
-			t.Errorf("T=%g: max |cached - full| log-prob = %g > 1e-5", temp, worst)
+			t.Errorf("chunk %d T=%g: max |cached - full| log-prob = %g > 1e-5", chunk, temp, worst)
 		}
-		t.Logf("T=%g: max |cached - full| log-prob = %.3g", temp, worst)
+		t.Logf("chunk %d T=%g: max |cached - full| log-prob = %.3g", chunk, temp, worst)
 	}
 }
 

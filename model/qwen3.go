@@ -63,9 +63,12 @@ type Model struct {
 	ctx     *context.Context
 
 	mu      sync.Mutex            // guards the compiled executables below
-	logits  *context.Exec         // full logits [B, L, V] (scoring)
+	logits  *context.Exec         // full logits [B, L, V] (scoring, unchunked)
+	score   *context.Exec         // per-position scores over vocabulary chunks (scoreGraph)
 	prefill map[int]*context.Exec // per KV-cache capacity
 	extend  *context.Exec         // tokens on top of a KV cache: decoding steps, prompts after a shared prefix
+
+	lmHeadChunk int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
 
 	sharedPrefills atomic.Int64 // generation batches whose common prompt prefix was prefilled once (tests)
 }
@@ -331,15 +334,24 @@ func (m *Model) logProbsAt(ctx *context.Context, h, tokens, targetPos *Node, tem
 	g := h.Graph()
 	targetPos = ConvertDType(targetPos, dtypes.Int32)
 	B, K := targetPos.Shape().Dimensions[0], targetPos.Shape().Dimensions[1]
-	row := Iota(g, shapes.Make(dtypes.Int32, B, K), 0) // [B, K]: b
-	prev := SubScalar(targetPos, 1)                    // [B, K]: p-1
-	hs := Gather(h, Stack([]*Node{row, prev}, -1))     // [B, K, H]: only the needed positions
-	z := m.lmHead(ctx, hs)                             // [B, K, V] logits / temperature
-	if temperature != 1 {                              // (a pass over [B, K, V] forward and backward saved at T = 1)
+	row := Iota(g, shapes.Make(dtypes.Int32, B, K), 0)           // [B, K]: b
+	prev := SubScalar(targetPos, 1)                              // [B, K]: p-1
+	hs := Gather(h, Stack([]*Node{row, prev}, -1))               // [B, K, H]: only the needed positions
+	target := Gather(tokens, Stack([]*Node{row, targetPos}, -1)) // [B, K]: tokens[b, p]
+	if m.chunked() {                                             // over vocabulary chunks: no [B, K, V] tensor (lmhead.go)
+		H := hs.Shape().Dimensions[2]
+		logp, entropy = m.headLogProbs(ctx, Reshape(hs, B*K, H), Reshape(target, B*K), temperature, withEntropy)
+		logp = Reshape(logp, B, K)
+		if withEntropy {
+			entropy = Reshape(entropy, B, K)
+		}
+		return logp, entropy
+	}
+	z := m.lmHead(ctx, hs) // [B, K, V] logits / temperature
+	if temperature != 1 {  // (a pass over [B, K, V] forward and backward saved at T = 1)
 		z = Div(z, Scalar(g, dtypes.Float32, temperature))
 	}
 	lse, e, sumE := logSumExp(z)                                     // [B, K]
-	target := Gather(tokens, Stack([]*Node{row, targetPos}, -1))     // [B, K]: tokens[b, p]
 	col := Iota(g, shapes.Make(dtypes.Int32, B, K), 1)               // [B, K]: k
 	logp = Sub(Gather(z, Stack([]*Node{row, col, target}, -1)), lse) // [B, K]: z[target] - lse
 	if withEntropy {

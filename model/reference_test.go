@@ -119,32 +119,37 @@ func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob 
 
 // TestReferenceCases scores both reference cases (a tied float32 checkpoint
 // and an untied bfloat16 one in two shards) and compares with the
-// independent PyTorch reference's expected.json at its tolerance (1e-4).
+// independent PyTorch reference's expected.json at its tolerance (1e-4),
+// with the LM head over the whole vocabulary (512) and over chunks of 100
+// (the last one 12 rows): scores and greedy generation.
 func TestReferenceCases(t *testing.T) {
 	for _, name := range referenceCases {
-		t.Run(name, func(t *testing.T) {
-			dir := filepath.Join("testdata", name)
-			m, err := Load(testBackend(t), filepath.Join(dir, "ckpt"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			in, err := ReadScoreInput(filepath.Join(dir, "inputs.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := m.Score(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ref := readExpected(t, filepath.Join(dir, "expected.json"))
-			if ref.Tolerance.LogitsAbs != 1e-4 || ref.Tolerance.LogprobAbs != 1e-4 {
-				t.Fatalf("reference tolerance %+v, want 1e-4", ref.Tolerance)
-			}
-			worstL, worstP, fails := compareScores(ref, got, ref.Tolerance.LogitsAbs, ref.Tolerance.LogprobAbs)
-			for _, f := range fails {
-				t.Error(f)
-			}
-			t.Logf("max |Δ logits| = %.3g, max |Δ log-prob| = %.3g", worstL, worstP)
-		})
+		for _, chunk := range []int{0, 100} {
+			t.Run(fmt.Sprintf("%s/lm_head_chunk=%d", name, chunk), func(t *testing.T) {
+				dir := filepath.Join("testdata", name)
+				m, err := Load(testBackend(t), filepath.Join(dir, "ckpt"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.SetLMHeadChunk(chunk)
+				in, err := ReadScoreInput(filepath.Join(dir, "inputs.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := m.Score(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ref := readExpected(t, filepath.Join(dir, "expected.json"))
+				if ref.Tolerance.LogitsAbs != 1e-4 || ref.Tolerance.LogprobAbs != 1e-4 {
+					t.Fatalf("reference tolerance %+v, want 1e-4", ref.Tolerance)
+				}
+				worstL, worstP, fails := compareScores(ref, got, ref.Tolerance.LogitsAbs, ref.Tolerance.LogprobAbs)
+				for _, f := range fails {
+					t.Error(f)
+				}
+				t.Logf("max |Δ logits| = %.3g, max |Δ log-prob| = %.3g", worstL, worstP)
+			})
+		}
 	}
 }

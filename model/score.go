@@ -9,7 +9,9 @@ import (
 	"math"
 	"os"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -94,46 +96,32 @@ func (m *Model) Score(in *ScoreInput) (*ScoreOutput, error) {
 			tokens[b][j], mask[b][j] = int32(id), 1
 		}
 	}
-	e, err := m.logitsExec()
+	stats, err := m.scoreStats(tokens, mask, in.NLastLogits)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("score: %w", err)
 	}
-	res, err := execRecover(e, tokens, mask)
-	if err != nil {
-		return nil, fmt.Errorf("score: forward: %w", err)
-	}
-	logits := res[0]
-	defer logits.FinalizeAll()
-
 	out := &ScoreOutput{Format: "qwen3-ref-expected-v1", Generator: "mageguard model score (GoMLX)"}
-	err = tensors.ConstFlatData(logits, func(flat []float32) {
-		for b, s := range in.Sequences {
-			n := len(s)
-			// Empty lists (not null) where the reference has [] (e.g. the log-probs of a 1-token sequence).
-			seq := ScoreSequence{InputIDs: append([]int{}, s...), Length: n,
-				Argmax: []int{}, ArgmaxMargin: []float64{}, Logsumexp: []float64{}, NextTokenLogprobs: []float64{},
-				LastLogitsPositions: []int{}, LastLogits: [][]float32{},
-				GreedyNewTokens: []int{}, GreedyMargins: []float64{}, GreedyLogprobs: []float64{}}
-			for t := 0; t < n; t++ {
-				row := flat[(b*L+t)*V : (b*L+t+1)*V]
-				arg, margin := top2(row)
-				lse := logSumExp64(row)
-				seq.Argmax = append(seq.Argmax, arg)
-				seq.ArgmaxMargin = append(seq.ArgmaxMargin, margin)
-				seq.Logsumexp = append(seq.Logsumexp, lse)
-				if t+1 < n {
-					seq.NextTokenLogprobs = append(seq.NextTokenLogprobs, float64(row[s[t+1]])-lse)
-				}
+	for b, s := range in.Sequences {
+		n := len(s)
+		// Empty lists (not null) where the reference has [] (e.g. the log-probs of a 1-token sequence).
+		seq := ScoreSequence{InputIDs: append([]int{}, s...), Length: n,
+			Argmax: []int{}, ArgmaxMargin: []float64{}, Logsumexp: []float64{}, NextTokenLogprobs: []float64{},
+			LastLogitsPositions: []int{}, LastLogits: [][]float32{},
+			GreedyNewTokens: []int{}, GreedyMargins: []float64{}, GreedyLogprobs: []float64{}}
+		for t := 0; t < n; t++ {
+			p := stats.at[b][t]
+			seq.Argmax = append(seq.Argmax, p.argmax)
+			seq.ArgmaxMargin = append(seq.ArgmaxMargin, p.margin)
+			seq.Logsumexp = append(seq.Logsumexp, p.lse)
+			if t+1 < n {
+				seq.NextTokenLogprobs = append(seq.NextTokenLogprobs, p.next-p.lse)
 			}
-			for t := max(0, n-in.NLastLogits); t < n; t++ {
-				seq.LastLogitsPositions = append(seq.LastLogitsPositions, t)
-				seq.LastLogits = append(seq.LastLogits, append([]float32(nil), flat[(b*L+t)*V:(b*L+t+1)*V]...))
-			}
-			out.Sequences = append(out.Sequences, seq)
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("score: reading logits: %w", err)
+		for i, t := range lastPositions(n, in.NLastLogits) {
+			seq.LastLogitsPositions = append(seq.LastLogitsPositions, t)
+			seq.LastLogits = append(seq.LastLogits, stats.last[b][i])
+		}
+		out.Sequences = append(out.Sequences, seq)
 	}
 	if in.MaxNewTokens > 0 {
 		opts := GenerateOptions{MaxNewTokens: in.MaxNewTokens}
@@ -155,6 +143,121 @@ func (m *Model) Score(in *ScoreInput) (*ScoreOutput, error) {
 	return out, nil
 }
 
+// positionStats are the scores of one position: the argmax of its logits
+// and the gap to the second largest, their log-sum-exp, and the logit of
+// the next token of the sequence (0 at the last position).
+type positionStats struct {
+	argmax      int
+	margin, lse float64
+	next        float64
+}
+
+// scoreResult holds positionStats [B][L] and the full logits rows of each
+// sequence's last positions [B][k][V] (lastPositions).
+type scoreResult struct {
+	at   [][]positionStats
+	last [][][]float32
+}
+
+// lastPositions returns the last k positions of a sequence of n tokens.
+func lastPositions(n, k int) []int {
+	var out []int
+	for t := max(0, n-k); t < n; t++ {
+		out = append(out, t)
+	}
+	return out
+}
+
+// scoreStats scores the right-padded batch tokens, mask [B][L]: the whole
+// [B, L, V] logits on the host when the LM head is not chunked; otherwise
+// a graph that keeps per position only what Score reports, with the full
+// rows only at the last nLast positions of each row.
+func (m *Model) scoreStats(tokens, mask [][]int32, nLast int) (*scoreResult, error) {
+	B, L, V := len(tokens), len(tokens[0]), m.cfg.VocabSize
+	res := &scoreResult{at: make([][]positionStats, B), last: make([][][]float32, B)}
+	lengths := make([]int, B)
+	for b := range B {
+		res.at[b] = make([]positionStats, L)
+		for _, x := range mask[b] {
+			lengths[b] += int(x)
+		}
+	}
+	next := func(b, t int) int { // the next token, or the pad at the last position
+		return int(tokens[b][min(t+1, L-1)])
+	}
+	if !m.chunked() {
+		e, err := m.logitsExec()
+		if err != nil {
+			return nil, err
+		}
+		out, err := execRecover(e, tokens, mask)
+		if err != nil {
+			return nil, fmt.Errorf("forward: %w", err)
+		}
+		defer out[0].FinalizeAll()
+		err = tensors.ConstFlatData(out[0], func(flat []float32) {
+			for b := range B {
+				for t := range lengths[b] {
+					row := flat[(b*L+t)*V : (b*L+t+1)*V]
+					arg, margin := top2(row)
+					res.at[b][t] = positionStats{argmax: arg, margin: margin, lse: logSumExp64(row), next: float64(row[next(b, t)])}
+				}
+				for _, t := range lastPositions(lengths[b], nLast) {
+					res.last[b] = append(res.last[b], append([]float32(nil), flat[(b*L+t)*V:(b*L+t+1)*V]...))
+				}
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reading logits: %w", err)
+		}
+		return res, nil
+	}
+
+	// Chunked: the last nLast positions of each row (repeated when shorter), and the next tokens.
+	k := max(nLast, 1)
+	lastPos, nextTok := make([][]int32, B), make([][]int32, B)
+	for b := range B {
+		pos := lastPositions(lengths[b], k)
+		for len(pos) < k {
+			pos = append(pos, pos[len(pos)-1])
+		}
+		for _, t := range pos {
+			lastPos[b] = append(lastPos[b], int32(t))
+		}
+		nextTok[b] = make([]int32, L)
+		for t := range L {
+			nextTok[b][t] = int32(next(b, t))
+		}
+	}
+	e, err := m.scoreExec()
+	if err != nil {
+		return nil, err
+	}
+	out, err := execRecover(e, tokens, mask, nextTok, lastPos)
+	if err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	defer func() {
+		for _, o := range out {
+			o.FinalizeAll()
+		}
+	}()
+	argmax := tensors.MustCopyFlatData[int32](out[0])
+	margin, lse, nextZ := tensors.MustCopyFlatData[float32](out[1]), tensors.MustCopyFlatData[float32](out[2]), tensors.MustCopyFlatData[float32](out[3])
+	last := tensors.MustCopyFlatData[float32](out[4])
+	for b := range B {
+		for t := range lengths[b] {
+			i := b*L + t
+			res.at[b][t] = positionStats{argmax: int(argmax[i]), margin: float64(margin[i]), lse: float64(lse[i]), next: float64(nextZ[i])}
+		}
+		for j := range lastPositions(lengths[b], nLast) {
+			i := b*k + j
+			res.last[b] = append(res.last[b], append([]float32(nil), last[i*V:(i+1)*V]...))
+		}
+	}
+	return res, nil
+}
+
 // logitsExec returns the executable of Logits (compiled per batch shape).
 func (m *Model) logitsExec() (*context.Exec, error) {
 	m.mu.Lock()
@@ -166,10 +269,65 @@ func (m *Model) logitsExec() (*context.Exec, error) {
 		return m.Logits(ctx, tokens, mask)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("score: %w", err)
+		return nil, err
 	}
 	m.logits = e
 	return e, nil
+}
+
+// scoreExec returns the executable of scoreGraph (compiled per batch shape).
+func (m *Model) scoreExec() (*context.Exec, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.score != nil {
+		return m.score, nil
+	}
+	e, err := context.NewExec(m.backend, m.ctx, m.scoreGraph)
+	if err != nil {
+		return nil, err
+	}
+	m.score = e
+	return e, nil
+}
+
+// scoreGraph: tokens, mask, next [B, L] int32 (next[b, t]: the token whose
+// logit to report at t), last [B, k] int32 (positions) → argmax [B, L]
+// int32, margin, lse, logit of next [B, L] float32, logits at last
+// [B·k, V] float32; the LM head over vocabulary chunks (running top two,
+// maximum and log-sum-exp).
+func (m *Model) scoreGraph(ctx *context.Context, tokens, mask, next, last *Node) []*Node {
+	g := tokens.Graph()
+	B, L := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	k := last.Shape().Dimensions[1]
+	H := m.cfg.HiddenSize
+	h := m.Hidden(ctx, ConvertDType(tokens, dtypes.Int32), mask) // [B, L, H]
+	hf := Reshape(h, B*L, H)
+	w := m.lmWeight(ctx, g)
+	var st headStats
+	var best, second, arg *Node // running top two [B·L] and the best's id
+	for _, c := range m.chunks() {
+		z := chunkLogits(after(hf, st.max), w, c[0], c[1], nil) // [B·L, C]
+		st = st.add(z, false)
+		top := ReduceMax(z, -1)
+		at := ArgMax(z, -1, dtypes.Int32) // first index of the maximum
+		rest := Where(Equal(Iota(g, z.Shape(), 1), ExpandDims(ConvertDType(at, dtypes.Float32), -1)),
+			BroadcastToDims(Scalar(g, dtypes.Float32, math.Inf(-1)), z.Shape().Dimensions...), z)
+		next2 := ReduceMax(rest, -1)
+		at = AddScalar(at, float64(c[0]))
+		if best == nil {
+			best, second, arg = top, next2, at
+			continue
+		}
+		wins := GreaterThan(top, best) // ties keep the earlier chunk's (smaller) id
+		second = Where(wins, Max(best, next2), Max(second, top))
+		arg = Where(wins, at, arg)
+		best = Where(wins, top, best)
+	}
+	nextZ := targetLogits(hf, w, Reshape(ConvertDType(next, dtypes.Int32), B*L), 1)
+	rows := Iota(g, shapes.Make(dtypes.Int32, B, k), 0)
+	hl := Gather(h, Stack([]*Node{rows, ConvertDType(last, dtypes.Int32)}, -1)) // [B, k, H]
+	lastZ, _ := m.headLogits(ctx, Reshape(hl, B*k, H), nil)
+	return []*Node{Reshape(arg, B, L), Reshape(Sub(best, second), B, L), Reshape(st.lse(), B, L), Reshape(nextZ, B, L), lastZ}
 }
 
 // top2 returns the argmax of x (first index on ties) and the gap between

@@ -15,10 +15,15 @@ import (
 // checkpoint yet — the architecture keys of a new random model (a loaded
 // checkpoint's config.json always wins over them).
 type Settings struct {
-	Path          string `yaml:"path"`      // checkpoint directory (Hugging Face layout) to load; "" = none
-	Tokenizer     string `yaml:"tokenizer"` // directory with tokenizer.json and tokenizer_config.json, copied into checkpoints written
-	DType         string `yaml:"dtype"`     // float32 | bfloat16: weights in memory and in checkpoints written by model init
-	Seed          int64  `yaml:"seed"`      // seed of the random init of model init
+	Path      string `yaml:"path"`      // checkpoint directory (Hugging Face layout) to load; "" = none
+	Tokenizer string `yaml:"tokenizer"` // directory with tokenizer.json and tokenizer_config.json, copied into checkpoints written
+	DType     string `yaml:"dtype"`     // float32 | bfloat16: weights in memory and in checkpoints written by model init
+	Seed      int64  `yaml:"seed"`      // seed of the random init of model init
+	// LMHeadChunk is the vocabulary rows per chunk of the LM head (lmhead.go):
+	// log-probs, entropies, their gradient and generation's logits are
+	// computed a chunk at a time, so no [tokens × vocabulary] tensor is held;
+	// 0 = the whole vocabulary at once.
+	LMHeadChunk   int `yaml:"lm_head_chunk"`
 	BackendConfig `yaml:",inline"`
 	Config        `yaml:",inline"`
 }
@@ -29,6 +34,7 @@ func DefaultSettings() Settings {
 	return Settings{
 		Tokenizer:     "assets/qwen3",
 		DType:         "float32",
+		LMHeadChunk:   DefaultLMHeadChunk,
 		BackendConfig: DefaultBackendConfig(),
 		Config:        DefaultTinyConfig(),
 	}
@@ -38,6 +44,9 @@ func DefaultSettings() Settings {
 func (s *Settings) Validate() error {
 	if _, err := ParseDType(s.DType); err != nil {
 		return err
+	}
+	if s.LMHeadChunk < 0 {
+		return fmt.Errorf("lm_head_chunk must be >= 0 (0 = the whole vocabulary), got %d", s.LMHeadChunk)
 	}
 	if err := s.BackendConfig.Validate(); err != nil {
 		return err
@@ -104,6 +113,7 @@ func (s *Settings) LoadModel(backend backends.Backend, tok *tokenizer.Tokenizer)
 		}
 		what = "the checkpoint " + s.Path + " (vocab_size)"
 	}
+	m.SetLMHeadChunk(s.LMHeadChunk)
 	if tok != nil && tok.VocabSize() > m.cfg.VocabSize {
 		return nil, fmt.Errorf("the tokenizer %s has %d ids but %s has only %d embeddings", s.TokenizerDir(), tok.VocabSize(), what, m.cfg.VocabSize)
 	}
