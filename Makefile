@@ -26,10 +26,17 @@ bench:
 	else echo "bench: no /usr/bin/python3 with torch, PyTorch comparison skipped"; fi
 
 # The main job on the bundled data: a tiny random Qwen3 trained for a few
-# GRPO steps on CPU (configs/tiny.yaml), into runs/tiny.
+# GRPO steps on CPU (configs/tiny.yaml), into runs/tiny; then what to run next.
 demo: build
 	rm -rf runs/tiny
 	$(BIN) train --config configs/tiny.yaml --out runs/tiny
+	@echo
+	@echo "Next: the held-out report of the last step, then an eval of the final checkpoint on a quick set"
+	@echo "(an attack run with a label-1 action and a benign run per suite):"
+	@echo "  less runs/tiny/eval-8/report.md"
+	@echo "  $(BIN) data subset data/agentdojo-mini/eval.jsonl --out runs/eval-quick.jsonl --attack-per-suite 1 --benign-per-suite 1 --positive-frac 1 --max-turns 4"
+	@echo "  $(BIN) eval --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --data runs/eval-quick.jsonl --out runs/eval-quick"
+	@echo "  less runs/eval-quick/report.md"
 
 # The long acceptance run of `mageguard eval` (not part of `make test`): a random
 # tiny checkpoint evaluated over the bundled eval split as MAGE and as judge-only

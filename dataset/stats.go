@@ -19,7 +19,7 @@ var TurnBuckets = []struct {
 }
 
 // Stats summarises a trajectory file. Its JSON form is what
-// `mageguard data stats --json` prints (keys documented in README.md).
+// `mageguard data stats --json` prints (keys documented in docs/data.md).
 type Stats struct {
 	File          string                 `json:"file"`
 	Trajectories  int                    `json:"trajectories"`

@@ -22,7 +22,7 @@ func newDataCmd() *cobra.Command {
 		Use:   "data",
 		Short: "Trajectory datasets: import, validate, stats, split, subset, compare",
 		Long: `Work with labeled trajectory files (.jsonl or .parquet, chosen by extension;
-the schema is in README.md, "Data"). Every command validates every record it
+the schema is in docs/data.md). Every command validates every record it
 reads and fails on the first bad one, naming the file, line (or row) and
 field. Outputs are written to a temporary file and renamed at the end, so a
 failed command leaves no output file behind.`,
@@ -140,7 +140,7 @@ func newDataStatsCmd() *cobra.Command {
 type (attack / benign), actions and actions labeled 1, the turns-per-trajectory
 histogram (buckets 0, 1, 2, 3, 4-5, 6-8, 9-12, 13-20, 21+) and the attack
 horizon (actions labeled 1 per attack trajectory). With --json, one JSON
-object on stdout (keys in README.md, "Data").`,
+object on stdout (keys in docs/data.md, "Stats").`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := dataset.ComputeStats(args[0])

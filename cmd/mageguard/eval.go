@@ -40,7 +40,7 @@ func newEvalCmd() *cobra.Command {
 held-out file (trajectories without an action are skipped and counted) and
 writes into --out:
 
-  decisions.jsonl     one line per trajectory x turn (README, "Evaluation and sweeps")
+  decisions.jsonl     one line per trajectory x turn (docs/evaluation.md)
   report.json         ASR, BU, per-action accuracy/precision/recall/F1/FPR, token
                       costs, detection latency, format-violation rates, n_skipped,
                       and the same by suite, attack type and horizon
@@ -80,10 +80,10 @@ Progress (trajectories and turns done, guard tokens per second, an ETA)
 goes to stderr after every turn of every chunk of eval.chunk trajectories.
 Ctrl-C stops after the current generation call and writes nothing; a
 second Ctrl-C kills at once.`,
-		Example: `  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --out runs/eval-mage
-  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --variant judge-only --out runs/eval-judge
-  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --out runs/eval-mage --baseline runs/eval-judge
-  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-2 --set rollout.track_attacks=false --out runs/eval-no-attacks
+		Example: `  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --out runs/eval-mage
+  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --variant judge-only --out runs/eval-judge
+  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --out runs/eval-mage --baseline runs/eval-judge
+  mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --set rollout.track_attacks=false --out runs/eval-no-attacks
   mageguard eval --compare runs/eval-mage runs/eval-judge runs/eval-no-attacks`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if compare {

@@ -64,8 +64,8 @@ section (configs/model-tiny.yaml: a CPU-sized model with the real Qwen3
 vocabulary), seeded by model.seed, stored as model.dtype (float32 or
 bfloat16), with the tokenizer files of model.tokenizer copied in.
 
-  mageguard model init --config configs/model-tiny.yaml --out runs/tiny
-  mageguard model init --config configs/model-tiny.yaml --out runs/tiny-bf16 --set model.dtype=bfloat16 --set model.hidden_size=128`,
+  mageguard model init --config configs/model-tiny.yaml --out runs/model-tiny
+  mageguard model init --config configs/model-tiny.yaml --out runs/model-tiny-bf16 --set model.dtype=bfloat16 --set model.hidden_size=128`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig()
@@ -112,7 +112,7 @@ func newModelConvertCmd() *cobra.Command {
 above --max-shard-bytes, with the tokenizer files of --tokenizer (default: the
 checkpoint's own, else model.tokenizer) copied in.
 
-  mageguard model convert --model runs/tiny --out runs/tiny-bf16 --dtype bfloat16 --max-shard-bytes 20000000`,
+  mageguard model convert --model runs/model-tiny --out runs/model-tiny-sharded --dtype bfloat16 --max-shard-bytes 20000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig()
@@ -214,7 +214,7 @@ generates up to --max-new-tokens tokens, stopping at the checkpoint's
 eos_token_id, and prints the new text on stdout (--json: ids and log-probs too).
 With --chat the prompt is one user message in Qwen3's chat template, thinking off.
 
-  mageguard model generate --model runs/tiny --prompt "Hello" --max-new-tokens 16 --temperature 0.8 --seed 1`,
+  mageguard model generate --model runs/model-tiny --prompt "Hello" --max-new-tokens 16 --temperature 0.8 --seed 1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig()
