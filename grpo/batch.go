@@ -23,6 +23,16 @@ import (
 // that do not count may point at padding; their values must still be finite.
 type PolicyFn func(ctx *context.Context, tokens, attnMask, targetPos *graph.Node) *graph.Node
 
+// SharedPolicyFn is a policy for rows that all start with the same tokens: prefix [1, P] int32
+// (its first n entries are the shared tokens, prefixMask [1, P] int32 says which), then each
+// row's own tokens [B, L] (right-padded, attnMask [B, L]); targetPos [B, K] are positions in
+// the own tokens (1 ≤ p < L). It must equal PolicyFn on the concatenated rows:
+//
+//	SharedPolicyFn(prefix, tokens, targetPos) = PolicyFn(prefix[:n] ++ tokens, targetPos + n)
+//
+// and may compute the prefix once for all rows (model.Model.TokenLogProbsShared does).
+type SharedPolicyFn func(ctx *context.Context, prefix, prefixMask, tokens, attnMask, targetPos *graph.Node) *graph.Node
+
 // Phase is the role that produced a completion.
 type Phase uint8
 

@@ -44,11 +44,15 @@ type Config struct {
 	ScaleRewards    string  `yaml:"scale_rewards"`    // group (divide advantages by the group std) | none (Dr. GRPO)
 	LossAggregation string  `yaml:"loss_aggregation"` // seq-mean-token-mean (GRPO) | token-mean
 	MicroBatchSize  int     `yaml:"micro_batch_size"` // sequences per forward/backward graph; gradients accumulate over micro-batches
+	// SharedPrefix computes the prompt prefix that a micro-batch's rows share (a role's system
+	// prompt) once per micro-batch, in the policy and the reference forward, when the trainer
+	// has a SharedPolicyFn (Trainer.SetSharedPolicy).
+	SharedPrefix bool `yaml:"shared_prefix"`
 }
 
 // DefaultConfig returns the defaults: AdamW(1e-6, 0.9, 0.999, 1e-8), no weight decay, clip norm
 // 1.0, 10 warm-up steps then a constant rate, ε = 0.2, β = 0.04, μ = 1, group scaling,
-// seq-mean-token-mean, micro-batches of 8 sequences.
+// seq-mean-token-mean, micro-batches of 8 sequences sharing their prompt prefix.
 func DefaultConfig() Config {
 	return Config{
 		LearningRate:    1e-6,
@@ -65,6 +69,7 @@ func DefaultConfig() Config {
 		ScaleRewards:    ScaleGroup,
 		LossAggregation: AggSeqMeanTokenMean,
 		MicroBatchSize:  8,
+		SharedPrefix:    true,
 	}
 }
 

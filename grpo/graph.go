@@ -29,15 +29,16 @@ func (t *Trainer) trainExec(key trainKey) (*context.Exec, error) {
 }
 
 // The inputs of a training graph, in the order of its Exec's arguments: the micro-batch's
-// tokens, attn, pos, mask and adv; old and ref when key has them; denom; lr, c1 and c2 when
-// key applies the update. trainArgs writes that order and readTrainInputs reads it; nothing
-// else depends on it.
+// prefix and prefixMask when key shares one; tokens, attn, pos, mask and adv; old and ref
+// when key has them; denom; lr, c1 and c2 when key applies the update. trainArgs writes that
+// order and readTrainInputs reads it; nothing else depends on it.
 type trainInputs struct {
-	tokens, attn, pos *Node // int32 [R, L], [R, L], [R, K]
-	mask, adv         *Node // float32 [R, K], [R]
-	old, ref          *Node // float32 [R, K]; nil when key has none
-	denom             *Node // float32 scalar: sequences (seq-mean-token-mean) or tokens (token-mean) of the step
-	lr, c1, c2        *Node // float32 scalars (key.apply only): learning rate, Adam's bias corrections
+	prefix, prefixMask *Node // int32 [1, P] (key.shared only)
+	tokens, attn, pos  *Node // int32 [R, L], [R, L], [R, K]
+	mask, adv          *Node // float32 [R, K], [R]
+	old, ref           *Node // float32 [R, K]; nil when key has none
+	denom              *Node // float32 scalar: sequences (seq-mean-token-mean) or tokens (token-mean) of the step
+	lr, c1, c2         *Node // float32 scalars (key.apply only): learning rate, Adam's bias corrections
 }
 
 // stepScalars are the values of a step's scalar inputs.
@@ -45,7 +46,11 @@ type stepScalars struct{ denom, lr, c1, c2 float32 }
 
 // trainArgs returns the arguments of a training graph for micro-batch mb under key.
 func trainArgs(key trainKey, mb *microBatch, sc stepScalars) []any {
-	args := []any{mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv}
+	var args []any
+	if key.shared {
+		args = append(args, mb.prefix, mb.prefixMask)
+	}
+	args = append(args, mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv)
 	if key.hasOld {
 		args = append(args, mb.old)
 	}
@@ -61,7 +66,11 @@ func trainArgs(key trainKey, mb *microBatch, sc stepScalars) []any {
 
 // readTrainInputs names the graph inputs in, in trainArgs's order.
 func readTrainInputs(key trainKey, in []*Node) trainInputs {
-	x := trainInputs{tokens: in[0], attn: in[1], pos: in[2], mask: in[3], adv: in[4]}
+	var x trainInputs
+	if key.shared {
+		x.prefix, x.prefixMask, in = in[0], in[1], in[2:]
+	}
+	x.tokens, x.attn, x.pos, x.mask, x.adv = in[0], in[1], in[2], in[3], in[4]
 	in = in[5:]
 	if key.hasOld {
 		x.old, in = in[0], in[1:]
@@ -107,7 +116,7 @@ func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*
 	g := x.tokens.Graph()
 	t.graphsBuilt++
 	ctx.SetTraining(g, true)
-	logp := ConvertDType(t.callPolicy(ctx, x.tokens, x.attn, x.pos), float32DType) // [R, K]
+	logp := ConvertDType(t.callPolicy(ctx, x.prefix, x.prefixMask, x.tokens, x.attn, x.pos), float32DType) // [R, K]
 	old := x.old
 	if old == nil {
 		old = StopGradient(logp) // μ = 1: ρ = 1, gradient kept
@@ -136,9 +145,10 @@ func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*
 	return trainOutputList(key, out)
 }
 
-// callPolicy calls the policy, turning a panic with a non-error value into an error panic:
-// GoMLX's executors return error panics as errors but re-raise anything else.
-func (t *Trainer) callPolicy(ctx *context.Context, tokens, attn, pos *Node) (logp *Node) {
+// callPolicy calls the policy (the shared one when prefix is not nil), turning a panic with a
+// non-error value into an error panic: GoMLX's executors return error panics as errors but
+// re-raise anything else.
+func (t *Trainer) callPolicy(ctx *context.Context, prefix, prefixMask, tokens, attn, pos *Node) (logp *Node) {
 	defer func() {
 		if r := recover(); r != nil {
 			if err, ok := r.(error); ok {
@@ -147,7 +157,11 @@ func (t *Trainer) callPolicy(ctx *context.Context, tokens, attn, pos *Node) (log
 			panic(fmt.Errorf("policy: %v", r))
 		}
 	}()
-	logp = t.policy(ctx, tokens, attn, pos)
+	if prefix != nil {
+		logp = t.sharedPolicy(ctx, prefix, prefixMask, tokens, attn, pos)
+	} else {
+		logp = t.policy(ctx, tokens, attn, pos)
+	}
 	if want := pos.Shape().Dimensions; logp.Rank() != 2 || logp.Shape().Dim(0) != want[0] || logp.Shape().Dim(1) != want[1] {
 		panic(fmt.Errorf("policy returned log-probs shaped %s, want [%d %d]", logp.Shape(), want[0], want[1]))
 	}

@@ -9,24 +9,75 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
-// rowsPerMicroBatch is the fixed number of rows R of every micro-batch graph: micro_batch_size,
-// or the batch rounded up to a power of two when it is smaller.
-func (t *Trainer) rowsPerMicroBatch(B int) int {
-	return min(t.cfg.MicroBatchSize, 1<<bits.Len(uint(max(B, 1)-1)))
-}
+// Micro-batches are formed so that the rows of one share a role's system prompt: consecutive
+// rows of one phase (train sorts the sequences by phase, then length), at most
+// micro_batch_size of them. A micro-batch of n rows runs as a graph of R = n rounded up to a
+// power of two (padding rows cost a little compute each, never a wrong number); when its rows
+// share at least minSharedPrefix leading tokens and the trainer has a SharedPolicyFn, that
+// prefix is computed once for the micro-batch.
 
-// chunks splits sequence indices 0..B−1 into consecutive micro-batches.
-func (t *Trainer) chunks(B int) [][]int {
-	R := t.rowsPerMicroBatch(B)
+// minSharedPrefix is the shortest shared prefix worth a separate prefix computation.
+const minSharedPrefix = 16
+
+// chunks splits the rows of b into micro-batches: runs of consecutive rows of one phase, cut
+// every micro_batch_size rows.
+func (t *Trainer) chunks(b *Batch) [][]int {
 	var out [][]int
-	for start := 0; start < B; start += R {
-		rows := make([]int, 0, R)
-		for i := start; i < min(B, start+R); i++ {
-			rows = append(rows, i)
+	for i := range b.Len() {
+		last := len(out) - 1
+		if last < 0 || len(out[last]) == t.cfg.MicroBatchSize || b.Phase[out[last][0]] != b.Phase[i] {
+			out = append(out, nil)
+			last++
 		}
-		out = append(out, rows)
+		out[last] = append(out[last], i)
 	}
 	return out
+}
+
+// rowsFor is the row count R of the graph of a micro-batch of n rows: n rounded up to a power
+// of two, at most micro_batch_size.
+func (t *Trainer) rowsFor(n int) int {
+	return min(t.cfg.MicroBatchSize, 1<<bits.Len(uint(max(n, 1)-1)))
+}
+
+// sharedPrefix returns how many leading tokens the rows share, kept short of every row's last
+// token and of the position before its first counted target (each row keeps a token of its
+// own before the first log-prob it needs); 0 when the trainer does not share prefixes, for a
+// single row, or below minSharedPrefix.
+func (t *Trainer) sharedPrefix(b *Batch, rows []int) int {
+	if !t.cfg.SharedPrefix || t.sharedPolicy == nil || len(rows) < 2 {
+		return 0
+	}
+	first := b.Tokens[rows[0]]
+	n := len(first)
+	for _, i := range rows {
+		n = min(n, rowLength(b, i)-1)
+		for k, m := range b.LossMask[i] {
+			if m != 0 {
+				n = min(n, int(b.TargetPos[i][k])-1)
+			}
+		}
+		for p := range n {
+			if b.Tokens[i][p] != first[p] {
+				n = p
+				break
+			}
+		}
+	}
+	if n < minSharedPrefix {
+		return 0
+	}
+	return n
+}
+
+// rowLength is the number of tokens of row i (the last position with attn_mask 1, plus one).
+func rowLength(b *Batch, i int) int {
+	for p := len(b.AttnMask[i]) - 1; p >= 0; p-- {
+		if b.AttnMask[i][p] != 0 {
+			return p + 1
+		}
+	}
+	return 0
 }
 
 // bucket rounds a length up to 8, 16, then steps of a quarter of the power of two below it
@@ -42,35 +93,36 @@ func bucket(n int) int {
 	return (n + step - 1) / step * step
 }
 
-// microBatch holds one micro-batch as tensors of R rows, L and K padded to buckets.
+// microBatch holds one micro-batch as tensors of R rows, L and K padded to buckets; with a
+// shared prefix of n tokens, the prefix [1, P] and each row's tokens after it.
 type microBatch struct {
-	R, L, K             int
+	R, L, K, P          int
 	tokens, attn, pos   *tensors.Tensor // int32 [R, L], [R, L], [R, K]
 	mask, adv, old, ref *tensors.Tensor // float32 [R, K], [R], [R, K], [R, K]
+	prefix, prefixMask  *tensors.Tensor // int32 [1, P]; nil without a shared prefix
 }
+
+// shared reports whether the micro-batch has a shared prefix.
+func (mb *microBatch) shared() bool { return mb.prefix != nil }
 
 // finalize frees the micro-batch's tensors (on the device too) once they have been used.
 func (mb *microBatch) finalize() {
-	for _, x := range []*tensors.Tensor{mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv, mb.old, mb.ref} {
+	for _, x := range []*tensors.Tensor{mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv, mb.old, mb.ref, mb.prefix, mb.prefixMask} {
 		if x != nil {
 			x.FinalizeAll()
 		}
 	}
 }
 
-// pack lays out the rows of b as a micro-batch of R rows. L is cut after the last token of its
-// rows and K after their last counted entry, both rounded up by bucket. Padding rows hold one
-// token (attn_mask[0] = 1) so that every row stays finite in any model; all their entries have
-// loss mask 0 and target position 1.
-func pack(b *Batch, rows []int, R int, withOld, withRef bool) microBatch {
+// pack lays out the rows of b as a micro-batch of R rows, the first n tokens of every row
+// (shared by all, n = 0 for none) as its prefix. L is cut after the last token of its rows
+// (after the prefix) and K after their last counted entry, both rounded up by bucket, and P
+// is bucket(n). Padding rows hold one token (attn_mask[0] = 1) so that every row stays finite
+// in any model; all their entries have loss mask 0 and target position 1.
+func pack(b *Batch, rows []int, R, n int, withOld, withRef bool) microBatch {
 	L, K := 2, 1
 	for _, i := range rows {
-		for p := len(b.AttnMask[i]) - 1; p >= 0; p-- {
-			if b.AttnMask[i][p] != 0 {
-				L = max(L, p+1)
-				break
-			}
-		}
+		L = max(L, rowLength(b, i)-n)
 		for k := len(b.LossMask[i]) - 1; k >= 0; k-- {
 			if b.LossMask[i][k] != 0 {
 				K = max(K, k+1)
@@ -98,15 +150,16 @@ func pack(b *Batch, rows []int, R int, withOld, withRef bool) microBatch {
 			continue
 		}
 		i := rows[r]
-		n := min(L, len(b.Tokens[i]))
-		copy(tokens[r*L:r*L+n], b.Tokens[i][:n])
-		copy(attn[r*L:r*L+n], b.AttnMask[i][:n])
+		own := b.Tokens[i][n:]
+		m := min(L, len(own))
+		copy(tokens[r*L:r*L+m], own[:m])
+		copy(attn[r*L:r*L+m], b.AttnMask[i][n:n+m])
 		adv[r] = b.Advantages[i]
 		for k := range min(K, len(b.LossMask[i])) {
 			if b.LossMask[i][k] == 0 {
 				continue
 			}
-			pos[r*K+k], mask[r*K+k] = b.TargetPos[i][k], 1
+			pos[r*K+k], mask[r*K+k] = b.TargetPos[i][k]-int32(n), 1
 			if withOld {
 				old[r*K+k] = b.OldLogProbs[i][k]
 			}
@@ -125,6 +178,16 @@ func pack(b *Batch, rows []int, R int, withOld, withRef bool) microBatch {
 	}
 	if withRef {
 		mb.ref = tensors.FromFlatDataAndDimensions(ref, R, K)
+	}
+	if n > 0 {
+		mb.P = bucket(n)
+		prefix, pmask := make([]int32, mb.P), make([]int32, mb.P)
+		copy(prefix, b.Tokens[rows[0]][:n])
+		for p := range n {
+			pmask[p] = 1
+		}
+		mb.prefix = tensors.FromFlatDataAndDimensions(prefix, 1, mb.P)
+		mb.prefixMask = tensors.FromFlatDataAndDimensions(pmask, 1, mb.P)
 	}
 	return mb
 }

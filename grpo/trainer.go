@@ -20,21 +20,32 @@ const StateScope = "/grpo"
 // It holds no random state: the same batches from the same weights and optimizer state give
 // the same updates, so a resumed run equals an uninterrupted one.
 type Trainer struct {
-	cfg        Config
-	backend    backends.Backend
-	ctx        *context.Context
-	policy     PolicyFn
-	totalSteps int
-	step       int // optimizer steps taken
+	cfg     Config
+	backend backends.Backend
+	ctx     *context.Context
+	policy  PolicyFn
+	// sharedPolicy, when set (SetSharedPolicy), runs the micro-batches whose rows share a
+	// prefix (Config.SharedPrefix).
+	sharedPolicy SharedPolicyFn
+	totalSteps   int
+	step         int // optimizer steps taken
 
 	trainExecs   map[trainKey]*context.Exec
-	logProbExecs map[*context.Context]*context.Exec
+	logProbExecs map[logProbKey]*context.Exec
 	params       []*context.Variable        // the trained variables, fixed by the first training graph
 	pending      map[string]*tensors.Tensor // optimizer state set before its variables existed
 	graphsBuilt  int                        // training graphs built (one per exec and shape)
 }
 
-type trainKey struct{ apply, hasOld, hasRef bool }
+// trainKey picks a training graph: the step's last micro-batch applies the update; old and
+// ref say which log-probs are inputs; shared, whether the rows' prefix is an input of its own.
+type trainKey struct{ apply, hasOld, hasRef, shared bool }
+
+// logProbKey picks a log-prob graph: the variables' context and whether a prefix is shared.
+type logProbKey struct {
+	ctx    *context.Context
+	shared bool
+}
 
 // NewTrainer returns a trainer of the trainable variables of ctx used by policy. totalSteps is
 // the number of optimizer steps the run will take (needed by the linear and cosine schedules;
@@ -49,9 +60,15 @@ func NewTrainer(backend backends.Backend, ctx *context.Context, policy PolicyFn,
 	return &Trainer{
 		cfg: cfg, backend: backend, ctx: ctx, policy: policy, totalSteps: totalSteps,
 		trainExecs:   map[trainKey]*context.Exec{},
-		logProbExecs: map[*context.Context]*context.Exec{},
+		logProbExecs: map[logProbKey]*context.Exec{},
 	}, nil
 }
+
+// SetSharedPolicy gives the trainer a policy for rows that share a prefix: with
+// Config.SharedPrefix, a micro-batch whose rows share at least minSharedPrefix leading tokens
+// runs it, with the prefix computed once (in the update, π_old and π_ref alike). Call it
+// before the first step; fn must agree with the PolicyFn (SharedPolicyFn's contract).
+func (t *Trainer) SetSharedPolicy(fn SharedPolicyFn) { t.sharedPolicy = fn }
 
 // Steps returns the number of optimizer steps taken (restored by SetOptimizerState).
 func (t *Trainer) Steps() int { return t.step }
@@ -113,10 +130,11 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 	c2 := float32(1 / (1 - math.Pow(t.cfg.AdamBeta2, float64(n))))
 
 	var seqs seqDiagnostics
-	chunks := t.chunks(b.Len())
+	chunks := t.chunks(b)
 	for ci, rows := range chunks {
-		key := trainKey{apply: ci == len(chunks)-1, hasOld: b.OldLogProbs != nil, hasRef: hasRef}
-		mb := pack(b, rows, t.rowsPerMicroBatch(b.Len()), key.hasOld, key.hasRef)
+		shared := t.sharedPrefix(b, rows)
+		key := trainKey{apply: ci == len(chunks)-1, hasOld: b.OldLogProbs != nil, hasRef: hasRef, shared: shared > 0}
+		mb := pack(b, rows, t.rowsFor(len(rows)), shared, key.hasOld, key.hasRef)
 		exec, err := t.trainExec(key)
 		if err != nil {
 			return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
@@ -158,23 +176,20 @@ func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) 
 	if err := b.validate(false); err != nil {
 		return nil, err
 	}
-	exec, ok := t.logProbExecs[ctx]
-	if !ok {
-		var err error
-		exec, err = context.NewExec(t.backend, reuseIfLoaded(ctx), func(ctx *context.Context, tokens, attn, pos *Node) *Node {
-			return ConvertDType(t.callPolicy(ctx, tokens, attn, pos), float32DType)
-		})
+	K := len(b.TargetPos[0])
+	out := make([][]float32, b.Len())
+	for _, rows := range t.chunks(b) {
+		n := t.sharedPrefix(b, rows)
+		exec, err := t.logProbExec(ctx, n > 0)
 		if err != nil {
 			return nil, err
 		}
-		exec.SetMaxCache(maxCompiledShapes)
-		t.logProbExecs[ctx] = exec
-	}
-	K := len(b.TargetPos[0])
-	out := make([][]float32, b.Len())
-	for _, rows := range t.chunks(b.Len()) {
-		mb := pack(b, rows, t.rowsPerMicroBatch(b.Len()), false, false)
-		res, err := exec.Exec(mb.tokens, mb.attn, mb.pos)
+		mb := pack(b, rows, t.rowsFor(len(rows)), n, false, false)
+		args := []any{mb.tokens, mb.attn, mb.pos}
+		if mb.shared() {
+			args = append([]any{mb.prefix, mb.prefixMask}, args...)
+		}
+		res, err := exec.Exec(args...)
 		mb.finalize()
 		if err != nil {
 			return nil, err
@@ -196,6 +211,28 @@ func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) 
 		}
 	}
 	return out, nil
+}
+
+// logProbExec returns the log-prob graph of the policy on ctx's variables: inputs tokens,
+// attn, pos, with prefix and prefixMask first when shared.
+func (t *Trainer) logProbExec(ctx *context.Context, shared bool) (*context.Exec, error) {
+	key := logProbKey{ctx, shared}
+	if e, ok := t.logProbExecs[key]; ok {
+		return e, nil
+	}
+	e, err := context.NewExec(t.backend, reuseIfLoaded(ctx), func(ctx *context.Context, in []*Node) *Node {
+		var prefix, prefixMask *Node
+		if shared {
+			prefix, prefixMask, in = in[0], in[1], in[2:]
+		}
+		return ConvertDType(t.callPolicy(ctx, prefix, prefixMask, in[0], in[1], in[2]), float32DType)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.SetMaxCache(maxCompiledShapes)
+	t.logProbExecs[key] = e
+	return e, nil
 }
 
 // FrozenCopy returns a new context holding copies of ctx's variables, not trainable, without

@@ -695,7 +695,7 @@ func TestPackPadsRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb := pack(b, []int{0, 1}, 4, false, false)
+	mb := pack(b, []int{0, 1}, 4, 0, false, false)
 	if mb.R != 4 || mb.L != 8 || mb.K != 8 {
 		t.Fatalf("R, L, K = %d, %d, %d; want 4, 8, 8", mb.R, mb.L, mb.K)
 	}

@@ -221,6 +221,9 @@ func (r *run) setup() (int, error) {
 	if r.trainer, err = grpo.NewTrainer(r.backend, m.Context(), policy, o.GRPO, o.Train.Steps*o.GRPO.NumIterations); err != nil {
 		return 0, err
 	}
+	r.trainer.SetSharedPolicy(func(ctx *mlctx.Context, prefix, prefixMask, tokens, attnMask, targetPos *graph.Node) *graph.Node {
+		return m.TokenLogProbsShared(ctx, prefix, prefixMask, tokens, attnMask, targetPos, temperature)
+	})
 	if resumeDir != "" {
 		if err := r.restoreTrainer(resumeDir, start); err != nil {
 			return 0, err
