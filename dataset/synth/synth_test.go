@@ -354,3 +354,24 @@ func contains(xs []string, x string) bool {
 }
 
 func nan() float64 { z := 0.0; return z / z }
+
+// TestBundledDataIsRegenerated: data/synth holds what scripts/make-synth.sh
+// generates (data synth --n 400 --seed 1, and --n 100 --seed 2).
+func TestBundledDataIsRegenerated(t *testing.T) {
+	for _, f := range []struct {
+		path string
+		n    int
+		seed uint64
+	}{{"train.jsonl", 400, 1}, {"eval.jsonl", 100, 2}} {
+		o := DefaultOptions()
+		o.N, o.Seed = f.n, f.seed
+		want := writeFile(t, filepath.Join(t.TempDir(), f.path), generate(t, o))
+		got, err := os.ReadFile(filepath.Join("../../data/synth", f.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("data/synth/%s differs from data synth --n %d --seed %d: run scripts/make-synth.sh", f.path, f.n, f.seed)
+		}
+	}
+}

@@ -9,7 +9,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/dataset/synth"
 	"github.com/mageguard/mageguard/model/chat"
@@ -174,20 +176,51 @@ func TestGuardRunsOnTheSynthTokenizer(t *testing.T) {
 	}
 }
 
+// synthConfig loads configs/synth-tiny.yaml.
+func synthConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Load("../../configs/synth-tiny.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestSynthConfigMatchesTokenizer: configs/synth-tiny.yaml names the synth
+// tokenizer and prompts, and its vocabulary size and special ids are the
+// tokenizer's; its windows hold whole synthetic runs.
+func TestSynthConfigMatchesTokenizer(t *testing.T) {
+	cfg := synthConfig(t)
+	tok := loadSynthTokenizer(t)
+	bos, _ := tok.TokenID("<|endoftext|>")
+	eos, _ := tok.TokenID("<|im_end|>")
+	m := cfg.Model
+	if m.Tokenizer != "assets/synth-tokenizer" || cfg.Rollout.PromptVersion != "synth" {
+		t.Errorf("tokenizer %q, prompt_version %q", m.Tokenizer, cfg.Rollout.PromptVersion)
+	}
+	if m.VocabSize != tok.VocabSize() || m.BOSTokenID != bos || !slices.Equal(m.EOSTokenIDs, []int{eos}) {
+		t.Errorf("vocab_size %d, bos %d, eos %v; the tokenizer has %d ids, <|endoftext|> %d, <|im_end|> %d",
+			m.VocabSize, m.BOSTokenID, m.EOSTokenIDs, tok.VocabSize(), bos, eos)
+	}
+	if cfg.Train.MaxTurns < synth.DefaultOptions().MaxTurns {
+		t.Errorf("train.max_turns %d cuts data synth's runs of up to %d turns", cfg.Train.MaxTurns, synth.DefaultOptions().MaxTurns)
+	}
+}
+
 // TestPromptLengths measures the guard's calls on the bundled synthetic
-// data with the synth tokenizer and prompt version (the perfect memories of
-// the teacher as the memory), and checks them against the budgets the synth
-// config is built for: every call under 400 tokens, the memory under 48
-// tokens as a completion.
+// data with the synth tokenizer and prompt version (the teacher's perfect
+// memories as the memory), and checks them against configs/synth-tiny.yaml:
+// the teacher's completions fit max_memory_tokens and max_judge_tokens, its
+// memories memory_budget_chars and length_threshold, and a prompt with its
+// completion max_position_embeddings.
 func TestPromptLengths(t *testing.T) {
+	cfg := synthConfig(t)
 	tok := loadSynthTokenizer(t)
 	trs, err := dataset.ReadAll("../../data/synth/train.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rollout.DefaultConfig()
-	cfg.PromptVersion = "synth"
-	p, err := rollout.NewPrompts(cfg)
+	p, err := rollout.NewPrompts(cfg.Rollout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +231,7 @@ func TestPromptLengths(t *testing.T) {
 	system := func(text string, tool chat.Tool) int {
 		return len(chat.Encode(tok, []chat.Message{chat.NewMessage(chat.RoleSystem, text)}, []chat.Tool{tool}, chat.Options{}))
 	}
-	var memP, judgeP, memC, judgeC []int
+	var memP, judgeP, memC, judgeC, chars []int
 	for _, tr := range trs {
 		ms, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
 		if err != nil {
@@ -214,19 +247,27 @@ func TestPromptLengths(t *testing.T) {
 			memC = append(memC, len(tok.Encode(rollout.ToolCall{Name: rollout.MemoryToolName, Content: ms[i]}.Text()+"<|im_end|>")))
 			d, r := synth.Decision(tr, i)
 			judgeC = append(judgeC, len(tok.Encode(rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}.Text()+"<|im_end|>")))
+			chars = append(chars, utf8.RuneCountInString(ms[i]))
 		}
 	}
 	t.Logf("system prompts (tools included): memory %d, judge %d tokens", system(p.MemorySystem, p.MemoryTool), system(p.JudgeSystem, p.JudgeTool))
+	r := cfg.Rollout
 	for _, m := range []struct {
 		name  string
 		v     []int
 		bound int
-	}{{"memory prompt", memP, 400}, {"judge prompt", judgeP, 400}, {"memory completion", memC, 64}, {"judge completion", judgeC, 48}} {
+	}{
+		{"memory prompt", memP, cfg.Model.MaxPositionEmbeddings - r.MaxMemoryTokens},
+		{"judge prompt", judgeP, cfg.Model.MaxPositionEmbeddings - r.MaxJudgeTokens},
+		{"memory completion", memC, r.MaxMemoryTokens},
+		{"judge completion", judgeC, r.MaxJudgeTokens},
+		{"memory characters", chars, min(r.MemoryBudgetChars, cfg.Rewards.LengthThreshold)},
+	} {
 		s := slices.Clone(m.v)
 		sort.Ints(s)
-		t.Logf("%s: median %d, p90 %d, max %d tokens over %d calls", m.name, s[len(s)/2], s[len(s)*9/10], s[len(s)-1], len(s))
+		t.Logf("%s: median %d, p90 %d, max %d over %d calls", m.name, s[len(s)/2], s[len(s)*9/10], s[len(s)-1], len(s))
 		if s[len(s)-1] > m.bound {
-			t.Errorf("%s: up to %d tokens, over %d", m.name, s[len(s)-1], m.bound)
+			t.Errorf("%s: up to %d, over the config's %d", m.name, s[len(s)-1], m.bound)
 		}
 	}
 }
