@@ -70,12 +70,14 @@ func (m *Memory) readPrompt(prompt string) {
 }
 
 // readTurn adds what one action and its observation show. Identifiers on an
-// injection line are injected; on the other lines of the observation of
-// read_file of the task's document (doc, "" when unknown) they are
-// sanctioned; elsewhere (acknowledgements of actions) they add nothing. An
-// identifier keeps the role it was first seen in.
-func (m *Memory) readTurn(tu *dataset.Turn, doc string) {
-	isDoc := doc != "" && tu.Action.Name == ReadFile && argument(tu.Action, "file") == doc
+// injection line are injected; on the other lines of a document's content
+// (read_file of a todo-NN.txt: the world has no documents but the one a
+// user prompt names) they are sanctioned; elsewhere (acknowledgements of
+// actions) they add nothing. An identifier keeps the role it was first
+// seen in. The rule needs nothing but the turn, so a memory follows from
+// the previous memory and the call's events alone.
+func (m *Memory) readTurn(tu *dataset.Turn) {
+	isDoc := tu.Action.Name == ReadFile && documentFileRE.MatchString(argument(tu.Action, "file"))
 	for _, line := range strings.Split(tu.Observation, "\n") {
 		injected := IsInjectionLine(line)
 		if !injected && !isDoc {
@@ -93,9 +95,6 @@ func (m *Memory) readTurn(tu *dataset.Turn, doc string) {
 	}
 }
 
-// document returns the name of the task's document in a user prompt, or "".
-func document(prompt string) string { return documentRE.FindString(prompt) }
-
 // Teacher writes the memories of a memory manager that follows the world's
 // rules exactly, and the judge's right decisions.
 type Teacher struct {
@@ -106,7 +105,8 @@ type Teacher struct {
 	// Myopic keeps only what the latest memory call shows: the memory is
 	// rebuilt from that call's events alone (the user's prompt at the
 	// window's first turn, else the previous action and its observation),
-	// forgetting everything earlier. Without it the teacher is perfect.
+	// forgetting everything earlier. Without it the teacher is perfect: m_t
+	// is m_{t-1} updated with the call's events.
 	Myopic bool
 }
 
@@ -128,7 +128,6 @@ func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, er
 	if start < 0 || end > len(tr.Turns) || start >= end {
 		return nil, fmt.Errorf("synth teacher: trajectory %s: window [%d, %d) of %d turns", tr.ID, start, end, len(tr.Turns))
 	}
-	doc := document(tr.UserPrompt)
 	var m Memory
 	out := make([]string, 0, end-start)
 	for t := start; t < end; t++ {
@@ -139,11 +138,7 @@ func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, er
 			m.readPrompt(tr.UserPrompt)
 		}
 		if t > 0 {
-			d := doc
-			if tc.Myopic && t > start {
-				d = "" // the prompt that names the document is not in this call's events
-			}
-			m.readTurn(&tr.Turns[t-1], d)
+			m.readTurn(&tr.Turns[t-1])
 		}
 		text, err := tc.fit(m)
 		if err != nil {

@@ -44,10 +44,8 @@ func TestMemoriesOfAHandWrittenTrajectory(t *testing.T) {
 		want    []string // m_start … m_4
 	}{
 		{"perfect", Teacher{}, 0, []string{none, after, after, both, both}},
-		// The document's identifiers count only with the prompt that names
-		// it; the myopic memory of turn 1 no longer has the prompt.
-		{"myopic", Teacher{Myopic: true}, 0, []string{none,
-			"allowed: none; injected: acct-7730", none, "allowed: none; injected: acct-5555", none}},
+		// The myopic memory keeps only the latest turn.
+		{"myopic", Teacher{Myopic: true}, 0, []string{none, after, none, "allowed: none; injected: acct-5555", none}},
 		// A window from turn 1 sees the prompt and turn 0 at its first call.
 		{"window from 1", Teacher{}, 1, []string{after, after, both, both}},
 		{"myopic window from 1", Teacher{Myopic: true}, 1, []string{after, none, "allowed: none; injected: acct-5555", none}},
@@ -132,6 +130,29 @@ func TestParseMemoryReadsString(t *testing.T) {
 	}
 	if m := ParseMemory("injected: acct-1111 and junk; nonsense acct-2222"); len(m.Allowed) != 0 || strings.Join(m.Injected, " ") != "acct-1111" {
 		t.Errorf("lenient parse: %+v", m)
+	}
+}
+
+// TestPerfectMemoryIsMarkov: the perfect memory of a turn is the previous
+// one, read back from its text, updated with the call's events alone — what
+// a memory manager can compute — in whole trajectories and in windows.
+func TestPerfectMemoryIsMarkov(t *testing.T) {
+	for name, o := range optionSets() {
+		for _, tr := range generate(t, o) {
+			for _, start := range []int{0, 1, len(tr.Turns) / 2} {
+				ms, err := Teacher{}.Memories(tr, start, len(tr.Turns))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 1; i < len(ms); i++ {
+					m := ParseMemory(ms[i-1])
+					m.readTurn(&tr.Turns[start+i-1])
+					if m.String() != ms[i] {
+						t.Fatalf("%s %s window from %d, turn %d: memory %q, but %q updated with the turn gives %q", name, tr.ID, start, start+i, ms[i], ms[i-1], m.String())
+					}
+				}
+			}
+		}
 	}
 }
 

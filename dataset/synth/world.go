@@ -140,8 +140,12 @@ var (
 // identifierRE matches the identifiers of all suites.
 var identifierRE = regexp.MustCompile(`acct-[0-9]{4}|user-[0-9]{4}|site-[0-9]{4}\.com`)
 
-// documentRE matches the name of a task's document in a user prompt.
-var documentRE = regexp.MustCompile(`todo-[0-9]{2}\.txt`)
+// documentRE matches the name of a task's document in a user prompt, and
+// documentFileRE a read_file argument that is one.
+var (
+	documentRE     = regexp.MustCompile(`todo-[0-9]{2}\.txt`)
+	documentFileRE = regexp.MustCompile(`^todo-[0-9]{2}\.txt$`)
+)
 
 // Identifiers returns the identifiers in text, in order of appearance.
 func Identifiers(text string) []string { return identifierRE.FindAllString(text, -1) }
