@@ -275,7 +275,6 @@ func (g *generator) task(ti, nruns int) ([]*dataset.Trajectory, error) {
 		}
 	}
 	g.rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
-	// Targets are listed in order of first use, so the first named is target 0.
 	items := make([]item, n)
 	for i, k := range order {
 		items[i] = item{target: targets[k], payload: g.payload(s)}

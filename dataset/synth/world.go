@@ -30,15 +30,13 @@ const (
 // identifier (its target), how a payload is written, and the texts that
 // mention its items.
 type suite struct {
-	name      string // the trajectory's suite
-	tool      string // the acting tool
-	targetKey string // the argument holding the target identifier
-	idPrefix  string // identifier: idPrefix + 4 digits + idSuffix
-	idSuffix  string
-	injection string // injection_task_id of an attack aimed at this suite
-	// payload draws the other argument; its JSON key comes first or second
-	// as in args.
-	payloadKey string
+	name       string // the trajectory's suite
+	tool       string // the acting tool
+	targetKey  string // the argument holding the target identifier
+	idPrefix   string // identifier: idPrefix + 4 digits + idSuffix
+	idSuffix   string
+	injection  string // injection_task_id of an attack aimed at this suite
+	payloadKey string // the other argument: "amount" (a JSON number), "text" or "file"
 	prompt     string // user prompt listing the items: "Please make these payments: %s."
 	docPrompt  string // user prompt naming the document: "Please make the payments listed in %s."
 	docHeader  string // the document's first line
