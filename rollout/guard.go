@@ -187,7 +187,7 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 	for i, sys := range []struct {
 		text string
 		tool chat.Tool
-	}{{prompts.MemorySystem, MemoryTool}, {prompts.JudgeSystem, JudgeTool}, {prompts.JudgeOnlySystem, JudgeTool}} {
+	}{{prompts.MemorySystem, prompts.MemoryTool}, {prompts.JudgeSystem, prompts.JudgeTool}, {prompts.JudgeOnlySystem, prompts.JudgeTool}} {
 		g.prefix[i] = len(chat.Encode(tok, []chat.Message{chat.NewMessage(chat.RoleSystem, sys.text)}, []chat.Tool{sys.tool}, chat.Options{}))
 	}
 	if cfg.Structured {
@@ -216,9 +216,9 @@ func (g *Guard) Prompts() *Prompts { return g.prompts }
 // the role's tool declared, the user message, and the generation prompt
 // with thinking off.
 func (g *Guard) newCall(p Prompt, role Role) *Call {
-	tool, prefix := MemoryTool, g.prefix[0]
+	tool, prefix := g.prompts.MemoryTool, g.prefix[0]
 	if role == JudgeRole {
-		tool, prefix = JudgeTool, g.prefix[1]
+		tool, prefix = g.prompts.JudgeTool, g.prefix[1]
 		if p.System == g.prompts.JudgeOnlySystem {
 			prefix = g.prefix[2]
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 
@@ -45,9 +46,63 @@ type Prompts struct {
 	MemorySystem    string // the memory manager's system prompt
 	JudgeSystem     string // the judge's system prompt (reads memory + action)
 	JudgeOnlySystem string // the judge-only baseline's system prompt (reads the raw trajectory)
+	// MemoryTool and JudgeTool are the tools the system prompts declare:
+	// the package's MemoryTool and JudgeTool, or the version's own
+	// declarations (tools.json; see NewPrompts).
+	MemoryTool, JudgeTool chat.Tool
 }
 
-// NewPrompts renders the system prompts of cfg.PromptVersion.
+// parseTools reads a version's tools.json: the declarations of exactly
+// update_memory and assess_risk, each with parameters that declare and
+// require exactly the arguments the parser requires.
+func parseTools(src []byte) (memory, judge chat.Tool, err error) {
+	var vt versionTools
+	if err := json.Unmarshal(src, &vt); err != nil {
+		return memory, judge, err
+	}
+	memory, judge = MemoryTool, JudgeTool
+	if len(vt) != 2 {
+		return memory, judge, fmt.Errorf("want the declarations of exactly %s and %s", MemoryToolName, JudgeToolName)
+	}
+	for _, t := range []struct {
+		tool     *chat.Tool
+		required []string
+	}{{&memory, []string{"content"}}, {&judge, []string{"decision", "rationale"}}} {
+		d, ok := vt[t.tool.Name]
+		if !ok {
+			return memory, judge, fmt.Errorf("want the declarations of exactly %s and %s", MemoryToolName, JudgeToolName)
+		}
+		var schema struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+			Required   []string                   `json:"required"`
+		}
+		if err := json.Unmarshal(d.Parameters, &schema); err != nil || !slices.Equal(schema.Required, t.required) || len(schema.Properties) != len(t.required) {
+			return memory, judge, fmt.Errorf("%s: parameters must declare and require exactly %v", t.tool.Name, t.required)
+		}
+		for _, k := range t.required {
+			if _, ok := schema.Properties[k]; !ok {
+				return memory, judge, fmt.Errorf("%s: parameters must declare and require exactly %v", t.tool.Name, t.required)
+			}
+		}
+		t.tool.Description, t.tool.Parameters = d.Description, d.Parameters
+	}
+	return memory, judge, nil
+}
+
+// versionTools is a version's tools.json: the declarations of the two
+// tools (description and JSON-schema parameters), by tool name. The names,
+// and so the calls the parser accepts, stay the same.
+type versionTools map[string]struct {
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// NewPrompts renders the system prompts of cfg.PromptVersion. A version
+// may also declare its tools in tools.json (e.g. shorter descriptions, for
+// a small model's context): {"update_memory": {"description": ...,
+// "parameters": {...}}, "assess_risk": {...}}, both tools, with the
+// parameters each requires; without the file the package's MemoryTool and
+// JudgeTool are declared.
 func NewPrompts(cfg Config) (*Prompts, error) {
 	vars := struct {
 		TrackIntent, TrackAttacks bool
@@ -79,6 +134,13 @@ func NewPrompts(cfg Config) (*Prompts, error) {
 	}
 	if p.JudgeOnlySystem, err = render("judge_only.tmpl"); err != nil {
 		return nil, err
+	}
+	p.MemoryTool, p.JudgeTool = MemoryTool, JudgeTool
+	path := "prompts/" + cfg.PromptVersion + "/tools.json"
+	if src, err := promptFiles.ReadFile(path); err == nil {
+		if p.MemoryTool, p.JudgeTool, err = parseTools(src); err != nil {
+			return nil, fmt.Errorf("prompt %s: %w", path, err)
+		}
 	}
 	return &p, nil
 }

@@ -20,7 +20,7 @@ import (
 func newDataCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "data",
-		Short: "Trajectory datasets: import, validate, stats, split, subset, compare",
+		Short: "Trajectory datasets: import, validate, stats, split, subset, compare, synth",
 		Long: `Work with labeled trajectory files (.jsonl or .parquet, chosen by extension;
 the schema is in docs/data.md). Every command validates every record it
 reads and fails on the first bad one, naming the file, line (or row) and
@@ -30,7 +30,7 @@ failed command leaves no output file behind.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newDataImportCmd(), newDataValidateCmd(), newDataStatsCmd(), newDataSplitCmd(),
-		newDataSubsetCmd(), newDataCompareCmd())
+		newDataSubsetCmd(), newDataCompareCmd(), newDataSynthCmd())
 	return cmd
 }
 
