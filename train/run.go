@@ -43,6 +43,11 @@ type Options struct {
 	// top-level metrics (logged into metrics.jsonl). dir is where it may
 	// write its files.
 	Evaluate func(ctx context.Context, m *model.Model, guard *rollout.Guard, step int, dir string) (map[string]any, error)
+
+	// OnBatch, when set, sees each step's rollout batch just before its update (with the
+	// reference log-probs filled when β > 0): for recording batches (the update benchmark's
+	// fixture) and debugging. It must not change the batch.
+	OnBatch func(step int, b *grpo.Batch)
 }
 
 // Result says what a run produced.

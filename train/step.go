@@ -157,6 +157,9 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 			return nil, fmt.Errorf("step %d: reference log-probs: %w", step, err)
 		}
 	}
+	if o.OnBatch != nil {
+		o.OnBatch(step, batch)
+	}
 	stats, err := r.trainer.Update(batch)
 	if err != nil {
 		return nil, fmt.Errorf("step %d: %w", step, err)
