@@ -27,6 +27,17 @@ type Request struct {
 	// Watch lists token ids whose log-probs the generator reports at every
 	// step (Completion.Watch): the judge's decision alternatives, for its score.
 	Watch []int
+	// Chat is the same call before the chat template, for generators that
+	// can only send messages (chat APIs); Prompt is its rendering.
+	Chat *ChatPrompt
+}
+
+// ChatPrompt is a guard call as chat messages: the role's system prompt,
+// the user message (untrusted parts included as plain text) and the tool
+// the call must use.
+type ChatPrompt struct {
+	System, User string
+	Tool         chat.Tool
 }
 
 // Completion is a generated completion.
@@ -76,6 +87,8 @@ type Call struct {
 	Violation    string      // why it is not (when !Parsed)
 	Watch        [][]float32 // per completion token, the watched ids' log-probs (Completion.Watch)
 	Usage        *Usage      // the server's token counts, when it gave them
+
+	chat ChatPrompt // the call before the chat template (Request.Chat)
 }
 
 // Tokens is the number of tokens the call reads and writes: the server's
@@ -259,14 +272,14 @@ func (g *Guard) newCall(p Prompt, role Role) *Call {
 		{Role: chat.RoleUser, Content: p.User},
 	}
 	ids := chat.Encode(g.tok, msgs, []chat.Tool{tool}, chat.Options{AddGenerationPrompt: true})
-	return &Call{Prompt: ids, PrefixTokens: prefix}
+	return &Call{Prompt: ids, PrefixTokens: prefix, chat: ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
 }
 
 func (g *Guard) request(c *Call, role Role) Request {
 	if role == JudgeRole {
-		return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Grammar: g.grammar[role], Watch: g.watch.ids}
+		return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
 	}
-	return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Grammar: g.grammar[role]}
+	return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Grammar: g.grammar[role], Chat: &c.chat}
 }
 
 // episodeView holds an episode's observations after elision, computed once

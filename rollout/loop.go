@@ -213,6 +213,8 @@ func (g *Guard) generate(reqs []Request, calls []*Call, s Sampling, salt uint64,
 			}
 			stats.Calls++
 			if c.Usage != nil {
+				// The server's own count: our system prompt's share is at most all of it.
+				c.PrefixTokens = min(c.PrefixTokens, c.Usage.PromptTokens+c.Usage.CompletionTokens)
 				stats.PromptTokens += c.Usage.PromptTokens
 				stats.NewTokens += c.Usage.CompletionTokens
 			} else {
