@@ -175,7 +175,7 @@ func interruptible(parent context.Context, stderr io.Writer, name string) (conte
 // the token-cost plot. Inputs are read before the model is loaded, so bad
 // data fails fast.
 func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir string, log io.Writer) (eval.Report, error) {
-	if cfg.Model.Path == "" {
+	if cfg.Model.Path == "" && cfg.Rollout.Generator == rollout.GeneratorLocal {
 		return eval.Report{}, errors.New("eval: no checkpoint: give --model DIR (or --set model.path=DIR)")
 	}
 	ropts := eval.ReportOptions{
@@ -203,16 +203,14 @@ func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir
 		return eval.Report{}, err
 	}
 	// The guard checks the rollout settings against the tokenizer before
-	// the (slow) model load; the generator gets the model after.
+	// the (slow) model load; the meter gets the generator after.
 	// The meter lets the eval report progress after every turn of a chunk.
-	gen := &rollout.ModelGenerator{}
-	meter := &eval.Meter{Generator: gen}
+	meter := &eval.Meter{}
 	guard, err := rollout.NewGuard(cfg.Rollout, tok, meter)
 	if err != nil {
 		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
-	gen.Stops = guard.Stops()
-	if gen.Model, err = loadCheckpoint(cfg.Model, tok, tokPath, log, "eval"); err != nil {
+	if meter.Generator, err = guardGenerator(cfg, tok, tokPath, guard.Stops(), log, "eval"); err != nil {
 		return eval.Report{}, err
 	}
 	opts := cfg.Eval.Options(cfg.Rollout)
@@ -238,8 +236,12 @@ func evalMeta(cfg *config.Config) [][2]string {
 	if !e.Greedy {
 		decoding = fmt.Sprintf("sampled (temperature %g, top_k %d, top_p %g, seed %d)", r.Temperature, r.TopK, r.TopP, e.Seed)
 	}
+	checkpoint := cfg.Model.Path
+	if r.Generator == rollout.GeneratorOpenAI {
+		checkpoint = fmt.Sprintf("served at %s (%s API, model %q)", r.Endpoint, r.RemoteAPI, r.RemoteModel)
+	}
 	meta := [][2]string{
-		{"checkpoint", cfg.Model.Path},
+		{"checkpoint", checkpoint},
 		{"data", cfg.Eval.Data},
 		{"variant", r.Variant},
 	}
