@@ -67,7 +67,11 @@ rollout.temperature). Variants and baselines:
 
 The checkpoint is a Hugging Face Qwen3 directory (model.path or --model); its
 config.json decides the architecture, model.backend / model.plugin /
-model.dtype how it runs. The tokenizer is the checkpoint's own when it has
+model.dtype how it runs. With --set rollout.generator=openai (rollout.endpoint,
+rollout.remote_api vllm|sglang|chat, rollout.remote_model) the guard's calls run
+on an OpenAI-compatible server instead and --model only gives the tokenizer
+(docs/serving.md). decisions.jsonl records each decision's score, p(reject)
+from the judge's decision token; report.json its ROC AUC. The tokenizer is the checkpoint's own when it has
 tokenizer.json, else model.tokenizer. Other keys: eval.* (data, limit, seed,
 chunk: trajectories per generation batch) and rollout.* (prompts, token
 budgets, structured decoding).
