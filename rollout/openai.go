@@ -58,9 +58,6 @@ type OpenAIGenerator struct {
 	// Backoff is the wait before the first retry when the server sends no
 	// Retry-After (doubled at each retry); MaxWait caps any wait.
 	Backoff, MaxWait time.Duration
-
-	mu     sync.Mutex
-	byText map[string]int // SGLang: a watched token's text → its id
 }
 
 // NewOpenAIGenerator returns a generator for cfg (cfg.Generator openai),
@@ -282,18 +279,14 @@ func (g *OpenAIGenerator) watched(watch, ids []int, top []map[string]float64, sa
 // top log-probs by text; the watched tokens are ASCII, so their texts are
 // distinct).
 func (g *OpenAIGenerator) watchedTexts(watch []int) map[string]int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.byText == nil {
-		g.byText = map[string]int{}
-	}
+	byText := make(map[string]int, len(watch))
 	for _, id := range watch {
 		text := g.tok.Decode([]int{id}, false)
-		if _, ok := g.byText[text]; !ok {
-			g.byText[text] = id
+		if _, ok := byText[text]; !ok {
+			byText[text] = id
 		}
 	}
-	return g.byText
+	return byText
 }
 
 // tokenIDKey reads vLLM's "token_id:N" token names.
