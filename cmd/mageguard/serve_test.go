@@ -3,9 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,6 +68,13 @@ func pollUntil(t testing.TB, limit time.Duration, what string, cond func() bool)
 // server stops when the test ends.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	return startServeWith(t, http.DefaultClient, args...)
+}
+
+// startServeWith is startServe polling /healthz with hc (e.g. one that
+// trusts a test certificate).
+func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr syncBuffer
 	done := make(chan error, 1)
@@ -87,7 +103,7 @@ func startServe(t *testing.T, args ...string) string {
 		return false
 	})
 	pollUntil(t, 60*time.Second, "the model to load", func() bool {
-		resp, err := http.Get(base + "/healthz")
+		resp, err := hc.Get(base + "/healthz")
 		if err != nil {
 			return false
 		}
@@ -368,5 +384,60 @@ func TestEvalOnARemoteServer(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
 	if !strings.Contains(string(md), "served at "+srv.URL) {
 		t.Error("report.md does not say where the guard ran")
+	}
+}
+
+// TestServeTLS serves HTTPS with --tls-cert and --tls-key: a client that
+// trusts the certificate gets answers, plain HTTP does not.
+func TestServeTLS(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
+
+	t.Setenv(tokenEnv, "tls-test-token-0123456789")
+	base := startServeWith(t, hc, "--set", tokSet, "--model", tinyCheckpoint(t), "--state", filepath.Join(dir, "state"),
+		"--tls-cert", certFile, "--tls-key", keyFile)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("serving %s", base)
+	}
+	req, _ := http.NewRequest("POST", base+"/v1/sessions", strings.NewReader(`{"user_prompt": "p"}`))
+	req.Header.Set("Authorization", "Bearer tls-test-token-0123456789")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Errorf("create over TLS: %d", resp.StatusCode)
+	}
+	if resp, err := http.Get("http://" + strings.TrimPrefix(base, "https://") + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Error("plain HTTP was answered 200 on the TLS port")
+		}
 	}
 }
