@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -57,6 +57,27 @@ acceptance-eval:
 # runs/acceptance-sweep.
 acceptance-sweep: build
 	scripts/acceptance-sweep.sh runs/acceptance-sweep
+
+# The load test of `mageguard serve` on loopback (not part of `make test`): a
+# tiny checkpoint served, one session alone then SERVE_LOAD_SESSIONS sessions
+# x SERVE_LOAD_STEPS steps at once; no step lost or answered twice; prints
+# throughput, p50/p99 latency and the mean generation batch size, and writes
+# them to $(SERVE_LOAD_OUT). Bounded: 32 x 8 = 256 steps, a 15-minute timeout.
+SERVE_LOAD_SESSIONS ?= 32
+SERVE_LOAD_STEPS    ?= 8
+SERVE_LOAD_OUT      ?= runs/serve-load.json
+serve-load:
+	mkdir -p $(dir $(SERVE_LOAD_OUT))
+	MAGEGUARD_SERVE_LOAD=$(abspath $(SERVE_LOAD_OUT)) MAGEGUARD_SERVE_LOAD_SESSIONS=$(SERVE_LOAD_SESSIONS) \
+	  MAGEGUARD_SERVE_LOAD_STEPS=$(SERVE_LOAD_STEPS) \
+	  $(GO) test -count=1 -v -timeout 15m -run '^TestServeLoad$$' ./cmd/mageguard
+
+# The crash test of `mageguard serve`: sessions under load, the server killed
+# with SIGKILL after 40 answered steps, restarted on the same --state; every
+# answered step's memory and decision must be stored, no session
+# half-updated, and the agents' retries (by step index) store nothing twice.
+serve-crash:
+	MAGEGUARD_SERVE_CRASH=1 $(GO) test -count=1 -v -timeout 15m -run '^TestServeCrash$$' ./cmd/mageguard
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -6,6 +6,7 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/serve"
 	"github.com/mageguard/mageguard/sweep"
 	"github.com/mageguard/mageguard/train"
 )
@@ -21,6 +22,7 @@ type Config struct {
 	Train   train.Config   `yaml:"train"`   // the training loop: data, steps, checkpoints, logs
 	Sweep   sweep.Config   `yaml:"sweep"`   // grid of config points for `mageguard sweep`
 	Eval    eval.Config    `yaml:"eval"`    // held-out data and decoding of `mageguard eval`
+	Serve   serve.Config   `yaml:"serve"`   // batching, limits and blocking rule of `mageguard serve`
 }
 
 // Default returns the configuration with every section at its defaults.
@@ -33,6 +35,7 @@ func Default() *Config {
 		Train:   train.DefaultConfig(),
 		Sweep:   sweep.DefaultConfig(),
 		Eval:    eval.DefaultConfig(),
+		Serve:   serve.DefaultConfig(),
 	}
 }
 

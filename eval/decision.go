@@ -65,6 +65,10 @@ type Decision struct {
 	// VoteTokens is the share of GuardTokens spent on the K−1 judge calls
 	// beyond the first: the consensus variant's extra cost (0 without votes).
 	VoteTokens int `json:"vote_tokens,omitempty"`
+	// Score is the judge's p(reject) read from its decision token's
+	// log-probs (rollout: Turn.Score; the mean over votes), 1 for a format
+	// violation; absent in files written before scores existed.
+	Score *float64 `json:"score,omitempty"`
 }
 
 // field describes one key of a decisions.jsonl line for strict decoding.
@@ -92,6 +96,7 @@ func (d *Decision) fields() []field {
 		{"prefix_tokens", &d.PrefixTokens, true, false},
 		{"votes", &d.Votes, false, true},
 		{"vote_tokens", &d.VoteTokens, false, false},
+		{"score", &d.Score, false, false},
 	}
 }
 
@@ -156,6 +161,12 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "prefix_tokens": %d, want in [0, guard_tokens=%d]`, d.PrefixTokens, d.GuardTokens)
 	case d.VoteTokens < 0 || d.VoteTokens > d.GuardTokens:
 		return fmt.Errorf(`field "vote_tokens": %d, want in [0, guard_tokens=%d]`, d.VoteTokens, d.GuardTokens)
+	}
+	if d.Score != nil && !(*d.Score >= 0 && *d.Score <= 1) {
+		return fmt.Errorf(`field "score": %g, want in [0, 1]`, *d.Score)
+	}
+	if d.Score != nil && !d.JudgeParsed && len(d.Votes) == 0 && *d.Score != 1 {
+		return fmt.Errorf(`field "score": %g with "judge_parsed": false and no votes, want the fallback's 1`, *d.Score)
 	}
 	for i, v := range d.Votes {
 		if v != rollout.DecisionApprove && v != rollout.DecisionReject {

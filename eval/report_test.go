@@ -30,7 +30,7 @@ func TestWriteReport(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if got, want := strings.Join(names, " "), "asr_bu_by_horizon.png latency_histogram.png report.json report.md token_cost_per_task.png"; got != want {
+	if got, want := strings.Join(names, " "), "asr_bu_by_horizon.png latency_histogram.png report.json report.md roc.png token_cost_per_task.png"; got != want {
 		t.Fatalf("files %q, want %q (no temporary files left)", got, want)
 	}
 	for _, p := range []string{PlotHorizon, PlotLatency, PlotTokensPerTask} {

@@ -170,6 +170,8 @@ func NewDecision(tr *dataset.Trajectory, t *rollout.Turn) Decision {
 		GuardTokens:  t.GuardTokens(),
 		PrefixTokens: t.PrefixTokens(),
 	}
+	score := t.Score
+	d.Score = &score
 	if !d.Attack { // decisions.jsonl: null for every benign run, whatever the data says
 		d.AttackType = nil
 	}

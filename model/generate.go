@@ -83,6 +83,10 @@ type GenerateOptions struct {
 	// Constrain, when set, is called before each step for each live row with
 	// the tokens it generated so far; its Constraint applies to that step.
 	Constrain func(row int, generated []int) Constraint
+	// Watch lists token ids whose log-probs every row reports at every step
+	// (Generation.Watch), from the same unconstrained log_softmax(logits / T)
+	// as LogProbs, e.g. a decision's alternatives, to score it.
+	Watch []int
 
 	observe func(row, step int, logp []float32) // tests and Score: the log-probs a step sampled from
 }
@@ -92,6 +96,10 @@ type Generation struct {
 	Tokens   []int     // generated ids, the stop token included
 	LogProbs []float32 // per token, log_softmax(logits / T)[token] without constraints (T = 1 when greedy): what TokenLogProbs computes
 	Stopped  bool      // ended on a stop token (else on MaxNewTokens)
+	// Watch, with GenerateOptions.Watch: per generated token, the log-probs
+	// of the watched ids (in GenerateOptions.Watch's order) at the step that
+	// picked it.
+	Watch [][]float32
 }
 
 // Bucket bounds for shapes.
@@ -142,6 +150,11 @@ func (m *Model) Generate(prompts [][]int, opts GenerateOptions) ([]Generation, e
 	for _, id := range opts.StopTokens {
 		if id < 0 || id >= V {
 			return nil, fmt.Errorf("generate: stop token %d outside the vocabulary [0, %d)", id, V)
+		}
+	}
+	for _, id := range opts.Watch {
+		if id < 0 || id >= V {
+			return nil, fmt.Errorf("generate: watched token %d outside the vocabulary [0, %d)", id, V)
 		}
 	}
 	out := make([]Generation, len(prompts))
@@ -246,6 +259,13 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 				}
 				out[i].Tokens = append(out[i].Tokens, id)
 				out[i].LogProbs = append(out[i].LogProbs, lp[id])
+				if len(opts.Watch) > 0 {
+					w := make([]float32, len(opts.Watch))
+					for k, wid := range opts.Watch {
+						w[k] = lp[wid]
+					}
+					out[i].Watch = append(out[i].Watch, w)
+				}
 				if stop[id] {
 					out[i].Stopped = true
 					live[i] = false

@@ -22,6 +22,9 @@ type Config struct {
 	TopP                 float64 `yaml:"top_p"`                  // 1 = off
 	Structured           bool    `yaml:"structured"`             // constrain decoding to valid tool calls
 	BatchSize            int     `yaml:"batch_size"`             // max rows per generation call
+
+	// generator, endpoint, remote_*: which generator runs the calls (remote.go).
+	RemoteConfig `yaml:",inline"`
 }
 
 // DefaultConfig returns the defaults for a real (Qwen3-4B class) model.
@@ -41,6 +44,8 @@ func DefaultConfig() Config {
 		TopP:                 1.0,
 		Structured:           false,
 		BatchSize:            64,
+
+		RemoteConfig: DefaultRemoteConfig(),
 	}
 }
 
@@ -70,5 +75,5 @@ func (c *Config) Validate() error {
 	case c.BatchSize < 1:
 		return fmt.Errorf("batch_size must be >= 1, got %d", c.BatchSize)
 	}
-	return nil
+	return c.RemoteConfig.Validate()
 }

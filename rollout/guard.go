@@ -25,6 +25,20 @@ type Request struct {
 	MaxNew  int      // max new tokens
 	Stops   []int    // token ids that end the completion (kept as its last token)
 	Grammar *Grammar // structured decoding (nil: free, stopping at a stop token)
+	// Watch lists token ids whose log-probs the generator reports at every
+	// step (Completion.Watch): the judge's decision alternatives, for its score.
+	Watch []int
+	// Chat is the same call before the chat template, for generators that
+	// can only send messages (chat APIs); Prompt is its rendering.
+	Chat *ChatPrompt
+}
+
+// ChatPrompt is a guard call as chat messages: the role's system prompt,
+// the user message (untrusted parts included as plain text) and the tool
+// the call must use.
+type ChatPrompt struct {
+	System, User string
+	Tool         chat.Tool
 }
 
 // Completion is a generated completion.
@@ -32,6 +46,22 @@ type Completion struct {
 	Tokens   []int     // generated tokens, stop token included when produced
 	LogProbs []float32 // log π(token) under logits / temperature, unconstrained
 	Forced   []bool    // the token was forced by the grammar (no choice: not in the loss)
+	// Watch, for a Request with Watch: per token, the log-probs of the
+	// watched ids at the step that produced it (−Inf: not known, e.g. outside
+	// a server's top-N); nil when the generator cannot tell.
+	Watch [][]float32
+	// Text, when not empty, is the completion as text, for generators that
+	// return no token ids (chat APIs); else the text is Tokens decoded.
+	Text string
+	// Usage, when not nil, is the server's own count of the call's tokens
+	// (its `usage`), which Call.Tokens reports instead of ours.
+	Usage *Usage
+}
+
+// Usage is a server's count of a call's tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
 }
 
 // Generator generates completions for a batch of requests. The model's
@@ -48,18 +78,28 @@ type Episode struct {
 
 // Call is one guard call (memory or judge) of one chain at one turn.
 type Call struct {
-	Prompt       []int     // prompt token ids (system prompt included)
-	PrefixTokens int       // tokens of the system prompt (tools included): the shareable prefix
-	Completion   []int     // generated token ids
-	LogProbs     []float32 // per completion token, from the sampler
-	Forced       []bool    // per completion token: forced by the grammar
-	Text         string    // the completion decoded (special tokens kept)
-	Parsed       bool      // the completion is a valid call of the role's tool
-	Violation    string    // why it is not (when !Parsed)
+	Prompt       []int       // prompt token ids (system prompt included)
+	PrefixTokens int         // tokens of the system prompt (tools included): the shareable prefix
+	Completion   []int       // generated token ids
+	LogProbs     []float32   // per completion token, from the sampler
+	Forced       []bool      // per completion token: forced by the grammar
+	Text         string      // the completion decoded (special tokens kept)
+	Parsed       bool        // the completion is a valid call of the role's tool
+	Violation    string      // why it is not (when !Parsed)
+	Watch        [][]float32 // per completion token, the watched ids' log-probs (Completion.Watch)
+	Usage        *Usage      // the server's token counts, when it gave them
+
+	chat ChatPrompt // the call before the chat template (Request.Chat)
 }
 
-// Tokens is the number of tokens the call reads and writes.
-func (c *Call) Tokens() int { return len(c.Prompt) + len(c.Completion) }
+// Tokens is the number of tokens the call reads and writes: the server's
+// count when it gave one, else our prompt and completion.
+func (c *Call) Tokens() int {
+	if c.Usage != nil {
+		return c.Usage.PromptTokens + c.Usage.CompletionTokens
+	}
+	return len(c.Prompt) + len(c.Completion)
+}
 
 // Turn is the outcome of one turn of one chain.
 type Turn struct {
@@ -71,6 +111,11 @@ type Turn struct {
 	Decision  string // the effective decision: "approve", or "reject" (also the fallback); with votes, their majority
 	Rationale string // the (first) judge's rationale (FallbackRationale on a violation)
 	Votes     []Call // with K > 1 votes: all K judge calls (Judge is the first)
+	// Score is p(reject) from the judge's decision token (score.go); with
+	// votes, the mean of the votes' scores. ScoreExact is false when it is
+	// the decision itself (no log-probs, or a format violation: 1).
+	Score      float64
+	ScoreExact bool
 }
 
 // VoteDecisions returns the effective decision of each vote (a vote that
@@ -158,6 +203,7 @@ type Guard struct {
 	grammar [2]*Grammar // per Role, nil without structured decoding
 	prefix  [3]int      // system-prompt tokens: memory, judge, judge-only
 	stops   []int       // tokens that end a completion
+	watch   *decisionWatch
 }
 
 // Grammar templates of the two tool calls, as Qwen3's chat template writes
@@ -176,7 +222,7 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 	if err != nil {
 		return nil, err
 	}
-	g := &Guard{cfg: cfg, tok: tok, prompts: prompts, gen: gen}
+	g := &Guard{cfg: cfg, tok: tok, prompts: prompts, gen: gen, watch: newDecisionWatch(tok)}
 	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
 		id, ok := tok.TokenID(name)
 		if !ok {
@@ -228,15 +274,14 @@ func (g *Guard) newCall(p Prompt, role Role) *Call {
 		{Role: chat.RoleUser, Content: p.User},
 	}
 	ids := chat.Encode(g.tok, msgs, []chat.Tool{tool}, chat.Options{AddGenerationPrompt: true})
-	return &Call{Prompt: ids, PrefixTokens: prefix}
+	return &Call{Prompt: ids, PrefixTokens: prefix, chat: ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
 }
 
 func (g *Guard) request(c *Call, role Role) Request {
-	max := g.cfg.MaxMemoryTokens
 	if role == JudgeRole {
-		max = g.cfg.MaxJudgeTokens
+		return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
 	}
-	return Request{Prompt: c.Prompt, MaxNew: max, Stops: g.stops, Grammar: g.grammar[role]}
+	return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
 }
 
 // episodeView holds an episode's observations after elision, computed once

@@ -147,6 +147,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 // returns the number of steps already done.
 func (r *run) setup() (int, error) {
 	o := r.opts
+	if o.Rollout.Generator != rollout.GeneratorLocal {
+		return 0, fmt.Errorf("train: rollout.generator is %q: training needs the local model (its log-probs and gradients), set rollout.generator: %s", o.Rollout.Generator, rollout.GeneratorLocal)
+	}
 	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
 		return 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
 	}

@@ -383,6 +383,9 @@ func TestFailsFast(t *testing.T) {
 		{"model path missing", func(o *Options) { o.Model.Path = "testdata/no-such-model" }, "model.path"},
 		{"data with one label only", func(o *Options) { o.Train.Data = "testdata/benign-only.jsonl" }, "needs actions of both labels"},
 		{"tokenizer missing", func(o *Options) { o.Model.Tokenizer = "testdata/no-tokenizer" }, "model.tokenizer"},
+		{"a remote generator", func(o *Options) {
+			o.Rollout.Generator, o.Rollout.Endpoint = rollout.GeneratorOpenAI, "http://127.0.0.1:8000/v1"
+		}, "training needs the local model"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

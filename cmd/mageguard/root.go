@@ -32,6 +32,7 @@ key or a bad value is an error, even for a command that reads no section.
 Which command reads which sections:
   train           model, rollout, rewards, grpo, train, eval (train.eval_every)
   eval            model, rollout, eval
+  serve           model, rollout, serve
   sweep           all of them, for every point (sweep: the grid)
   model ...       model
   config          prints them all
@@ -63,6 +64,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newTrainCmd(),
 		newEvalCmd(),
 		newSweepCmd(),
+		newServeCmd(),
 	)
 	return root
 }
