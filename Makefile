@@ -16,13 +16,18 @@ test:
 	$(GO) test -count=1 $(PKGS)
 
 # Benchmarks of every package (results also in bin/bench.txt), then the
-# model's benchmarks redone in PyTorch float32 and printed side by side with
-# the ratios (needs /usr/bin/python3 with torch; skipped otherwise).
+# model's benchmarks and grpo's update benchmark redone in PyTorch float32 and
+# printed side by side with the ratios (needs /usr/bin/python3 with torch:
+# apt-get install -y python3-torch python3-numpy libopenblas0-pthread;
+# skipped otherwise).
 bench:
 	@mkdir -p bin
 	@$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS) > bin/bench.txt; status=$$?; cat bin/bench.txt; exit $$status
 	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
-	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt; \
+	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt && \
+	  $(GO) build -o $(BIN) ./cmd/mageguard && rm -rf bin/bench-tiny && \
+	  $(BIN) model init --config configs/tiny.yaml --out bin/bench-tiny 2>/dev/null && \
+	  /usr/bin/python3 scripts/bench_update_torch.py --ckpt bin/bench-tiny --threads 2 --go bin/bench.txt; \
 	else echo "bench: no /usr/bin/python3 with torch, PyTorch comparison skipped"; fi
 
 # The main job on the bundled data: a tiny random Qwen3 trained for a few

@@ -55,7 +55,8 @@ func benchmarkUpdate(b *testing.B, s updateSavings) {
 	tr.SetSharedPolicy(func(ctx *context.Context, prefix, prefixMask, tokens, attn, pos *Node) *Node {
 		return m.TokenLogProbsShared(ctx, prefix, prefixMask, tokens, attn, pos, T)
 	})
-	if _, err := tr.Step(batch); err != nil { // compiles the graphs
+	first, err := tr.Step(batch) // compiles the graphs
+	if err != nil {
 		b.Fatal(err)
 	}
 	var peak uint64
@@ -75,6 +76,7 @@ func benchmarkUpdate(b *testing.B, s updateSavings) {
 	}
 	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
 	b.ReportMetric(float64(peak)/1e6, "peak-heap-MB")
+	b.ReportMetric(first.GradNorm, "first-grad-norm") // the same update as PyTorch's: compare
 }
 
 // cpuSeconds is the process's user + system CPU time so far (all threads; steadier than wall
