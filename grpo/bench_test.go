@@ -26,8 +26,9 @@ import (
 
 // updateSavings says which savings of the update are on.
 type updateSavings struct {
-	chunk  bool // the LM head over vocabulary chunks (model.lm_head_chunk)
-	shared bool // the shared prompt prefix once per micro-batch (grpo.shared_prefix)
+	chunk   bool // the LM head over vocabulary chunks (model.lm_head_chunk)
+	shared  bool // the shared prompt prefix once per micro-batch (grpo.shared_prefix)
+	blocked bool // attention over query blocks, recomputed in the backward (model.attention_block)
 }
 
 func benchmarkUpdate(b *testing.B, s updateSavings) {
@@ -42,6 +43,9 @@ func benchmarkUpdate(b *testing.B, s updateSavings) {
 	}
 	if !s.chunk {
 		m.SetLMHeadChunk(0)
+	}
+	if !s.blocked {
+		m.SetAttentionBlock(0)
 	}
 	cfg := DefaultConfig()
 	cfg.LearningRate, cfg.WarmupSteps, cfg.Beta, cfg.MicroBatchSize, cfg.SharedPrefix = 1e-3, 0, 0.04, 16, s.shared
@@ -113,11 +117,16 @@ func sampleHeap(peak *uint64) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-func BenchmarkUpdate(b *testing.B) { benchmarkUpdate(b, updateSavings{chunk: true, shared: true}) }
+func BenchmarkUpdate(b *testing.B) {
+	benchmarkUpdate(b, updateSavings{chunk: true, shared: true, blocked: true})
+}
 func BenchmarkUpdateNoChunk(b *testing.B) {
-	benchmarkUpdate(b, updateSavings{chunk: false, shared: true})
+	benchmarkUpdate(b, updateSavings{shared: true, blocked: true})
 }
 func BenchmarkUpdateNoShared(b *testing.B) {
-	benchmarkUpdate(b, updateSavings{chunk: true, shared: false})
+	benchmarkUpdate(b, updateSavings{chunk: true, blocked: true})
+}
+func BenchmarkUpdateNoBlocked(b *testing.B) {
+	benchmarkUpdate(b, updateSavings{chunk: true, shared: true})
 }
 func BenchmarkUpdateNoSavings(b *testing.B) { benchmarkUpdate(b, updateSavings{}) }

@@ -135,14 +135,15 @@ func guardLikeBatch(t *testing.T, rng *rand.Rand, vocab int) []Sequence {
 
 // TestSavingsChangeNothing runs two optimizer steps (with a KL reference) on the same
 // guard-shaped batch with every saving of the update off — the LM head over the whole
-// vocabulary, each row computed whole — and with each on and all on: the chunked LM head
-// (chunks of 100 over a 1000-token vocabulary), the shared prefix (each phase's 24-token
-// system prompt once per micro-batch). The losses, gradient norms and reference log-probs agree
+// vocabulary, each row computed whole, the plain attention — and with each on and all on:
+// the chunked LM head (chunks of 100 over a 1000-token vocabulary), the shared prefix (each
+// phase's 24-token system prompt once per micro-batch), the blocked attention (blocks of 8
+// queries). The losses, gradient norms and reference log-probs agree
 // within 1e-5 relative, and every weight after the steps within 1e-7 (with Adam's ε = 1 the
 // updates are lr times the gradients' moving averages, so that is the gradients agreeing to
 // ~1e-5 of lr).
 func TestSavingsChangeNothing(t *testing.T) {
-	type savings struct{ chunk, shared bool }
+	type savings struct{ chunk, shared, blocked bool }
 	run := func(s savings) (losses, norms []float64, ref [][]float32, w map[string][]float32) {
 		mcfg := model.DefaultTinyConfig()
 		mcfg.VocabSize, mcfg.BOSTokenID, mcfg.EOSTokenIDs = 1000, 0, []int{1}
@@ -151,6 +152,7 @@ func TestSavingsChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.SetLMHeadChunk(map[bool]int{false: 0, true: 100}[s.chunk])
+		m.SetAttentionBlock(map[bool]int{false: 0, true: 8}[s.blocked])
 		cfg := DefaultConfig()
 		cfg.LearningRate, cfg.WarmupSteps, cfg.Beta, cfg.MicroBatchSize, cfg.SharedPrefix = 1e-2, 0, 0.04, 4, s.shared
 		cfg.AdamEpsilon = 1 // ε ≫ √v: each update ≈ lr·m̂, linear in the gradient, so the weights compare the gradients
@@ -186,7 +188,7 @@ func TestSavingsChangeNothing(t *testing.T) {
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Max(1, math.Abs(b)) }
 	offL, offN, offRef, offW := run(savings{})
-	for _, s := range []savings{{chunk: true}, {shared: true}, {chunk: true, shared: true}} {
+	for _, s := range []savings{{chunk: true}, {shared: true}, {blocked: true}, {chunk: true, shared: true, blocked: true}} {
 		l, n, ref, w := run(s)
 		for i := range offL {
 			if !near(l[i], offL[i]) || !near(n[i], offN[i]) {

@@ -68,7 +68,8 @@ type Model struct {
 	prefill map[int]*context.Exec // per KV-cache capacity
 	extend  *context.Exec         // tokens on top of a KV cache: decoding steps, prompts after a shared prefix
 
-	lmHeadChunk int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
+	lmHeadChunk    int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
+	attentionBlock int // query rows per block of training graphs' attention (attention.go); 0 = plain
 
 	sharedPrefills atomic.Int64 // generation batches whose common prompt prefix was prefilled once (tests)
 }
@@ -192,17 +193,12 @@ func (m *Model) decoderLayer(ctx *context.Context, li int, x, cos, sin, bias *No
 	q = m.applyRope(rmsNorm(q, m.weight(ctx, g, p+"self_attn.q_norm.weight"), c.RMSNormEps), cos, sin) // [B, T, nq, D]
 	k = m.applyRope(rmsNorm(k, m.weight(ctx, g, p+"self_attn.k_norm.weight"), c.RMSNormEps), cos, sin) // [B, T, nkv, D]
 	k, v = kv(li, k, v)                                                                                // [B, S, nkv, D]
-	S := k.Shape().Dimensions[1]
 
-	// GQA: query head j = g·rep + r reads kv head g.
-	q5 := Reshape(q, B, T, nkv, rep, D)                                       // [B, T, nkv, rep, D]
-	scores := DotGeneral(q5, []int{4}, []int{0, 2}, k, []int{3}, []int{0, 2}) // [B, nkv, T, rep, S]
-	scores = MulScalar(toF32(scores), 1/math.Sqrt(float64(D)))                // scaled, float32
-	scores = Add(scores, Reshape(bias, B, 1, T, 1, S))                        // masked
-	probs := ConvertDType(Softmax(scores, -1), m.dtype)                       // [B, nkv, T, rep, S]
-	att := DotGeneral(probs, []int{4}, []int{0, 1}, v, []int{1}, []int{0, 2}) // [B, nkv, T, rep, D]
-	att = Reshape(TransposeAllAxes(att, 0, 2, 1, 3, 4), B, T, nq*D)           // [B, T, nq·D]
-	x = Add(x, m.linear(ctx, att, p+"self_attn.o_proj"))                      // [B, T, H]
+	// GQA: query head j = g·rep + r reads kv head g; softmax(q·kᵀ/√D + bias)·v (attention.go).
+	q5 := Reshape(q, B, T, nkv, rep, D)                             // [B, T, nkv, rep, D]
+	att := m.attention(ctx.IsTraining(g), q5, k, v, bias)           // [B, nkv, T, rep, D]
+	att = Reshape(TransposeAllAxes(att, 0, 2, 1, 3, 4), B, T, nq*D) // [B, T, nq·D]
+	x = Add(x, m.linear(ctx, att, p+"self_attn.o_proj"))            // [B, T, H]
 
 	// MLP block: x = x + down(silu(gate(h)) ⊙ up(h)), h = RMSNorm(x).
 	h = rmsNorm(x, m.weight(ctx, g, p+"post_attention_layernorm.weight"), c.RMSNormEps) // [B, T, H]

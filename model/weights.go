@@ -121,7 +121,7 @@ func newModel(backend backends.Backend, cfg *Config, dtype dtypes.DType) (*Model
 	}
 	c := *cfg
 	c.EOSTokenIDs = append([]int(nil), cfg.EOSTokenIDs...)
-	return &Model{cfg: c, dtype: dtype, backend: backend, ctx: context.New(), lmHeadChunk: DefaultLMHeadChunk}, nil
+	return &Model{cfg: c, dtype: dtype, backend: backend, ctx: context.New(), lmHeadChunk: DefaultLMHeadChunk, attentionBlock: DefaultAttentionBlock}, nil
 }
 
 // setWeight stores t as the (trainable) variable of HF tensor name.
