@@ -34,6 +34,7 @@ Which command reads which sections:
   eval            model, rollout, eval
   sweep           all of them, for every point (sweep: the grid)
   model ...       model
+  plan            model, rollout, grpo, train.max_turns
   config          prints them all
   data, tokenize  none (their flags say everything)
 Data is written to stdout or files; logs and progress go to stderr.`,
@@ -61,6 +62,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newTokenizeCmd(),
 		newModelCmd(),
 		newTrainCmd(),
+		newPlanCmd(),
 		newEvalCmd(),
 		newSweepCmd(),
 	)
