@@ -69,8 +69,8 @@ func TestActivationsByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	perToken := int64((8+4*4)*8 + (4+3*4)*8 + (4+3*4)*4 + 5*4*16 + (4+4)*2*8) // 192 + 128 + 64 + 320 + 128 = 832
-	layer := 16 * perToken                                                 // 2 × 8 tokens
-	final := int64(16*(4+4)*8 + 2*8*8*4)                                   // final norm of 16 tokens + the 16 gathered hidden states
+	layer := 16 * perToken                                                    // 2 × 8 tokens
+	final := int64(16*(4+4)*8 + 2*8*8*4)                                      // final norm of 16 tokens + the 16 gathered hidden states
 	if want := 2*layer + final; p.ActivationsPlain != want {
 		t.Errorf("activations %d, want %d", p.ActivationsPlain, want)
 	}
