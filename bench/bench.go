@@ -25,10 +25,10 @@ import (
 // prompt), then RowTokens tokens of its own whose last TargetTokens are the
 // completion in the loss.
 type TrainShape struct {
-	Rows         int // sequences in the step (grpo.micro_batch_size of them per micro-batch)
-	PrefixTokens int // tokens every row starts with (0 = none)
-	RowTokens    int // tokens of each row after the prefix, the completion included
-	TargetTokens int // completion tokens of each row (the LM head's positions), ≤ RowTokens-1
+	Rows         int `json:"rows"`          // sequences in the step (grpo.micro_batch_size of them per micro-batch)
+	PrefixTokens int `json:"prefix_tokens"` // tokens every row starts with (0 = none)
+	RowTokens    int `json:"row_tokens"`    // tokens of each row after the prefix, the completion included
+	TargetTokens int `json:"target_tokens"` // completion tokens of each row (the LM head's positions), ≤ RowTokens-1
 }
 
 // Validate checks the shape; errors name the field.

@@ -52,6 +52,7 @@ func TestDefaultConfigPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the longest calls: %+v in training, %+v in generation", in.Train, in.Rollout)
 	var b strings.Builder
 	if err := p.WriteText(&b); err != nil {
 		t.Fatal(err)

@@ -482,8 +482,9 @@ func largestTensor(c *model.Config) int64 {
 // layer's attention over the prompt tokens (float32 scores, their
 // model.dtype copy, the float32 mask) with one layer's hidden states and
 // MLP; and a decoding step, which holds the cache and, on a backend that
-// does not update it in place, the new cache it writes, with the [B, V]
-// logits.
+// does not update it in place, the new cache it writes. Both end with the
+// [B, V] float32 logits of the rows' last positions, computed over the LM
+// head's chunks and concatenated.
 func generation(in Inputs, sh *Shapes) (prefill, decode []Part) {
 	c := &in.Arch
 	r := in.Rollout
@@ -505,10 +506,12 @@ func generation(in Inputs, sh *Shapes) (prefill, decode []Part) {
 	if w != f32 {
 		conv = w // the scores' model.dtype copy beside the float32 ones
 	}
+	logits := 2 * b * V * f32 // the LM head's chunks and their concatenation, float32
 	prefill = []Part{
 		{"kv_cache", cache},
 		{"attention", scores*(f32+conv) + b*t*s*f32},
 		{"layer", b * t * (2*H*f32 + 3*I*w)},
+		{"logits", logits},
 	}
 	newCache := cache
 	if in.InPlace {
@@ -517,7 +520,7 @@ func generation(in Inputs, sh *Shapes) (prefill, decode []Part) {
 	decode = []Part{
 		{"kv_cache", cache},
 		{"new_kv_cache", newCache},
-		{"logits", b * V * f32},
+		{"logits", logits},
 	}
 	return prefill, decode
 }
