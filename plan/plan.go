@@ -463,7 +463,7 @@ func embeddingLookup(c *model.Config) int64 {
 func largestGroup(in Inputs, emb, perLayer, final int64) int64 {
 	g := int64(in.UpdateGroupLayers)
 	L := int64(in.Arch.NumHiddenLayers)
-	if g == 0 || g >= L && emb == 0 {
+	if g == 0 {
 		return emb + L*perLayer + final
 	}
 	return max(emb, min(g, L)*perLayer, final)

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,6 +82,29 @@ func TestActivationsByHand(t *testing.T) {
 	// The unchunked LM head: three float32 [16 targets × 64 ids].
 	if got := p.Phase("backward_head").Parts[1].Bytes; got != 3*16*64*4 {
 		t.Errorf("LM head %d bytes, want %d", got, 3*16*64*4)
+	}
+}
+
+// On XLA the update writes new weights, masters and moments (and zeroed
+// accumulators) for its largest group: 4 of Qwen3-4B's layers (4 ×
+// 100,930,816 parameters) outweigh the embedding (151,936 × 2560); with
+// groups of one layer the embedding is the largest; 0 is everything.
+func TestUpdateGroups(t *testing.T) {
+	const layer, emb, all = 100930816, 151936 * 2560, 4022468096
+	for _, tc := range []struct {
+		layers int
+		want   int64
+	}{{4, 4 * layer}, {1, emb}, {0, all}, {100, 36 * layer}} {
+		in := base()
+		in.Arch, in.WeightBytes, in.MasterBytes, in.InPlace, in.UpdateGroupLayers = qwen3_4B(), 2, 4, false, tc.layers
+		p, err := Compute(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []Part{{"new_weights", 2 * tc.want}, {"new_master_weights", 4 * tc.want}, {"new_adam_moments", 8 * tc.want}, {"zeroed_accumulators", 4 * tc.want}}
+		if got := p.Phase("update").Parts; !slices.Equal(got, want) {
+			t.Errorf("groups of %d layers: %v, want %v", tc.layers, got, want)
+		}
 	}
 }
 
