@@ -178,8 +178,7 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 	for _, p := range prompts {
 		maxLen = max(maxLen, len(p))
 	}
-	B := bucket(n, 1)
-	S := bucket(maxLen+opts.MaxNewTokens, minCapacityBucket)
+	B, S := GenerationShape(n, maxLen, opts.MaxNewTokens)
 	temp := float32(opts.Temperature)
 	if opts.Temperature == 0 {
 		temp = 1 // greedy: log-probs reported under temperature 1

@@ -252,6 +252,13 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 	return g, nil
 }
 
+// PrefixTokens returns the tokens of each role's system prompt (its tool
+// declared): the prefix every call of the role starts with, for the
+// memory manager, the judge and the judge-only variant's judge.
+func (g *Guard) PrefixTokens() (memory, judge, judgeOnly int) {
+	return g.prefix[0], g.prefix[1], g.prefix[2]
+}
+
 // Stops returns the token ids that end a completion.
 func (g *Guard) Stops() []int { return g.stops }
 

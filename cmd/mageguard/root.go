@@ -35,6 +35,7 @@ Which command reads which sections:
   serve           model, rollout, serve
   sweep           all of them, for every point (sweep: the grid)
   model ...       model
+  plan            model, rollout, grpo, train.max_turns
   config          prints them all
   data, tokenize  none (their flags say everything)
 Data is written to stdout or files; logs and progress go to stderr.`,
@@ -62,6 +63,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newTokenizeCmd(),
 		newModelCmd(),
 		newTrainCmd(),
+		newPlanCmd(),
 		newEvalCmd(),
 		newSweepCmd(),
 		newServeCmd(),
