@@ -349,6 +349,10 @@ type SaveOptions struct {
 	DType         string // storage dtype of the weights: "float32", "bfloat16" or "float16"; "" = the model's dtype
 	MaxShardBytes int64  // split into model-0000k-of-0000n.safetensors above this size; 0 = DefaultMaxShardBytes, < 0 = never
 	TokenizerDir  string // when set, tokenizer files found there (tokenizer.json, tokenizer_config.json, …) are copied in
+	// Values, when set, gives the value to write for a weight instead of its variable's, by
+	// the variable's scope and name (context.Variable.ScopeAndName): a trainer's float32
+	// master weights, which the bfloat16 variables are rounded copies of.
+	Values map[string]*tensors.Tensor
 }
 
 // tokenizerFiles are the files Save copies from SaveOptions.TokenizerDir when present.
@@ -417,6 +421,12 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		t, err := m.weightTensor(s.name)
 		if err != nil {
 			return fmt.Errorf("save %s: %w", final, err)
+		}
+		if v := m.ctx.GetVariableByScopeAndName(varPath(s.name)); v != nil && opts.Values[v.ScopeAndName()] != nil {
+			t = opts.Values[v.ScopeAndName()]
+			if !equalInts(t.Shape().Dimensions, s.shape) {
+				return fmt.Errorf("save %s: the value given for %s has shape %v, want %v", final, s.name, t.Shape().Dimensions, s.shape)
+			}
 		}
 		st := stTensor{name: s.name, dtype: stDType, shape: s.shape, src: t}
 		ts = append(ts, st)

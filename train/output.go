@@ -226,12 +226,22 @@ type trainerState struct {
 // saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,
 // optimizer.safetensors and trainer_state.json, built under a temporary
 // name and renamed, then prunes old checkpoints beyond keep_last.
+// saveModel writes the model into dir in train.checkpoint_dtype, its weights from the
+// trainer's float32 masters when it keeps them (bfloat16 training).
+func (r *run) saveModel(dir string) error {
+	masters, err := r.trainer.MasterWeights()
+	if err != nil {
+		return err
+	}
+	return r.model.Save(dir, model.SaveOptions{DType: r.opts.Train.CheckpointDType, TokenizerDir: r.tokDir, Values: masters})
+}
+
 func (r *run) saveCheckpoint(step int) (string, error) {
 	o := r.opts
 	final := checkpointDir(o.Out, step)
 	tmp := filepath.Join(o.Out, fmt.Sprintf(".checkpoint-%d.tmp", step))
 	os.RemoveAll(tmp)
-	if err := r.model.Save(tmp, model.SaveOptions{DType: o.Train.CheckpointDType, TokenizerDir: r.tokDir}); err != nil {
+	if err := r.saveModel(tmp); err != nil {
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
 	state, err := r.trainer.OptimizerState()

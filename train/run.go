@@ -166,9 +166,6 @@ func (r *run) setup() (int, error) {
 		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
 	}
 	// Fail fast on what would otherwise fail only later in the run.
-	if o.Model.DType != "float32" {
-		return 0, fmt.Errorf("model.dtype %s: training needs float32 weights (AdamW keeps no float32 master copy, so bfloat16 updates would round away); save bfloat16 checkpoints with train.checkpoint_dtype", o.Model.DType)
-	}
 	if o.Train.EvalEvery > 0 {
 		if err := checkBestMetric(o.Train.BestMetric); err != nil {
 			return 0, err
@@ -244,8 +241,8 @@ func (r *run) setup() (int, error) {
 			return 0, err
 		}
 	}
-	if resumeDir != "" && o.Train.CheckpointDType == "bfloat16" {
-		fmt.Fprintf(r.log, "resume: warning: %s holds bfloat16 weights (train.checkpoint_dtype): the run continues from rounded weights, not the ones an uninterrupted run would have\n", resumeDir)
+	if resumeDir != "" && o.GRPO.MasterDType != "float32" && o.Train.CheckpointDType == "bfloat16" && o.Model.DType == "float32" {
+		fmt.Fprintf(r.log, "resume: warning: %s holds bfloat16 weights (train.checkpoint_dtype) and grpo.master_dtype is %s, so no float32 weights were saved: the run continues from rounded weights\n", resumeDir, o.GRPO.MasterDType)
 	}
 
 	// Outputs: metrics.jsonl (and rollouts.jsonl) continue after the resumed step.
