@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -162,12 +164,19 @@ func checkpointDir(out string, step int) string {
 }
 
 // prepareOut creates the output directory. Without resume, it refuses a
-// directory that already holds checkpoints, so nothing is overwritten.
-func prepareOut(out string, resume bool) error {
+// directory that already holds checkpoints, so nothing is overwritten. It
+// then cleans up after a run that was killed mid-write (the caller holds
+// the folder's lock, so no one else is writing there): temporary files and
+// folders are removed, and a checkpoint moved aside by replaceDir whose
+// replacement never arrived is put back.
+func prepareOut(out string, resume bool, log io.Writer) error {
 	if out == "" {
 		return fmt.Errorf("train: no output directory (--out)")
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	if err := removeStale(out, log); err != nil {
 		return err
 	}
 	if !resume {
@@ -177,12 +186,54 @@ func prepareOut(out string, resume bool) error {
 			return fmt.Errorf("train: %s already holds %s: use --resume to continue it, or another --out", out, filepath.Base(dir))
 		}
 	}
-	// Leftovers of a checkpoint write that crashed.
-	entries, _ := os.ReadDir(out)
+	return nil
+}
+
+// asideRe matches a checkpoint replaceDir moved aside.
+var asideRe = regexp.MustCompile(`^checkpoint-(\d+|best)\.old$`)
+
+// removeStale removes what a killed run left in out: atomicfile's
+// temporary files and model.Save's temporary folders (".NAME.tmp-DIGITS"),
+// the checkpoint folders built under ".checkpoint-STEP.tmp" and
+// ".checkpoint-best.tmp", and older checkpoints moved aside
+// ("checkpoint-STEP.old"), which go back to their name when the new one
+// never replaced them.
+func removeStale(out string, log io.Writer) error {
+	removed, err := atomicfile.RemoveStale(out)
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
-		if matched, _ := filepath.Match(".checkpoint-*.tmp", e.Name()); matched {
-			os.RemoveAll(filepath.Join(out, e.Name()))
+		name := e.Name()
+		path := filepath.Join(out, name)
+		if matched, _ := filepath.Match(".checkpoint-*.tmp", name); matched {
+			if err := os.RemoveAll(path); err != nil {
+				return err
+			}
+			removed = append(removed, name)
+			continue
 		}
+		if asideRe.MatchString(name) {
+			final := strings.TrimSuffix(path, ".old")
+			if _, err := os.Stat(final); os.IsNotExist(err) {
+				if err := os.Rename(path, final); err != nil {
+					return err
+				}
+				fmt.Fprintf(log, "train: %s: put back %s, moved aside by a run killed while replacing it\n", out, filepath.Base(final))
+				continue
+			}
+			if err := os.RemoveAll(path); err != nil {
+				return err
+			}
+			removed = append(removed, name)
+		}
+	}
+	if len(removed) > 0 {
+		fmt.Fprintf(log, "train: %s: removed %d leftovers of a killed run: %s\n", out, len(removed), strings.Join(removed, ", "))
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/lock"
 )
 
 // Options is everything a training run needs: the configuration sections
@@ -83,6 +84,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if r.log == nil {
 		r.log = io.Discard
 	}
+	// The output folder is this run's alone, before anything is loaded: a
+	// second run into it is refused at once, naming the holder's PID.
+	if opts.Out == "" {
+		return nil, fmt.Errorf("train: no output directory (--out)")
+	}
+	lk, err := lock.Acquire(opts.Out)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer lk.Release()
 	start, err := r.setup()
 	if err != nil {
 		return nil, err
@@ -146,7 +157,7 @@ func (r *run) setup() (int, error) {
 	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
 		return 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
 	}
-	if err := prepareOut(o.Out, o.Resume); err != nil {
+	if err := prepareOut(o.Out, o.Resume, r.log); err != nil {
 		return 0, err
 	}
 	resumeDir, start, err := latestCheckpoint(o.Out)
