@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // jsonlReader reads one JSON object a line. Blank lines are skipped.
@@ -80,7 +81,7 @@ func DecodeJSON(b []byte) (*Trajectory, error) {
 	if obj == nil {
 		return nil, fieldErr("", "record is null, want a JSON object")
 	}
-	if path, problem, ok := checkJSONText(b); !ok {
+	if path, problem, ok := strictjson.Check(b); !ok {
 		return nil, fieldErr(path, "%s", problem)
 	}
 	if err := unknownKeys(obj, "", recordFields); err != nil {

@@ -18,6 +18,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // Trajectory is one agent run: the user's prompt and the agent's actions, each
@@ -145,7 +147,7 @@ func checkArguments(raw json.RawMessage) *FieldError {
 	if b[0] != '{' || !json.Valid(b) {
 		return &FieldError{Msg: fmt.Sprintf("want a JSON object, got %s", jsonKind(b))}
 	}
-	if path, problem, ok := checkJSONText(b); !ok {
+	if path, problem, ok := strictjson.Check(b); !ok {
 		return &FieldError{Msg: fmt.Sprintf("%s: %s", path, problem)}
 	}
 	return nil

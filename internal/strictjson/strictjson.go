@@ -1,22 +1,29 @@
-package dataset
+// Package strictjson finds what encoding/json lets through without a word
+// in a valid JSON text: a key given twice in one object (the last value
+// silently wins), invalid UTF-8 in a string (it becomes U+FFFD, or stays
+// raw inside a json.RawMessage) and escapes of lone UTF-16 surrogates such
+// as "\ud800" (also U+FFFD). Every reader of outside JSON (trajectories,
+// safetensors headers, config.json, trainer_state.json, decisions.jsonl,
+// report.json) runs Check after the text parsed.
+package strictjson
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"unicode/utf8"
 )
 
-// checkJSONText finds what encoding/json would let through silently in a
-// valid JSON text b: a key given twice in one object (the last value
-// would win), invalid UTF-8 in a string (it would become U+FFFD, or stay
-// raw inside RawMessage arguments) and escapes of lone UTF-16 surrogates
-// such as "\ud800" (also turned into U+FFFD). It returns the path of the
-// first such value (e.g. "turns[0].label", "" for the top level) and what
-// is wrong, or ok. b must already have parsed (so its nesting depth is
-// bounded by encoding/json's).
-func checkJSONText(b []byte) (path, problem string, ok bool) {
+// Check returns the path of the first key given twice, string with invalid
+// UTF-8 or escaped lone surrogate in the JSON text b (e.g.
+// "turns[0].label"; "" for the top level) and what is wrong with it, or
+// ok. Call it on a text that parsed (json.Unmarshal or json.Valid), so its
+// nesting depth is bounded by encoding/json's; on a text that does not
+// parse it reports ok up to the syntax error, which the caller reports.
+func Check(b []byte) (path, problem string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var stack []*jsonFrame
@@ -148,4 +155,39 @@ func badText(raw []byte) string {
 		i += 5
 	}
 	return ""
+}
+
+// ReadFile reads the JSON file path, refusing a file larger than maxBytes
+// (before reading it), one that is not valid JSON, and one that Check
+// finds something wrong in. Errors name the file (and the path inside it).
+func ReadFile(path string, maxBytes int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if st.Size() > maxBytes {
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d such a file may have", path, st.Size(), maxBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("%s: more than the %d bytes such a file may have", path, maxBytes)
+	}
+	if !json.Valid(data) {
+		var v any
+		err := json.Unmarshal(data, &v)
+		return nil, fmt.Errorf("%s: bad JSON: %v", path, err)
+	}
+	if where, problem, ok := Check(data); !ok {
+		if where == "" {
+			return nil, fmt.Errorf("%s: %s", path, problem)
+		}
+		return nil, fmt.Errorf("%s: %s: %s", path, where, problem)
+	}
+	return data, nil
 }
