@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -11,12 +12,16 @@ import (
 // checkpoint yet — the architecture keys of a new random model (a loaded
 // checkpoint's config.json always wins over them).
 type Settings struct {
-	Path          string `yaml:"path"`      // checkpoint directory (Hugging Face layout) to load; "" = none
-	Tokenizer     string `yaml:"tokenizer"` // directory with tokenizer.json and tokenizer_config.json, copied into checkpoints written
-	DType         string `yaml:"dtype"`     // float32 | bfloat16: weights in memory and in checkpoints written by model init
-	Seed          int64  `yaml:"seed"`      // seed of the random init of model init
-	BackendConfig `yaml:",inline"`
-	Config        `yaml:",inline"`
+	Path      string `yaml:"path"`      // checkpoint directory (Hugging Face layout) to load; "" = none
+	Tokenizer string `yaml:"tokenizer"` // directory with tokenizer.json and tokenizer_config.json, copied into checkpoints written
+	DType     string `yaml:"dtype"`     // float32 | bfloat16: weights in memory and in checkpoints written by model init
+	Seed      int64  `yaml:"seed"`      // seed of the random init of model init
+	// AllowNonFinite loads a checkpoint whose weights hold NaN or ±Inf, with
+	// a warning, instead of refusing it (its outputs are NaN: for inspecting
+	// a broken checkpoint, never for a guard).
+	AllowNonFinite bool `yaml:"allow_non_finite"`
+	BackendConfig  `yaml:",inline"`
+	Config         `yaml:",inline"`
 }
 
 // DefaultSettings is the tiny CPU model (DefaultTinyConfig) on the pure-Go
@@ -42,6 +47,16 @@ func (s *Settings) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// LoadOptions are the options LoadWith takes from these settings
+// (model.dtype, model.allow_non_finite); warnings go to log.
+func (s *Settings) LoadOptions(log io.Writer) (LoadOptions, error) {
+	dtype, err := ParseDType(s.DType)
+	if err != nil {
+		return LoadOptions{}, fmt.Errorf("model.%w", err)
+	}
+	return LoadOptions{DType: dtype, AllowNonFinite: s.AllowNonFinite, Log: log}, nil
 }
 
 // String summarizes the settings on one line.

@@ -204,22 +204,23 @@ func (r *run) setup() (int, error) {
 		return 0, err
 	}
 	initial := func() (*model.Model, error) {
-		dtype, err := model.ParseDType(o.Model.DType)
+		lo, err := o.Model.LoadOptions(r.log)
 		if err != nil {
 			return nil, err
 		}
+		dtype := lo.DType
 		if o.Model.Path != "" {
-			return model.LoadAs(r.backend, o.Model.Path, dtype)
+			return model.LoadWith(r.backend, o.Model.Path, lo)
 		}
 		cfg := o.Model.Config
 		return model.New(r.backend, &cfg, o.Model.Seed, dtype)
 	}
 	if resumeDir != "" {
-		dtype, err := model.ParseDType(o.Model.DType)
+		lo, err := o.Model.LoadOptions(r.log)
 		if err != nil {
 			return 0, err
 		}
-		r.model, err = model.LoadAs(r.backend, resumeDir, dtype)
+		r.model, err = model.LoadWith(r.backend, resumeDir, lo)
 		if err != nil {
 			return 0, fmt.Errorf("resume: %w", err)
 		}

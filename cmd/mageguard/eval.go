@@ -290,16 +290,16 @@ func checkpointTokenizer(s model.Settings, name string) (*tokenizer.Tokenizer, s
 // loadCheckpoint loads the checkpoint s.Path on the backend s describes and
 // checks that the tokenizer tok (read from tokPath) fits its vocabulary.
 func loadCheckpoint(s model.Settings, tok *tokenizer.Tokenizer, tokPath string, log io.Writer, name string) (*model.Model, error) {
-	dtype, err := model.ParseDType(s.DType)
+	opts, err := s.LoadOptions(log)
 	if err != nil {
-		return nil, fmt.Errorf("%s: model.%w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	backend, err := model.NewBackend(s.BackendConfig)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	start := time.Now()
-	m, err := model.LoadAs(backend, s.Path, dtype)
+	m, err := model.LoadWith(backend, s.Path, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: load checkpoint: %w", name, err)
 	}
@@ -308,7 +308,7 @@ func loadCheckpoint(s model.Settings, tok *tokenizer.Tokenizer, tokPath string, 
 			name, tokPath, tok.VocabSize(), s.Path, v)
 	}
 	fmt.Fprintf(log, "%s: loaded %s (%s parameters, %s, backend %s) in %s; tokenizer %s\n", name, s.Path,
-		humanCount(m.NumParameters()), strings.ToLower(dtype.String()), backendName(s.BackendConfig), time.Since(start).Round(time.Millisecond), tokPath)
+		humanCount(m.NumParameters()), strings.ToLower(opts.DType.String()), backendName(s.BackendConfig), time.Since(start).Round(time.Millisecond), tokPath)
 	return m, nil
 }
 

@@ -41,15 +41,15 @@ func loadModel(cfg *config.Config, dir string) (*model.Model, error) {
 	if dir == "" {
 		return nil, errors.New("no checkpoint: pass --model DIR or set model.path")
 	}
-	dtype, err := model.ParseDType(cfg.Model.DType)
+	opts, err := cfg.Model.LoadOptions(os.Stderr)
 	if err != nil {
-		return nil, fmt.Errorf("model.%w", err)
+		return nil, err
 	}
 	backend, err := modelBackend(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return model.LoadAs(backend, dir, dtype)
+	return model.LoadWith(backend, dir, opts)
 }
 
 func newModelInitCmd() *cobra.Command {
