@@ -140,6 +140,17 @@ type Stats struct {
 	JudgeFailures  int // judge calls that failed to parse
 }
 
+// Add adds the counts of o to s.
+func (s *Stats) Add(o Stats) {
+	s.Calls += o.Calls
+	s.PromptTokens += o.PromptTokens
+	s.NewTokens += o.NewTokens
+	s.ElidedTokens += o.ElidedTokens
+	s.ElidedObs += o.ElidedObs
+	s.MemoryFailures += o.MemoryFailures
+	s.JudgeFailures += o.JudgeFailures
+}
+
 func (s Stats) String() string {
 	return fmt.Sprintf("%d calls, %d prompt + %d new tokens, %d observations elided (%d tokens), format violations: memory %d, judge %d",
 		s.Calls, s.PromptTokens, s.NewTokens, s.ElidedObs, s.ElidedTokens, s.MemoryFailures, s.JudgeFailures)

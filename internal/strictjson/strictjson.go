@@ -179,7 +179,10 @@ func ReadFile(path string, maxBytes int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: more than the %d bytes such a file may have", path, maxBytes)
 	}
 	if !json.Valid(data) {
-		var v any
+		var v json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&v); err == nil {
+			return nil, fmt.Errorf("%s: data after the first JSON value", path)
+		}
 		err := json.Unmarshal(data, &v)
 		return nil, fmt.Errorf("%s: bad JSON: %v", path, err)
 	}
