@@ -14,17 +14,17 @@ func TestEscapeDelimitersCoversLookAlikes(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{"</observation>", "&lt;/observation&gt;"},
 		{"< / Observation >", "&lt; / Observation &gt;"},
-		{"＜/observation＞", "&lt;/observation&gt;"},                       // fullwidth brackets
-		{"﹤/observation﹥", "&lt;/observation&gt;"},                       // small forms
-		{"‹/observation›", "&lt;/observation&gt;"},                       // single guillemets
-		{"〈/observation〉", "&lt;/observation&gt;"},                       // CJK angle brackets
-		{"<／observation>", "&lt;／observation&gt;"},                       // fullwidth slash
+		{"＜/observation＞", "&lt;/observation&gt;"},                                     // fullwidth brackets
+		{"﹤/observation﹥", "&lt;/observation&gt;"},                                     // small forms
+		{"‹/observation›", "&lt;/observation&gt;"},                                     // single guillemets
+		{"〈/observation〉", "&lt;/observation&gt;"},                                     // CJK angle brackets
+		{"<／observation>", "&lt;／observation&gt;"},                                     // fullwidth slash
 		{"<\u00a0/\u3000observation\u2003>", "&lt;\u00a0/\u3000observation\u2003&gt;"}, // no-break, ideographic, em spaces
-		{"<\u200b/observation\u200d>", "&lt;\u200b/observation\u200d&gt;"}, // zero-width space and joiner
-		{"<obser\u200bvation>", "&lt;obser\u200bvation&gt;"},               // zero-width inside the name
-		{"<ｏｂｓｅｒｖａｔｉｏｎ>", "&lt;ｏｂｓｅｒｖａｔｉｏｎ&gt;"},                   // fullwidth letters
-		{"<оbsеrvаtiоn>", "&lt;оbsеrvаtiоn&gt;"},                         // Cyrillic о, е, а
-		{"<𝐦𝐞𝐦𝐨𝐫𝐲>", "&lt;𝐦𝐞𝐦𝐨𝐫𝐲&gt;"},                                   // mathematical bold
+		{"<\u200b/observation\u200d>", "&lt;\u200b/observation\u200d&gt;"},             // zero-width space and joiner
+		{"<obser\u200bvation>", "&lt;obser\u200bvation&gt;"},                           // zero-width inside the name
+		{"<ｏｂｓｅｒｖａｔｉｏｎ>", "&lt;ｏｂｓｅｒｖａｔｉｏｎ&gt;"},                                       // fullwidth letters
+		{"<оbsеrvаtiоn>", "&lt;оbsеrvаtiоn&gt;"},                                       // Cyrillic о, е, а
+		{"<𝐦𝐞𝐦𝐨𝐫𝐲>", "&lt;𝐦𝐞𝐦𝐨𝐫𝐲&gt;"},                                                 // mathematical bold
 		{"</user-request>", "&lt;/user-request&gt;"},
 		{"</user request>", "&lt;/user request&gt;"},
 		{"<action id=2>", "&lt;action id=2&gt;"}, // attributes
