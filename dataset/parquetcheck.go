@@ -152,11 +152,14 @@ func (c *parquetChecker) footer() (*format.FileMetaData, int64, error) {
 	return meta, dataEnd, nil
 }
 
-// leafInfo is one leaf column of the schema: its path and how it repeats.
+// leafInfo is one leaf column of the schema: its path, its physical type
+// and its maximum repetition and definition levels.
 type leafInfo struct {
-	path     []string
-	physical format.Type
-	repeated bool // some node on its path is REPEATED
+	path           []string
+	physical       format.Type
+	typeLength     int  // FIXED_LEN_BYTE_ARRAY: bytes per value
+	repeated       bool // some node on its path is REPEATED
+	maxRep, maxDef int
 }
 
 // schemaLeaves checks the flattened schema tree (each node followed by its
@@ -170,8 +173,8 @@ func schemaLeaves(schema []format.SchemaElement) ([]leafInfo, error) {
 	}
 	var leaves []leafInfo
 	i := 0
-	var walk func(path []string, repeated bool, depth int) error
-	walk = func(path []string, repeated bool, depth int) error {
+	var walk func(path []string, rep, def, depth int) error
+	walk = func(path []string, rep, def, depth int) error {
 		if i >= len(schema) {
 			return fmt.Errorf("the tree needs more than its %d elements", len(schema))
 		}
@@ -182,8 +185,17 @@ func schemaLeaves(schema []format.SchemaElement) ([]leafInfo, error) {
 		i++
 		if depth > 0 {
 			path = append(append([]string(nil), path...), e.Name)
-			if e.RepetitionType.Valid && e.RepetitionType.V == format.Repeated {
-				repeated = true
+			if !e.RepetitionType.Valid {
+				return fmt.Errorf("element %q has no repetition type", strings.Join(path, "."))
+			}
+			switch e.RepetitionType.V {
+			case format.Repeated:
+				rep, def = rep+1, def+1
+			case format.Optional:
+				def++
+			case format.Required:
+			default:
+				return fmt.Errorf("element %q has repetition type %d", strings.Join(path, "."), e.RepetitionType.V)
 			}
 		}
 		kids := 0
@@ -200,17 +212,24 @@ func schemaLeaves(schema []format.SchemaElement) ([]leafInfo, error) {
 			if !e.Type.Valid {
 				return fmt.Errorf("leaf %q has no physical type", strings.Join(path, "."))
 			}
-			leaves = append(leaves, leafInfo{path: path, physical: e.Type.V, repeated: repeated})
+			leaf := leafInfo{path: path, physical: e.Type.V, repeated: rep > 0, maxRep: rep, maxDef: def}
+			if e.Type.V == format.FixedLenByteArray {
+				if !e.TypeLength.Valid || e.TypeLength.V <= 0 {
+					return fmt.Errorf("leaf %q: FIXED_LEN_BYTE_ARRAY without a positive type_length", strings.Join(path, "."))
+				}
+				leaf.typeLength = int(e.TypeLength.V)
+			}
+			leaves = append(leaves, leaf)
 			return nil
 		}
 		for range kids {
-			if err := walk(path, repeated, depth+1); err != nil {
+			if err := walk(path, rep, def, depth+1); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if err := walk(nil, false, 0); err != nil {
+	if err := walk(nil, 0, 0, 0); err != nil {
 		return nil, err
 	}
 	if i != len(schema) {
@@ -253,7 +272,7 @@ func (c *parquetChecker) chunk(cc *format.ColumnChunk, leaf leafInfo, rows, data
 	if m.TotalUncompressedSize < 0 {
 		return fmt.Errorf("negative total_uncompressed_size %d", m.TotalUncompressedSize)
 	}
-	return c.pages(m, start, leaf)
+	return c.pages(m, start, leaf, rows)
 }
 
 // checkCodec accepts the codecs whose output can be bounded here.
@@ -267,12 +286,15 @@ func checkCodec(codec format.CompressionCodec) error {
 
 // pages walks the pages of a chunk: they must fill it exactly, the first
 // at its start (the dictionary page when it has one), the first data page
-// at data_page_offset, and their values add up to num_values.
-func (c *parquetChecker) pages(m *format.ColumnMetaData, start int64, leaf leafInfo) error {
+// at data_page_offset; their values add up to num_values and their rows
+// (values starting a row) to the row group's; and every page's content is
+// consistent with its header (parquetpage.go).
+func (c *parquetChecker) pages(m *format.ColumnMetaData, start int64, leaf leafInfo, rows int64) error {
 	sec := io.NewSectionReader(c.r, start, m.TotalCompressedSize)
 	br := bufio.NewReaderSize(sec, 64<<10)
-	var pos, values int64
-	sawData, sawDict := false, false
+	var pos, values, pageRows int64
+	sawData := false
+	dictSize := -1 // no dictionary page
 	for page := 0; pos < m.TotalCompressedSize; page++ {
 		w := thriftWalker{r: br, left: m.TotalCompressedSize - pos, record: true}
 		if err := w.structure(0); err != nil {
@@ -299,14 +321,11 @@ func (c *parquetChecker) pages(m *format.ColumnMetaData, start int64, leaf leafI
 			return fmt.Errorf("%s: checksum mismatch (the page is corrupt)", where)
 		}
 		var n int32
-		levels := int32(0) // V2: levels stored uncompressed before the data
-		compressed := m.Codec != format.Uncompressed
 		switch h.Type {
 		case format.DictionaryPage:
-			if !h.DictionaryPageHeader.Valid || page != 0 || sawDict || start+pos != m.DictionaryPageOffset {
+			if !h.DictionaryPageHeader.Valid || page != 0 || start+pos != m.DictionaryPageOffset {
 				return fmt.Errorf("%s: a dictionary page must be the chunk's first page, at dictionary_page_offset", where)
 			}
-			sawDict = true
 			n = h.DictionaryPageHeader.V.NumValues
 		case format.DataPage:
 			if !h.DataPageHeader.Valid {
@@ -317,18 +336,7 @@ func (c *parquetChecker) pages(m *format.ColumnMetaData, start int64, leaf leafI
 			if !h.DataPageHeaderV2.Valid {
 				return fmt.Errorf("%s: data page v2 without its header", where)
 			}
-			v2 := &h.DataPageHeaderV2.V
-			n = v2.NumValues
-			if v2.NumNulls < 0 || v2.NumNulls > n || v2.NumRows < 0 || v2.NumRows > n ||
-				v2.DefinitionLevelsByteLength < 0 || v2.RepetitionLevelsByteLength < 0 ||
-				int64(v2.DefinitionLevelsByteLength)+int64(v2.RepetitionLevelsByteLength) > int64(h.CompressedPageSize) {
-				return fmt.Errorf("%s: inconsistent v2 header (values %d, nulls %d, rows %d, level bytes %d + %d of %d)",
-					where, n, v2.NumNulls, v2.NumRows, v2.RepetitionLevelsByteLength, v2.DefinitionLevelsByteLength, h.CompressedPageSize)
-			}
-			levels = v2.DefinitionLevelsByteLength + v2.RepetitionLevelsByteLength
-			if v2.IsCompressed.Valid && !v2.IsCompressed.V {
-				compressed = false
-			}
+			n = h.DataPageHeaderV2.V.NumValues
 		default:
 			return fmt.Errorf("%s: page type %s is not supported", where, h.Type)
 		}
@@ -342,20 +350,52 @@ func (c *parquetChecker) pages(m *format.ColumnMetaData, start int64, leaf leafI
 			sawData = true
 			values += int64(n)
 		}
+		// The page's content, decompressed with its size bounded; a V2
+		// page keeps its levels uncompressed in front.
+		levels := int32(0)
+		compressed := m.Codec != format.Uncompressed
+		if h.Type == format.DataPageV2 {
+			v2 := &h.DataPageHeaderV2.V
+			if v2.NumNulls < 0 || v2.NumNulls > n || v2.NumRows < 0 || v2.NumRows > n ||
+				v2.DefinitionLevelsByteLength < 0 || v2.RepetitionLevelsByteLength < 0 ||
+				int64(v2.DefinitionLevelsByteLength)+int64(v2.RepetitionLevelsByteLength) > int64(min(h.CompressedPageSize, h.UncompressedPageSize)) {
+				return fmt.Errorf("%s: inconsistent v2 header (values %d, nulls %d, rows %d, level bytes %d + %d of %d)",
+					where, n, v2.NumNulls, v2.NumRows, v2.RepetitionLevelsByteLength, v2.DefinitionLevelsByteLength, h.CompressedPageSize)
+			}
+			levels = v2.DefinitionLevelsByteLength + v2.RepetitionLevelsByteLength
+			if v2.IsCompressed.Valid && !v2.IsCompressed.V {
+				compressed = false
+			}
+		}
 		codec := m.Codec
 		if !compressed {
 			codec = format.Uncompressed
 		}
-		if int64(levels) > int64(h.UncompressedPageSize) {
-			return fmt.Errorf("%s: %d bytes of levels in a page of %d", where, levels, h.UncompressedPageSize)
-		}
-		got, err := c.decompressedSize(codec, data[levels:], int(h.UncompressedPageSize-levels))
+		want := int(h.UncompressedPageSize - levels)
+		content, err := c.decompress(codec, data[levels:], want)
 		if err != nil {
 			return fmt.Errorf("%s: %s data: %w", where, codec, err)
 		}
-		if got != int(h.UncompressedPageSize-levels) {
-			return fmt.Errorf("%s: data decompresses to %d bytes, the header says %d", where, got+int(levels), h.UncompressedPageSize)
+		if len(content) != want {
+			return fmt.Errorf("%s: data decompresses to %d bytes, the header says %d", where, len(content)+int(levels), h.UncompressedPageSize)
 		}
+		var r int64
+		switch h.Type {
+		case format.DictionaryPage:
+			dictSize = int(n)
+			err = checkDictionaryPage(content, int(n), h.DictionaryPageHeader.V.Encoding, leaf)
+		case format.DataPage:
+			r, err = checkDataPageV1(content, &h.DataPageHeader.V, leaf, dictSize)
+		case format.DataPageV2:
+			v2 := &h.DataPageHeaderV2.V
+			rep := data[:v2.RepetitionLevelsByteLength]
+			def := data[v2.RepetitionLevelsByteLength:levels]
+			r, err = checkDataPageV2(rep, def, content, v2, leaf, dictSize)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		pageRows += r
 		pos += headerLen + int64(h.CompressedPageSize)
 	}
 	if !sawData && m.NumValues > 0 {
@@ -364,31 +404,35 @@ func (c *parquetChecker) pages(m *format.ColumnMetaData, start int64, leaf leafI
 	if values != m.NumValues {
 		return fmt.Errorf("its pages hold %d values, the chunk says num_values %d", values, m.NumValues)
 	}
+	if pageRows != rows {
+		return fmt.Errorf("its pages hold %d rows, the row group %d", pageRows, rows)
+	}
 	return nil
 }
 
-// decompressedSize decompresses data with codec, never producing more than
-// want bytes plus one (so a page that decompresses to more is seen without
-// holding all of it), and returns the size it decompressed to.
-func (c *parquetChecker) decompressedSize(codec format.CompressionCodec, data []byte, want int) (int, error) {
-	limited := func(r io.Reader) (int, error) {
-		n, err := io.Copy(io.Discard, io.LimitReader(r, int64(want)+1))
-		return int(n), err
+// decompress decompresses data with codec, never producing more than want
+// bytes plus one (so a page that decompresses to more is seen without
+// holding all of it).
+func (c *parquetChecker) decompress(codec format.CompressionCodec, data []byte, want int) ([]byte, error) {
+	limited := func(r io.Reader) ([]byte, error) {
+		return io.ReadAll(io.LimitReader(r, int64(want)+1))
 	}
 	switch codec {
 	case format.Uncompressed:
-		return len(data), nil
+		return data, nil
 	case format.Snappy:
 		n, err := snappy.DecodedLen(data)
-		if err != nil || n != want {
-			return n, err
+		if err != nil {
+			return nil, err
 		}
-		out, err := snappy.Decode(make([]byte, n), data)
-		return len(out), err
+		if n != want {
+			return nil, fmt.Errorf("holds %d bytes, want %d", n, want)
+		}
+		return snappy.Decode(make([]byte, n), data)
 	case format.Gzip:
 		zr, err := gzip.NewReader(bytes.NewReader(data))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		return limited(zr)
 	case format.Brotli:
@@ -397,23 +441,23 @@ func (c *parquetChecker) decompressedSize(codec format.CompressionCodec, data []
 		if c.zstd == nil {
 			d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxPageBytes+1))
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			c.zstd = d
 		}
 		if err := c.zstd.Reset(bytes.NewReader(data)); err != nil {
-			return 0, err
+			return nil, err
 		}
 		return limited(c.zstd)
 	case format.Lz4Raw:
 		out := make([]byte, want)
 		n, err := lz4.UncompressBlock(data, out)
 		if err != nil {
-			return 0, fmt.Errorf("not %d bytes of LZ4 data: %w", want, err)
+			return nil, fmt.Errorf("not %d bytes of LZ4 data: %w", want, err)
 		}
-		return n, nil
+		return out[:n], nil
 	}
-	return 0, checkCodec(codec)
+	return nil, checkCodec(codec)
 }
 
 // thriftWalker walks one value of Thrift's compact protocol without
