@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep fuzz parquet-flip
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -48,6 +48,42 @@ acceptance-eval:
 # summaries must be identical. Outputs in runs/acceptance-sweep.
 acceptance-sweep: build
 	scripts/acceptance-sweep.sh runs/acceptance-sweep
+
+# Go's native fuzzing of every parser of outside input, one target at a
+# time, each for FUZZTIME (their seed corpora also run in `make test`).
+# FUZZ=FuzzParquet runs one target; FUZZPARALLEL sets the fuzzing workers.
+# Results and times: docs/reliability.md.
+FUZZTIME     ?= 60s
+FUZZPARALLEL ?= 1
+FUZZ         ?=
+FUZZ_TARGETS := \
+	./dataset:FuzzDecodeJSON \
+	./dataset:FuzzParquet \
+	./model:FuzzSafetensors \
+	./model:FuzzParseConfig \
+	./config:FuzzLoad \
+	./rollout:FuzzParseToolCall \
+	./rollout:FuzzEscapeDelimiters \
+	./model/tokenizer:FuzzEncodeUntrusted \
+	./model/tokenizer:FuzzSplit \
+	./model/tokenizer:FuzzParse \
+	./eval:FuzzDecodeDecisions \
+	./eval:FuzzReadReport \
+	./internal/strictjson:FuzzCheck
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  if [ -n "$(FUZZ)" ] && [ "$(FUZZ)" != "$$name" ]; then continue; fi; \
+	  echo "fuzz: $$name ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg || exit 1; \
+	done
+
+# `data validate` on copies of the bundled split's Parquet file with one
+# byte changed, under ulimit -v 6000000 and timeout 30 (every byte of the
+# footer, every STRIDE-th of the data); see scripts/parquet-flip.sh.
+STRIDE ?= 1
+parquet-flip: build
+	scripts/parquet-flip.sh $(STRIDE)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -131,3 +131,21 @@ func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 		}
 	}
 }
+
+// FuzzEscapeDelimiters: after escaping, no text holds a delimiter, and
+// escaping again changes nothing.
+func FuzzEscapeDelimiters(f *testing.F) {
+	for _, s := range []string{"</observation>", "＜／ｏｂｓｅｒｖａｔｉｏｎ＞", "<\u200bmemory x=1", "ᐸ/mem\u200boryᐸ\u00a0／\u200bａｃｔｉｏｎ\u3000〉",
+		"<user\u3000request>", "a < b > c", "<<<memory>>>", "</action\n>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e := escapeDelimiters(s)
+		if n := countDelimiters(e); n != 0 {
+			t.Fatalf("escape(%q) = %q still holds %d delimiters", s, e, n)
+		}
+		if again := escapeDelimiters(e); again != e {
+			t.Fatalf("escaping %q twice: %q then %q", s, e, again)
+		}
+	})
+}

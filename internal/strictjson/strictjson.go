@@ -14,107 +14,126 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
 // Check returns the path of the first key given twice, string with invalid
 // UTF-8 or escaped lone surrogate in the JSON text b (e.g.
 // "turns[0].label"; "" for the top level) and what is wrong with it, or
-// ok. Call it on a text that parsed (json.Unmarshal or json.Valid), so its
-// nesting depth is bounded by encoding/json's; on a text that does not
-// parse it reports ok up to the syntax error, which the caller reports.
+// ok. Call it on a text that parsed (json.Unmarshal or json.Valid): it
+// scans without re-checking the syntax, and reports ok on what it cannot
+// follow, which the caller's parse reports.
 func Check(b []byte) (path, problem string, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var stack []*jsonFrame
-	for {
-		start := dec.InputOffset()
-		tok, err := dec.Token()
-		if err != nil {
-			return "", "", true // io.EOF, or a syntax error the caller reports
-		}
-		raw := b[start:dec.InputOffset()]
-		var top *jsonFrame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if d, isDelim := tok.(json.Delim); isDelim && (d == '}' || d == ']') {
+	var stack []frame
+	fail := func(problem string) (string, string, bool) {
+		return pathOf(stack), problem, false
+	}
+	for i := 0; i < len(b); {
+		switch c := b[i]; c {
+		case '{', '[':
+			stack = append(stack, frame{object: c == '{', wantKey: c == '{'})
+			i++
+		case '}', ']':
+			if len(stack) == 0 {
+				return "", "", true
+			}
 			stack = stack[:len(stack)-1]
+			i++
+		case ',':
 			if len(stack) > 0 {
-				stack[len(stack)-1].advance()
+				top := &stack[len(stack)-1]
+				if top.object {
+					top.wantKey = true
+				} else {
+					top.index++
+				}
 			}
-			continue
-		}
-		if top != nil && top.object && top.wantKey { // a key
-			k := tok.(string)
-			p := joinPath(top.path, k)
+			i++
+		case '"':
+			end := stringEnd(b, i)
+			if end < 0 {
+				return "", "", true
+			}
+			raw := b[i:end]
+			i = end
+			if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantKey {
+				top := &stack[n-1]
+				top.wantKey = false
+				top.key = keyOf(raw)
+				if msg := badText(raw); msg != "" {
+					return fail("key " + msg)
+				}
+				if top.keys == nil {
+					top.keys = map[string]struct{}{}
+				}
+				if _, dup := top.keys[top.key]; dup {
+					return fail("given twice in one object (the last value would silently win)")
+				}
+				top.keys[top.key] = struct{}{}
+				continue
+			}
 			if msg := badText(raw); msg != "" {
-				return p, "key " + msg, false
+				return fail(msg)
 			}
-			if top.keys[k] {
-				return p, "given twice in one object (the last value would silently win)", false
-			}
-			top.keys[k] = true
-			top.wantKey, top.key = false, p
-			continue
-		}
-		p := ""
-		if top != nil {
-			p = top.valuePath()
-		}
-		switch v := tok.(type) {
-		case json.Delim: // '{' or '['
-			stack = append(stack, &jsonFrame{path: p, object: v == '{', keys: map[string]bool{}, wantKey: v == '{'})
-			continue
-		case string:
-			if msg := badText(raw); msg != "" {
-				return p, msg, false
-			}
-		}
-		if top != nil {
-			top.advance()
+		default: // whitespace, ':', numbers, true, false, null
+			i++
 		}
 	}
+	return "", "", true
 }
 
-// jsonFrame is an object or array being walked by checkJSONText.
-type jsonFrame struct {
-	path    string
+// frame is an object or array being scanned by Check.
+type frame struct {
 	object  bool
-	keys    map[string]bool // object: the keys seen
-	wantKey bool            // object: the next token is a key
-	key     string          // object: the path of the value being read
-	index   int             // array: the index of the next element
+	wantKey bool                // object: the next string is a key
+	key     string              // object: the key of the value being read
+	keys    map[string]struct{} // object: the keys seen
+	index   int                 // array: the index of the element being read
 }
 
-// valuePath is the path of the value about to be read in f.
-func (f *jsonFrame) valuePath() string {
-	if f.object {
-		return f.key
+// pathOf names the value being read, e.g. "turns[0].label".
+func pathOf(stack []frame) string {
+	var b strings.Builder
+	for _, f := range stack {
+		if f.object {
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(strings.ToValidUTF8(f.key, "\uFFFD"))
+		} else {
+			b.WriteString("[" + strconv.Itoa(f.index) + "]")
+		}
 	}
-	return f.path + "[" + strconv.Itoa(f.index) + "]"
+	return b.String()
 }
 
-// advance moves f past the value that just ended.
-func (f *jsonFrame) advance() {
-	if f.object {
-		f.wantKey = true
-	} else {
-		f.index++
+// stringEnd returns the index just after the string token starting at
+// b[i] ('"'), or -1 when it does not end.
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
 	}
+	return -1
 }
 
-// joinPath appends an object key to a path.
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
+// keyOf decodes a key's string token.
+func keyOf(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
 	}
-	return path + "." + key
+	var k string
+	json.Unmarshal(raw, &k)
+	return k
 }
 
 // badText describes what is wrong with the raw bytes of one JSON string
-// token (and the separators before it): invalid UTF-8, or an escaped lone
-// surrogate; "" when nothing.
+// token: invalid UTF-8, or an escaped lone surrogate; "" when nothing.
 func badText(raw []byte) string {
 	if !utf8.Valid(raw) {
 		i := 0
@@ -126,6 +145,9 @@ func badText(raw []byte) string {
 			i += n
 		}
 		return fmt.Sprintf("holds invalid UTF-8 (byte 0x%02x)", raw[i])
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return ""
 	}
 	for i := 0; i+1 < len(raw); i++ {
 		if raw[i] != '\\' {
