@@ -24,11 +24,11 @@ func FuzzLoad(f *testing.F) {
 	f.Add("model:\n  num_hidden_layers: 1000000000\n", "")
 	f.Add("a: &x [1, 2]\nb: *x\n", "rollout.top_p=2")
 	f.Add("", "model.hidden_size=[1, 2]")
+	path := filepath.Join(f.TempDir(), "c.yaml") // a worker runs its inputs one at a time
 	f.Fuzz(func(t *testing.T, text, set string) {
 		if strings.Contains(text, "base:") {
 			return // would read other files of the machine
 		}
-		path := filepath.Join(t.TempDir(), "c.yaml")
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}

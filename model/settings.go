@@ -12,16 +12,17 @@ import (
 // checkpoint yet — the architecture keys of a new random model (a loaded
 // checkpoint's config.json always wins over them).
 type Settings struct {
-	Path      string `yaml:"path"`      // checkpoint directory (Hugging Face layout) to load; "" = none
-	Tokenizer string `yaml:"tokenizer"` // directory with tokenizer.json and tokenizer_config.json, copied into checkpoints written
-	DType     string `yaml:"dtype"`     // float32 | bfloat16: weights in memory and in checkpoints written by model init
-	Seed      int64  `yaml:"seed"`      // seed of the random init of model init
+	Path          string `yaml:"path"`      // checkpoint directory (Hugging Face layout) to load; "" = none
+	Tokenizer     string `yaml:"tokenizer"` // directory with tokenizer.json and tokenizer_config.json, copied into checkpoints written
+	DType         string `yaml:"dtype"`     // float32 | bfloat16: weights in memory and in checkpoints written by model init
+	Seed          int64  `yaml:"seed"`      // seed of the random init of model init
+	BackendConfig `yaml:",inline"`
+	Config        `yaml:",inline"`
+
 	// AllowNonFinite loads a checkpoint whose weights hold NaN or ±Inf, with
 	// a warning, instead of refusing it (its outputs are NaN: for inspecting
 	// a broken checkpoint, never for a guard).
 	AllowNonFinite bool `yaml:"allow_non_finite"`
-	BackendConfig  `yaml:",inline"`
-	Config         `yaml:",inline"`
 }
 
 // DefaultSettings is the tiny CPU model (DefaultTinyConfig) on the pure-Go

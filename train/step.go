@@ -20,33 +20,36 @@ type Metrics struct {
 	AccuracyMemory      float64        `json:"accuracy_memory"` // mean discounted correctness Σγ^{k−t}c_k / Σγ^{k−t} (r^M before penalties)
 	JudgeViolationRate  float64        `json:"judge_format_violation_rate"`
 	MemoryViolationRate float64        `json:"memory_format_violation_rate"`
-	MemoryChars         float64        `json:"memory_chars"`         // mean |m_t| in code points
-	RejectRate          float64        `json:"reject_rate"`          // fraction of effective decisions that are reject
-	NonzeroAdvantages   float64        `json:"nonzero_advantages"`   // fraction of sequences with a non-zero advantage
-	Loss                float64        `json:"loss"`                 // GRPO loss of the last optimizer step
-	GradNorm            float64        `json:"grad_norm"`            // before clipping
-	KL                  float64        `json:"kl"`                   // mean k3 KL to the reference
-	ClipFraction        float64        `json:"clip_fraction"`        // fraction of tokens whose clipped term was active
-	Ratio               float64        `json:"ratio"`                // mean π_θ/π_old
-	Entropy             float64        `json:"entropy"`              // mean −log π of the counted tokens
-	LR                  float64        `json:"lr"`                   // learning rate of the last optimizer step
-	Sequences           int            `json:"sequences"`            // memory + judge completions trained on
-	CompletionTokens    int            `json:"completion_tokens"`    // completion tokens counted in the loss
-	GeneratedTokens     int            `json:"generated_tokens"`     // tokens sampled in the rollout
-	PromptTokens        int            `json:"prompt_tokens"`        // prompt tokens read in the rollout
-	ElidedObservations  int            `json:"elided_observations"`  // observations cut to rollout.max_observation_tokens
-	ElidedTokens        int            `json:"elided_tokens"`        // observation tokens left out by those cuts
-	ElidedArguments     int            `json:"elided_arguments"`     // action names and argument strings cut to rollout.max_argument_tokens
-	ElidedActions       int            `json:"elided_actions"`       // actions whose arguments were cut whole to rollout.max_action_tokens
-	ElidedActionTokens  int            `json:"elided_action_tokens"` // action tokens left out by those cuts
-	ElidedUserMessages  int            `json:"elided_user_messages"` // user messages (the request included) cut to rollout.max_user_tokens
-	ElidedUserTokens    int            `json:"elided_user_tokens"`   // user-message tokens left out
-	TokensPerSecond     float64        `json:"tokens_per_s"`         // (prompt + generated + trained tokens) / step seconds
+	MemoryChars         float64        `json:"memory_chars"`        // mean |m_t| in code points
+	RejectRate          float64        `json:"reject_rate"`         // fraction of effective decisions that are reject
+	NonzeroAdvantages   float64        `json:"nonzero_advantages"`  // fraction of sequences with a non-zero advantage
+	Loss                float64        `json:"loss"`                // GRPO loss of the last optimizer step
+	GradNorm            float64        `json:"grad_norm"`           // before clipping
+	KL                  float64        `json:"kl"`                  // mean k3 KL to the reference
+	ClipFraction        float64        `json:"clip_fraction"`       // fraction of tokens whose clipped term was active
+	Ratio               float64        `json:"ratio"`               // mean π_θ/π_old
+	Entropy             float64        `json:"entropy"`             // mean −log π of the counted tokens
+	LR                  float64        `json:"lr"`                  // learning rate of the last optimizer step
+	Sequences           int            `json:"sequences"`           // memory + judge completions trained on
+	CompletionTokens    int            `json:"completion_tokens"`   // completion tokens counted in the loss
+	GeneratedTokens     int            `json:"generated_tokens"`    // tokens sampled in the rollout
+	PromptTokens        int            `json:"prompt_tokens"`       // prompt tokens read in the rollout
+	ElidedObservations  int            `json:"elided_observations"` // observations cut to rollout.max_observation_tokens
+	ElidedTokens        int            `json:"elided_tokens"`       // observation tokens left out by those cuts
+	TokensPerSecond     float64        `json:"tokens_per_s"`        // (prompt + generated + trained tokens) / step seconds
 	RolloutSeconds      float64        `json:"rollout_seconds"`
 	UpdateSeconds       float64        `json:"update_seconds"`
 	Seconds             float64        `json:"seconds"`        // the whole step
 	Elapsed             float64        `json:"elapsed"`        // seconds since the run (or resume) started
 	Eval                map[string]any `json:"eval,omitempty"` // held-out metrics (report.json, top level) on eval steps
+
+	// Actions and user messages elided (rollout.max_argument_tokens,
+	// max_action_tokens and max_user_tokens), and the tokens left out.
+	ElidedArguments    int `json:"elided_arguments"`     // action names and argument strings cut in place
+	ElidedActions      int `json:"elided_actions"`       // actions whose arguments were cut as a whole
+	ElidedActionTokens int `json:"elided_action_tokens"` // action tokens left out by both
+	ElidedUserMessages int `json:"elided_user_messages"` // user messages, the request included
+	ElidedUserTokens   int `json:"elided_user_tokens"`   // user-message tokens left out
 }
 
 // step runs one training step: sample, roll out, score, update.
