@@ -177,8 +177,12 @@ func (r *run) setup() (int, error) {
 		if err := checkBestMetric(o.Train.BestMetric); err != nil {
 			return 0, err
 		}
-		if _, err := dataset.ReadAll(o.Train.EvalData); err != nil {
+		evalTrajs, err := dataset.ReadAll(o.Train.EvalData)
+		if err != nil {
 			return 0, fmt.Errorf("train.eval_data: %w", err)
+		}
+		if !anyAction(evalTrajs) { // the eval would fail at its first step
+			return 0, fmt.Errorf("train.eval_data %s: nothing to evaluate: %d trajectories, none with an action", o.Train.EvalData, len(evalTrajs))
 		}
 	}
 
@@ -333,6 +337,16 @@ func loadPool(path string, log io.Writer) ([]*dataset.Trajectory, []bool, error)
 	fmt.Fprintf(log, "data: %s: %d trajectories with actions (%d skipped without), %d with a label-1 action; actions %d/%d (0/1)\n",
 		path, len(pool), len(all)-len(pool), npos, labels[0], labels[1])
 	return pool, positive, nil
+}
+
+// anyAction reports whether some trajectory has an action.
+func anyAction(trajs []*dataset.Trajectory) bool {
+	for _, t := range trajs {
+		if len(t.Turns) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // checkBestMetric checks that train.best_metric names a top-level metric
