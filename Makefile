@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash fuzz parquet-flip
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -83,6 +83,44 @@ serve-load:
 # half-updated, and the agents' retries (by step index) store nothing twice.
 serve-crash:
 	MAGEGUARD_SERVE_CRASH=1 $(GO) test -count=1 -v -timeout 15m -run '^TestServeCrash$$' ./cmd/mageguard
+# Go's native fuzzing of every parser of outside input, one target at a
+# time, each for FUZZTIME (their seed corpora also run in `make test`).
+# FUZZ=FuzzParquet runs one target; FUZZPARALLEL sets the fuzzing workers.
+# FUZZMINIMIZE bounds the minimizing of each new input (Go's default, 60s,
+# spent whole runs minimizing the first input of the targets with KB-sized
+# seeds; 1s, most of FuzzParquet's). Results and times: docs/reliability.md.
+FUZZTIME     ?= 60s
+FUZZPARALLEL ?= 1
+FUZZMINIMIZE ?= 10x
+FUZZ         ?=
+FUZZ_TARGETS := \
+	./dataset:FuzzDecodeJSON \
+	./dataset:FuzzParquet \
+	./model:FuzzSafetensors \
+	./model:FuzzParseConfig \
+	./config:FuzzLoad \
+	./rollout:FuzzParseToolCall \
+	./rollout:FuzzEscapeDelimiters \
+	./model/tokenizer:FuzzEncodeUntrusted \
+	./model/tokenizer:FuzzSplit \
+	./model/tokenizer:FuzzParse \
+	./eval:FuzzDecodeDecisions \
+	./eval:FuzzReadReport \
+	./internal/strictjson:FuzzCheck
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  if [ -n "$(FUZZ)" ] && [ "$(FUZZ)" != "$$name" ]; then continue; fi; \
+	  echo "fuzz: $$name ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) -parallel $(FUZZPARALLEL) $$pkg || exit 1; \
+	done
+
+# `data validate` on copies of the bundled split's Parquet file with one
+# byte changed, under ulimit -v 6000000 and timeout 30 (every byte of the
+# footer, every STRIDE-th of the data); see scripts/parquet-flip.sh.
+STRIDE ?= 1
+parquet-flip: build
+	scripts/parquet-flip.sh $(STRIDE)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

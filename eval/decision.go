@@ -19,6 +19,7 @@ import (
 	"sort"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/strictjson"
 	"github.com/mageguard/mageguard/rollout"
 )
 
@@ -108,6 +109,12 @@ func parseDecision(line []byte) (Decision, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(line, &raw); err != nil {
 		return d, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if raw == nil {
+		return d, errors.New("null, want a JSON object")
+	}
+	if path, problem, ok := strictjson.Check(line); !ok {
+		return d, fmt.Errorf("field %q: %s", path, problem)
 	}
 	for _, f := range d.fields() {
 		v, ok := raw[f.name]
@@ -247,7 +254,7 @@ func eqPtr[T comparable](a, b *T) bool {
 func DecodeDecisions(r io.Reader, name string, fn func(line int, d Decision) error) error {
 	br := bufio.NewReader(r)
 	for lineNo := 1; ; lineNo++ {
-		line, err := br.ReadBytes('\n')
+		line, err := readLine(br, maxDecisionLine)
 		if len(bytes.TrimSpace(line)) > 0 {
 			d, perr := parseDecision(line)
 			if perr != nil {
@@ -262,6 +269,25 @@ func DecodeDecisions(r io.Reader, name string, fn func(line int, d Decision) err
 		}
 		if err != nil {
 			return fmt.Errorf("%s line %d: %w", name, lineNo, err)
+		}
+	}
+}
+
+// maxDecisionLine bounds one line of decisions.jsonl (a line is ~300
+// bytes; with votes, ~10 more per vote).
+const maxDecisionLine = 1 << 20
+
+// readLine reads one line (with its '\n') of at most max bytes.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			return nil, fmt.Errorf("line longer than %d bytes", max)
+		}
+		line = append(line, chunk...)
+		if err != bufio.ErrBufferFull {
+			return line, err
 		}
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/mageguard/mageguard/internal/strictjson"
 	"github.com/mageguard/mageguard/rollout"
 )
 
@@ -387,13 +387,17 @@ func (r *Report) Fields() []Field {
 	return append(r.Metrics.Fields(), Field{"n_skipped", Count, &s})
 }
 
+// maxReportBytes bounds report.json (one is ~10 KB; the breakdowns grow
+// with the suites and attack types).
+const maxReportBytes = 64 << 20
+
 // ReadReport reads a report.json strictly: a JSON object with every key
 // report.json always has (the vote costs are optional) and no unknown key,
 // at the top level or in a breakdown. Anything else (another JSON file, a
 // report of a different format) is an error naming the key.
 func ReadReport(path string) (Report, error) {
 	var r Report
-	data, err := os.ReadFile(path)
+	data, err := strictjson.ReadFile(path, maxReportBytes)
 	if err != nil {
 		return r, fmt.Errorf("read report: %w", err)
 	}

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -30,6 +31,11 @@ type Settings struct {
 	AttentionBlock int `yaml:"attention_block"`
 	BackendConfig  `yaml:",inline"`
 	Config         `yaml:",inline"`
+
+	// AllowNonFinite loads a checkpoint whose weights hold NaN or ±Inf, with
+	// a warning, instead of refusing it (its outputs are NaN: for inspecting
+	// a broken checkpoint, never for a guard).
+	AllowNonFinite bool `yaml:"allow_non_finite"`
 }
 
 // DefaultSettings is the tiny CPU model (DefaultTinyConfig) on the pure-Go
@@ -63,6 +69,16 @@ func (s *Settings) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// LoadOptions are the options LoadWith takes from these settings
+// (model.dtype, model.allow_non_finite); warnings go to log.
+func (s *Settings) LoadOptions(log io.Writer) (LoadOptions, error) {
+	dtype, err := ParseDType(s.DType)
+	if err != nil {
+		return LoadOptions{}, fmt.Errorf("model.%w", err)
+	}
+	return LoadOptions{DType: dtype, AllowNonFinite: s.AllowNonFinite, Log: log}, nil
 }
 
 // String summarizes the settings on one line.
@@ -116,7 +132,8 @@ func (s *Settings) LoadModel(backend backends.Backend, tok *tokenizer.Tokenizer)
 		if _, err := os.Stat(s.Path); err != nil {
 			return nil, fmt.Errorf("model.path: %w", err)
 		}
-		if m, err = LoadAs(backend, s.Path, dtype); err != nil {
+		opts := LoadOptions{DType: dtype, AllowNonFinite: s.AllowNonFinite, Log: os.Stderr}
+		if m, err = LoadWith(backend, s.Path, opts); err != nil {
 			return nil, fmt.Errorf("load checkpoint: %w", err)
 		}
 		what = "the checkpoint " + s.Path + " (vocab_size)"

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -185,11 +184,40 @@ type Stats struct {
 	ElidedObs      int // observations elided
 	MemoryFailures int // memory calls that failed to parse
 	JudgeFailures  int // judge calls that failed to parse
+
+	ElidedArguments    int // action names and argument strings elided (rollout.max_argument_tokens)
+	ElidedActions      int // actions whose arguments were elided as a whole (rollout.max_action_tokens)
+	ElidedActionTokens int // action tokens left out by both
+	ElidedUsers        int // user messages elided, the request included (rollout.max_user_tokens)
+	ElidedUserTokens   int // user-message tokens left out
+}
+
+// Add adds the counts of o to s.
+func (s *Stats) Add(o Stats) {
+	s.Calls += o.Calls
+	s.PromptTokens += o.PromptTokens
+	s.NewTokens += o.NewTokens
+	s.ElidedTokens += o.ElidedTokens
+	s.ElidedObs += o.ElidedObs
+	s.MemoryFailures += o.MemoryFailures
+	s.JudgeFailures += o.JudgeFailures
+	s.ElidedArguments += o.ElidedArguments
+	s.ElidedActions += o.ElidedActions
+	s.ElidedActionTokens += o.ElidedActionTokens
+	s.ElidedUsers += o.ElidedUsers
+	s.ElidedUserTokens += o.ElidedUserTokens
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%d calls, %d prompt + %d new tokens, %d observations elided (%d tokens), format violations: memory %d, judge %d",
-		s.Calls, s.PromptTokens, s.NewTokens, s.ElidedObs, s.ElidedTokens, s.MemoryFailures, s.JudgeFailures)
+	out := fmt.Sprintf("%d calls, %d prompt + %d new tokens, %d observations elided (%d tokens)",
+		s.Calls, s.PromptTokens, s.NewTokens, s.ElidedObs, s.ElidedTokens)
+	if s.ElidedArguments+s.ElidedActions > 0 {
+		out += fmt.Sprintf(", %d argument values and %d whole actions elided (%d tokens)", s.ElidedArguments, s.ElidedActions, s.ElidedActionTokens)
+	}
+	if s.ElidedUsers > 0 {
+		out += fmt.Sprintf(", %d user messages elided (%d tokens)", s.ElidedUsers, s.ElidedUserTokens)
+	}
+	return out + fmt.Sprintf(", format violations: memory %d, judge %d", s.MemoryFailures, s.JudgeFailures)
 }
 
 // Guard runs the guard loop with one model: the prompts, the tokenizer and
@@ -291,21 +319,41 @@ func (g *Guard) request(c *Call, role Role) Request {
 	return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
 }
 
-// episodeView holds an episode's observations after elision, computed once
-// and shared by its chains.
+// episodeView holds an episode's untrusted texts after elision (elide.go),
+// computed once and shared by its chains.
 type episodeView struct {
-	ep  *Episode
-	obs []string // per turn of the trajectory (only [Start-1, End) are filled)
+	ep         *Episode
+	userPrompt string           // the user's request
+	obs        []string         // per turn of the trajectory (only [Start-1, End) are filled)
+	actions    []dataset.Action // per turn, like obs
+	users      []*string        // per turn, like obs: the user message before the action, if any
 }
 
 func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
-	v := &episodeView{ep: e, obs: make([]string, len(e.Traj.Turns))}
+	tr := e.Traj
+	v := &episodeView{ep: e, obs: make([]string, len(tr.Turns)), actions: make([]dataset.Action, len(tr.Turns)),
+		users: make([]*string, len(tr.Turns))}
+	user := func(text string) string {
+		out, elided := ElideText(g.tok, text, g.cfg.MaxUserTokens)
+		if elided > 0 {
+			stats.ElidedUsers++
+			stats.ElidedUserTokens += elided
+		}
+		return out
+	}
+	v.userPrompt = user(tr.UserPrompt)
 	for t := max(e.Start-1, 0); t < e.End; t++ {
-		text, elided := ElideObservation(g.tok, e.Traj.Turns[t].Observation, g.cfg.MaxObservationTokens)
+		tu := &tr.Turns[t]
+		text, elided := ElideText(g.tok, tu.Observation, g.cfg.MaxObservationTokens)
 		v.obs[t] = text
 		if elided > 0 {
 			stats.ElidedObs++
 			stats.ElidedTokens += elided
+		}
+		v.actions[t] = ElideAction(g.tok, tu.Action, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens, stats)
+		if tu.User != nil {
+			u := user(*tu.User)
+			v.users[t] = &u
 		}
 	}
 	return v
@@ -317,16 +365,15 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 // observation; then the user message that arrived before this turn's
 // action, if any.
 func (v *episodeView) events(t int) Events {
-	tr := v.ep.Traj
 	abs := v.ep.Start + t
 	var ev Events
 	if t == 0 {
-		ev = append(ev, Event{User: &tr.UserPrompt})
+		ev = append(ev, Event{User: &v.userPrompt})
 	}
 	if abs > 0 {
-		ev = append(ev, Event{Action: &tr.Turns[abs-1].Action, Observation: v.obs[abs-1]})
+		ev = append(ev, Event{Action: &v.actions[abs-1], Observation: v.obs[abs-1]})
 	}
-	if u := tr.Turns[abs].User; u != nil {
+	if u := v.users[abs]; u != nil {
 		ev = append(ev, Event{User: u})
 	}
 	return ev
@@ -337,30 +384,14 @@ func (v *episodeView) events(t int) Events {
 // sees it), the window's earlier steps with their user messages, then the
 // pending action.
 func (v *episodeView) judgeOnly(p *Prompts, t int) Prompt {
-	tr := v.ep.Traj
 	var hist []HistoryStep
 	for k := max(v.ep.Start-1, 0); k < v.ep.Start+t; k++ {
-		h := HistoryStep{Action: tr.Turns[k].Action, Observation: v.obs[k]}
+		h := HistoryStep{Action: v.actions[k], Observation: v.obs[k]}
 		if k >= v.ep.Start {
-			h.UserRequest = tr.Turns[k].User
+			h.UserRequest = v.users[k]
 		}
 		hist = append(hist, h)
 	}
 	abs := v.ep.Start + t
-	return p.JudgeOnly(tr.UserPrompt, hist, tr.Turns[abs].User, tr.Turns[abs].Action)
-}
-
-// ElideObservation keeps an observation of more than max tokens to its
-// first and last max/2 tokens with an explicit marker between them, and
-// returns the text and the number of tokens left out (0: unchanged).
-func ElideObservation(tok *tokenizer.Tokenizer, obs string, max int) (string, int) {
-	ids := tok.EncodeUntrusted(obs)
-	if len(ids) <= max {
-		return obs, 0
-	}
-	head, tail := max/2, max-max/2
-	elided := len(ids) - head - tail
-	h := strings.TrimRight(tok.Decode(ids[:head], false), "\uFFFD")
-	t := strings.TrimLeft(tok.Decode(ids[len(ids)-tail:], false), "\uFFFD")
-	return h + fmt.Sprintf("\n[... %d tokens elided ...]\n", elided) + t, elided
+	return p.JudgeOnly(v.userPrompt, hist, v.users[abs], v.actions[abs])
 }

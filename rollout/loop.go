@@ -109,7 +109,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 			v := viewOf(all[i], i)
 			var p Prompt
 			if g.cfg.Variant == "mage" {
-				p = g.prompts.Judge(turns[k].MemoryOut, v.ep.Traj.Turns[v.ep.Start+t].Action)
+				p = g.prompts.Judge(turns[k].MemoryOut, v.actions[v.ep.Start+t])
 			} else {
 				p = v.judgeOnly(g.prompts, t)
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/lock"
 )
 
 // Options is everything a training run needs: the configuration sections
@@ -87,6 +88,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if r.log == nil {
 		r.log = io.Discard
 	}
+	// The output folder is this run's alone, before anything is loaded: a
+	// second run into it is refused at once, naming the holder's PID.
+	if opts.Out == "" {
+		return nil, fmt.Errorf("train: no output directory (--out)")
+	}
+	lk, err := lock.Acquire(opts.Out)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer lk.Release()
 	start, err := r.setup()
 	if err != nil {
 		return nil, err
@@ -153,7 +164,7 @@ func (r *run) setup() (int, error) {
 	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
 		return 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
 	}
-	if err := prepareOut(o.Out, o.Resume); err != nil {
+	if err := prepareOut(o.Out, o.Resume, r.log); err != nil {
 		return 0, err
 	}
 	resumeDir, start, err := latestCheckpoint(o.Out)
@@ -170,8 +181,12 @@ func (r *run) setup() (int, error) {
 		if err := checkBestMetric(o.Train.BestMetric); err != nil {
 			return 0, err
 		}
-		if _, err := dataset.ReadAll(o.Train.EvalData); err != nil {
+		evalTrajs, err := dataset.ReadAll(o.Train.EvalData)
+		if err != nil {
 			return 0, fmt.Errorf("train.eval_data: %w", err)
+		}
+		if !anyAction(evalTrajs) { // the eval would fail at its first step
+			return 0, fmt.Errorf("train.eval_data %s: nothing to evaluate: %d trajectories, none with an action", o.Train.EvalData, len(evalTrajs))
 		}
 	}
 
@@ -302,6 +317,16 @@ func loadPool(path string, log io.Writer) ([]*dataset.Trajectory, []bool, error)
 	fmt.Fprintf(log, "data: %s: %d trajectories with actions (%d skipped without), %d with a label-1 action; actions %d/%d (0/1)\n",
 		path, len(pool), len(all)-len(pool), npos, labels[0], labels[1])
 	return pool, positive, nil
+}
+
+// anyAction reports whether some trajectory has an action.
+func anyAction(trajs []*dataset.Trajectory) bool {
+	for _, t := range trajs {
+		if len(t.Turns) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // checkBestMetric checks that train.best_metric names a top-level metric

@@ -397,6 +397,12 @@ func TestFailsFast(t *testing.T) {
 				return nil, nil
 			}
 		}, "train.eval_data"},
+		{"eval data without an action", func(o *Options) {
+			o.Train.EvalEvery, o.Train.EvalData = 1, "testdata/no-actions.jsonl"
+			o.Evaluate = func(context.Context, *model.Model, *rollout.Guard, int, string) (map[string]any, error) {
+				return nil, nil
+			}
+		}, "nothing to evaluate: 1 trajectories, none with an action"},
 		{"eval without an evaluator", func(o *Options) { o.Train.EvalEvery = 1 }, "no evaluator"},
 		{"model path missing", func(o *Options) { o.Model.Path = "testdata/no-such-model" }, "model.path"},
 		{"data with one label only", func(o *Options) { o.Train.Data = "testdata/benign-only.jsonl" }, "needs actions of both labels"},
