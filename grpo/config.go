@@ -58,6 +58,11 @@ type Config struct {
 	// weights and moments; 0 = every variable in one graph. Variables outside the model's
 	// layers (embedding, final norm, LM head) form a group of their own.
 	UpdateGroupLayers int `yaml:"update_group_layers"`
+	// GradientCheckpointing runs the policy's stages (embedding, each decoder layer, head) as
+	// graphs of their own and recomputes each layer from its saved input in the backward
+	// (checkpoint.go), when the trainer has a StagedPolicy: a step keeps one input per layer
+	// instead of every layer's activations.
+	GradientCheckpointing bool `yaml:"gradient_checkpointing"`
 }
 
 // DefaultConfig returns the defaults: AdamW(1e-6, 0.9, 0.999, 1e-8), no weight decay, clip norm

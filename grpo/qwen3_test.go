@@ -138,12 +138,13 @@ func guardLikeBatch(t *testing.T, rng *rand.Rand, vocab int) []Sequence {
 // vocabulary, each row computed whole, the plain attention — and with each on and all on:
 // the chunked LM head (chunks of 100 over a 1000-token vocabulary), the shared prefix (each
 // phase's 24-token system prompt once per micro-batch), the blocked attention (blocks of 8
-// queries). The losses, gradient norms and reference log-probs agree
+// queries), activation checkpointing (each stage a graph, each layer recomputed in the
+// backward), alone and with the shared prefix. The losses, gradient norms and reference log-probs agree
 // within 1e-5 relative, and every weight after the steps within 1e-7 (with Adam's ε = 1 the
 // updates are lr times the gradients' moving averages, so that is the gradients agreeing to
 // ~1e-5 of lr).
 func TestSavingsChangeNothing(t *testing.T) {
-	type savings struct{ chunk, shared, blocked bool }
+	type savings struct{ chunk, shared, blocked, ckpt bool }
 	run := func(s savings) (losses, norms []float64, ref [][]float32, w map[string][]float32) {
 		mcfg := model.DefaultTinyConfig()
 		mcfg.VocabSize, mcfg.BOSTokenID, mcfg.EOSTokenIDs = 1000, 0, []int{1}
@@ -156,6 +157,7 @@ func TestSavingsChangeNothing(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.LearningRate, cfg.WarmupSteps, cfg.Beta, cfg.MicroBatchSize, cfg.SharedPrefix = 1e-2, 0, 0.04, 4, s.shared
 		cfg.AdamEpsilon = 1 // ε ≫ √v: each update ≈ lr·m̂, linear in the gradient, so the weights compare the gradients
+		cfg.GradientCheckpointing = s.ckpt
 		tr, err := NewTrainer(backend(t), m.Context(), func(ctx *context.Context, tokens, attn, pos *Node) *Node {
 			return m.TokenLogProbs(ctx, tokens, attn, pos, 0.9)
 		}, cfg, 0)
@@ -165,6 +167,7 @@ func TestSavingsChangeNothing(t *testing.T) {
 		tr.SetSharedPolicy(func(ctx *context.Context, prefix, prefixMask, tokens, attn, pos *Node) *Node {
 			return m.TokenLogProbsShared(ctx, prefix, prefixMask, tokens, attn, pos, 0.9)
 		})
+		tr.SetStagedPolicy(modelStages(m, 0.9))
 		refCtx, err := FrozenCopy(m.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +191,8 @@ func TestSavingsChangeNothing(t *testing.T) {
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Max(1, math.Abs(b)) }
 	offL, offN, offRef, offW := run(savings{})
-	for _, s := range []savings{{chunk: true}, {shared: true}, {blocked: true}, {chunk: true, shared: true, blocked: true}} {
+	for _, s := range []savings{{chunk: true}, {shared: true}, {blocked: true}, {ckpt: true}, {shared: true, ckpt: true},
+		{chunk: true, shared: true, blocked: true, ckpt: true}} {
 		l, n, ref, w := run(s)
 		for i := range offL {
 			if !near(l[i], offL[i]) || !near(n[i], offN[i]) {
@@ -440,4 +444,21 @@ func bf16Weights(t *testing.T, ctx *context.Context) map[string][]float32 {
 		out[v.ScopeAndName()] = tensors.MustCopyFlatData[float32](f)
 	}
 	return out
+}
+
+// modelStages is the Qwen3 model's StagedPolicy (what train passes to SetStagedPolicy).
+func modelStages(m *model.Model, temperature float64) StagedPolicy {
+	conv := func(in StageInputs) model.StageInputs {
+		return model.StageInputs{Prefix: in.Prefix, PrefixMask: in.PrefixMask, Tokens: in.Tokens, AttnMask: in.AttnMask}
+	}
+	return StagedPolicy{
+		Layers: m.NumLayers(),
+		Embed:  func(ctx *context.Context, in StageInputs) []*Node { return m.StageEmbed(ctx, conv(in)) },
+		Layer: func(ctx *context.Context, i int, state []*Node, in StageInputs) []*Node {
+			return m.StageLayer(ctx, i, state, conv(in))
+		},
+		Head: func(ctx *context.Context, state []*Node, in StageInputs, targetPos *Node) *Node {
+			return m.StageHead(ctx, state, conv(in), targetPos, temperature)
+		},
+	}
 }

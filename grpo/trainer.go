@@ -27,6 +27,8 @@ type Trainer struct {
 	// sharedPolicy, when set (SetSharedPolicy), runs the micro-batches whose rows share a
 	// prefix (Config.SharedPrefix).
 	sharedPolicy SharedPolicyFn
+	staged       *StagedPolicy // the policy in stages (SetStagedPolicy), for Config.GradientCheckpointing
+	stageExecs   map[stageKey]*context.Exec
 	totalSteps   int
 	step         int // optimizer steps taken
 
@@ -65,7 +67,34 @@ func NewTrainer(backend backends.Backend, ctx *context.Context, policy PolicyFn,
 		trainExecs:   map[trainKey]*context.Exec{},
 		logProbExecs: map[logProbKey]*context.Exec{},
 		groupExecs:   map[int]*context.Exec{},
+		stageExecs:   map[stageKey]*context.Exec{},
 	}, nil
+}
+
+// checkpointing reports whether steps run the staged policy (activation checkpointing).
+func (t *Trainer) checkpointing() bool { return t.cfg.GradientCheckpointing && t.staged != nil }
+
+// stagedParams fixes the trained variables of the staged path, the first time: every
+// trainable variable of the context but the trainer's own state, checked against a restored
+// optimizer state.
+func (t *Trainer) stagedParams() error {
+	if t.params != nil {
+		return nil
+	}
+	var vars []*context.Variable
+	for v := range t.ctx.IterVariables() {
+		if v.Trainable && !strings.HasPrefix(v.Scope(), StateScope) {
+			vars = append(vars, v)
+		}
+	}
+	if len(vars) == 0 {
+		return errors.New("grpo: the context has no trainable variable")
+	}
+	if err := t.checkPendingState(vars); err != nil {
+		return err
+	}
+	t.params = vars
+	return nil
 }
 
 // SetSharedPolicy gives the trainer a policy for rows that share a prefix: with
@@ -138,11 +167,22 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 		shared := t.sharedPrefix(b, rows)
 		key := trainKey{hasOld: b.OldLogProbs != nil, hasRef: hasRef, shared: shared > 0}
 		mb := pack(b, rows, t.rowsFor(len(rows)), shared, key.hasOld, key.hasRef)
-		exec, err := t.trainExec(key)
-		if err != nil {
-			return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
+		var res []*tensors.Tensor
+		var err error
+		if t.checkpointing() {
+			if err := t.stagedParams(); err != nil {
+				mb.finalize()
+				return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
+			}
+			res, err = t.checkpointedMicroBatch(&mb, key, denom)
+		} else {
+			var exec *context.Exec
+			if exec, err = t.trainExec(key); err != nil {
+				mb.finalize()
+				return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
+			}
+			res, err = exec.Exec(trainArgs(key, &mb, denom)...)
 		}
-		res, err := exec.Exec(trainArgs(key, &mb, denom)...)
 		mb.finalize()
 		if err != nil {
 			if rerr := t.resetAccumulators(); rerr != nil {

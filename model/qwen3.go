@@ -374,8 +374,6 @@ func (m *Model) TokenLogProbsShared(ctx *context.Context, prefix, prefixMask, to
 	g := tokens.Graph()
 	prefix, tokens = ConvertDType(prefix, dtypes.Int32), ConvertDType(tokens, dtypes.Int32)
 	P := prefix.Shape().Dimensions[1]
-	B, L := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
-	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
 	pmask := asBoolMask(prefixMask) // [1, P]
 
 	// The prefix, at batch 1: keep each layer's keys and values.
@@ -384,17 +382,33 @@ func (m *Model) TokenLogProbsShared(ctx *context.Context, prefix, prefixMask, to
 	m.forward(ctx, prefix, positionsOf(g, 1, P), causalBias(pmask), keep) // only the keys and values are used
 
 	// The rows at positions n, n+1, …, attending to the prefix's n tokens and causally to their own.
-	n := ReduceSum(ConvertDType(pmask, dtypes.Int32), -1)                                           // [1]
-	positions := Add(positionsOf(g, B, L), Reshape(n, 1, 1))                                        // [B, L]
-	prefixBias := Where(pmask, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue)) // [1, P]
-	prefixBias = BroadcastToDims(Reshape(prefixBias, 1, 1, P), B, L, P)                             // [B, L, P]
-	bias := Concatenate([]*Node{prefixBias, causalBias(asBoolMask(attnMask))}, -1)                  // [B, L, P+L]
-	attend := func(li int, k, v *Node) (*Node, *Node) {                                             // [B, L, nkv, D] → [B, P+L, nkv, D]
-		kp := BroadcastToDims(kv[li][0], B, P, nkv, D)
-		vp := BroadcastToDims(kv[li][1], B, P, nkv, D)
-		return Concatenate([]*Node{kp, k}, 1), Concatenate([]*Node{vp, v}, 1)
+	positions, bias := afterPrefix(pmask, asBoolMask(attnMask)) // [B, L], [B, L, P+L]
+	attend := func(li int, k, v *Node) (*Node, *Node) {         // [B, L, nkv, D] → [B, P+L, nkv, D]
+		return withPrefixKV(kv[li][0], k), withPrefixKV(kv[li][1], v)
 	}
 	h := m.forward(ctx, tokens, positions, bias, attend) // [B, L, H]
 	logp, _ := m.logProbsAt(ctx, h, tokens, targetPos, temperature, false)
 	return logp
+}
+
+// afterPrefix returns, for rows [B, L] (mask [B, L] bool) that follow a shared prefix of n
+// tokens (pmask [1, P] bool, its first n true), the rows' positions n, n+1, … [B, L] and their
+// attention bias [B, L, P+L]: the prefix's n tokens, then causally their own.
+func afterPrefix(pmask, mask *Node) (positions, bias *Node) {
+	g := mask.Graph()
+	P := pmask.Shape().Dimensions[1]
+	B, L := mask.Shape().Dimensions[0], mask.Shape().Dimensions[1]
+	n := ReduceSum(ConvertDType(pmask, dtypes.Int32), -1)                                           // [1]
+	positions = Add(positionsOf(g, B, L), Reshape(n, 1, 1))                                         // [B, L]
+	prefixBias := Where(pmask, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue)) // [1, P]
+	prefixBias = BroadcastToDims(Reshape(prefixBias, 1, 1, P), B, L, P)                             // [B, L, P]
+	return positions, Concatenate([]*Node{prefixBias, causalBias(mask)}, -1)                        // [B, L, P+L]
+}
+
+// withPrefixKV puts the prefix's keys or values [1, P, nkv, D], broadcast to the rows, before
+// the rows' own [B, L, nkv, D]: [B, P+L, nkv, D].
+func withPrefixKV(prefix, own *Node) *Node {
+	d := own.Shape().Dimensions
+	p := BroadcastToDims(prefix, d[0], prefix.Shape().Dimensions[1], d[2], d[3])
+	return Concatenate([]*Node{p, own}, 1)
 }

@@ -244,6 +244,7 @@ func (r *run) setup() (int, error) {
 	r.trainer.SetSharedPolicy(func(ctx *mlctx.Context, prefix, prefixMask, tokens, attnMask, targetPos *graph.Node) *graph.Node {
 		return m.TokenLogProbsShared(ctx, prefix, prefixMask, tokens, attnMask, targetPos, temperature)
 	})
+	r.trainer.SetStagedPolicy(stagedPolicy(m, temperature))
 	if resumeDir != "" {
 		if err := r.restoreTrainer(resumeDir, start); err != nil {
 			return 0, err
@@ -341,4 +342,22 @@ func checkBestMetric(spec string) error {
 		names = append(names, f.Name)
 	}
 	return fmt.Errorf("train.best_metric %q: not a metric of the eval report (one of %s, with an optional leading '-')", spec, strings.Join(names, ", "))
+}
+
+// stagedPolicy is the model split into stages for grpo's activation checkpointing
+// (grpo.gradient_checkpointing).
+func stagedPolicy(m *model.Model, temperature float64) grpo.StagedPolicy {
+	conv := func(in grpo.StageInputs) model.StageInputs {
+		return model.StageInputs{Prefix: in.Prefix, PrefixMask: in.PrefixMask, Tokens: in.Tokens, AttnMask: in.AttnMask}
+	}
+	return grpo.StagedPolicy{
+		Layers: m.NumLayers(),
+		Embed:  func(ctx *mlctx.Context, in grpo.StageInputs) []*graph.Node { return m.StageEmbed(ctx, conv(in)) },
+		Layer: func(ctx *mlctx.Context, i int, state []*graph.Node, in grpo.StageInputs) []*graph.Node {
+			return m.StageLayer(ctx, i, state, conv(in))
+		},
+		Head: func(ctx *mlctx.Context, state []*graph.Node, in grpo.StageInputs, targetPos *graph.Node) *graph.Node {
+			return m.StageHead(ctx, state, conv(in), targetPos, temperature)
+		},
+	}
 }
