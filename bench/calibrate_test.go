@@ -161,12 +161,15 @@ func measurePlanCase(t *testing.T, pc planCase, sequential bool) planMeasure {
 	if err != nil {
 		t.Fatalf("%s: %v", pc.name, err)
 	}
-	// The trainer of this branch keeps no master weights and updates every
-	// variable in one graph.
+	masters := 0
+	if dt != dtypes.Float32 && cfg.MasterDType == "float32" {
+		masters = 4
+	}
 	p, err := plan.Compute(plan.Inputs{
-		Arch: arch, WeightBytes: int(dt.Size()), Reference: cfg.Beta > 0,
+		Arch: arch, WeightBytes: int(dt.Size()), MasterBytes: masters, Reference: cfg.Beta > 0,
 		Train: plan.TrainShape(pc.shape), MicroBatchSize: cfg.MicroBatchSize, SharedPrefix: cfg.SharedPrefix,
-		LMHeadChunk: pc.lmChunk, InPlace: true,
+		Checkpointing: cfg.GradientCheckpointing, UpdateGroupLayers: cfg.UpdateGroupLayers,
+		LMHeadChunk: pc.lmChunk, AttentionBlock: m.AttentionBlock(), InPlace: true,
 		Rollout: plan.RolloutShape{Rows: 1, PromptTokens: 1, NewTokens: 1},
 	})
 	if err != nil {

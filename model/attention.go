@@ -5,7 +5,8 @@ package model
 // kernel), so that a training step never holds a [B, heads, T, S] tensor: per layer it keeps
 // q, k, v, the output and the row log-sum-exps, and in the backward one block's
 // [B, heads, Tb, S] at a time. Graphs that are not training graphs (generation, reference
-// log-probs) run the plain softmax attention of qwen3.go, which they never differentiate.
+// log-probs) run the same blocks forward only when they have more queries than a block (a
+// prefill), the plain softmax otherwise (a decoding step).
 //
 // For one query block, with S = q·kᵀ·scale + bias, lse = log Σ exp S, P = exp(S − lse),
 // O = P·v and the upstream gradient dO:
@@ -28,6 +29,9 @@ import (
 // model.attention_block says otherwise.
 const DefaultAttentionBlock = 64
 
+// AttentionBlock returns the query rows per block of the attention in training graphs (0 = plain).
+func (m *Model) AttentionBlock() int { return m.attentionBlock }
+
 // SetAttentionBlock sets the query rows per block of the attention in training graphs (0 =
 // the plain attention). Call it before the first graph is built.
 func (m *Model) SetAttentionBlock(n int) { m.attentionBlock = max(n, 0) }
@@ -37,10 +41,29 @@ func (m *Model) SetAttentionBlock(n int) { m.attentionBlock = max(n, 0) }
 // [B, nkv, T, rep, D] in the model's dtype, with the scores, softmax and statistics in
 // float32. Blocked (blockedAttention) in training graphs, plain otherwise.
 func (m *Model) attention(training bool, q5, k, v, bias *Node) *Node {
-	if training && m.attentionBlock > 0 {
+	switch {
+	case training && m.attentionBlock > 0:
 		return m.blockedAttention(q5, k, v, bias)
+	case m.attentionBlock > 0 && q5.Shape().Dimensions[1] > m.attentionBlock:
+		// A prefill or a forward of many queries: the blocks one after the other, forward
+		// only (not differentiable on the pure-Go backend, which has no gradient of Slice).
+		return blockedForward(q5, k, v, bias, m.attentionBlock, m.dtype)
 	}
 	return plainAttention(q5, k, v, bias, m.dtype)
+}
+
+// blockedForward is the attention of blocks of n queries, one after the other: the forward of
+// blockedAttention without its gradient.
+func blockedForward(q5, k, v, bias *Node, n int, dtype dtypes.DType) *Node {
+	var outs []*Node
+	var dep *Node
+	for _, b := range blockRanges(q5.Shape().Dimensions[1], n) {
+		qb := Slice(after(q5, dep), AxisRange(), AxisRange(b[0], b[1]))
+		bb := Slice(bias, AxisRange(), AxisRange(b[0], b[1]))
+		o, lse := attentionBlockForward(qb, k, v, bb, dtype)
+		outs, dep = append(outs, o), lse
+	}
+	return Concatenate(outs, 2) // [B, nkv, T, rep, D]
 }
 
 // plainAttention is the whole softmax at once.

@@ -60,19 +60,17 @@ func FromConfig(c Config) (Inputs, error) {
 	}
 	in.Arch = arch
 	in.WeightBytes = int(dt.Size())
-	// lead wires: grpo.master_dtype (default float32) — float32 master
-	// weights when it differs from model.dtype.
-	if in.WeightBytes != f32 {
+	// float32 master weights when grpo.master_dtype (float32) differs from model.dtype.
+	if in.WeightBytes != f32 && c.GRPO.MasterDType == "float32" {
 		in.MasterBytes = f32
 	}
 	in.Reference = c.GRPO.Beta > 0
 	in.MicroBatchSize = c.GRPO.MicroBatchSize
 	in.SharedPrefix = c.GRPO.SharedPrefix
-	// lead wires: grpo.gradient_checkpointing (default false).
-	in.Checkpointing = false
-	// lead wires: grpo.update_group_layers (default DefaultUpdateGroupLayers).
-	in.UpdateGroupLayers = DefaultUpdateGroupLayers
+	in.Checkpointing = c.GRPO.GradientCheckpointing
+	in.UpdateGroupLayers = c.GRPO.UpdateGroupLayers
 	in.LMHeadChunk = c.Model.LMHeadChunk
+	in.AttentionBlock = c.Model.AttentionBlock
 	in.InPlace = c.Model.BackendConfig.Name != "xla"
 	in.DeviceBytes = c.DeviceBytes
 	in.UsableFraction = c.Model.BackendConfig.UsableFraction()
@@ -99,7 +97,3 @@ func FromConfig(c Config) (Inputs, error) {
 	in.Rollout = RolloutShape{Rows: r.BatchSize, PrefixTokens: prefix, PromptTokens: prefix + own - completion, NewTokens: completion}
 	return in, nil
 }
-
-// DefaultUpdateGroupLayers is the decoder layers per optimizer-update group
-// unless grpo.update_group_layers says otherwise (lead wires).
-const DefaultUpdateGroupLayers = 4

@@ -32,8 +32,9 @@ func defaultInputs(t *testing.T, deviceBytes int64, sets ...string) plan.Inputs 
 	if err != nil {
 		t.Fatal(err)
 	}
-	// lead wires: configs/default.yaml sets grpo.gradient_checkpointing: true.
-	in.Checkpointing = true
+	if !in.Checkpointing {
+		t.Fatal("configs/default.yaml does not set grpo.gradient_checkpointing")
+	}
 	return in
 }
 
@@ -66,8 +67,8 @@ func TestDefaultConfigPlan(t *testing.T) {
 	}
 
 	// 80 GB: the file as it is, without the reference, and without master
-	// weights too (grpo.master_dtype: bfloat16 — lead wires — which rounds
-	// away updates as small as a 1e-6 learning rate makes them).
+	// weights too (grpo.master_dtype: bfloat16, which rounds away updates as
+	// small as a 1e-6 learning rate makes them).
 	for _, v := range []struct {
 		name    string
 		sets    []string

@@ -82,6 +82,10 @@ type Inputs struct {
 	// groups of their own); 0 = everything in one update.
 	UpdateGroupLayers int
 	LMHeadChunk       int // model.lm_head_chunk (0 = the whole vocabulary at once)
+	// AttentionBlock is model.attention_block: training graphs' attention runs over blocks of
+	// this many queries and its backward recomputes each block's probabilities (0 = the plain
+	// softmax, whose probabilities every layer keeps).
+	AttentionBlock int
 
 	Rollout RolloutShape // the largest generation batch
 
@@ -378,7 +382,7 @@ func trainShapes(in Inputs) Shapes {
 // tokens attending to s keys each (the package comment's table), without
 // the keys and values when shared (they are then the concatenated prefix +
 // row tensors, counted by the caller).
-func layerSaved(c *model.Config, w, n, s int64, shared bool) int64 {
+func layerSaved(c *model.Config, w, n, s int64, shared, blocked bool) int64 {
 	H, I := int64(c.HiddenSize), int64(c.IntermediateSize)
 	Q := int64(c.NumAttentionHeads * c.HeadDim)
 	KV := int64(c.NumKeyValueHeads * c.HeadDim)
@@ -386,7 +390,11 @@ func layerSaved(c *model.Config, w, n, s int64, shared bool) int64 {
 	if shared {
 		kv = (4 + w) * KV // k before and after its norm; RoPE'd k and v live in the concatenation
 	}
-	perToken := (8+4*w)*H + (4+3*w)*Q + kv + 5*w*I + (4+w)*int64(c.NumAttentionHeads)*s
+	attention := (4 + w) * int64(c.NumAttentionHeads) * s // the softmax's exponentials and probabilities
+	if blocked {
+		attention = f32 * int64(c.NumAttentionHeads) // only the rows' log-sum-exps (attention.go)
+	}
+	perToken := (8+4*w)*H + (4+3*w)*Q + kv + 5*w*I + attention
 	return n * perToken
 }
 
@@ -403,9 +411,10 @@ func activations(in Inputs, sh Shapes, checkpointed bool) int64 {
 	L := int64(c.NumHiddenLayers)
 	R, P, T, K := int64(sh.TrainRows), int64(sh.TrainPrefix), int64(sh.TrainTokens), int64(sh.TrainTargets)
 	shared := P > 0
-	layer := layerSaved(c, w, R*T, P+T, shared)
+	blocked := in.AttentionBlock > 0
+	layer := layerSaved(c, w, R*T, P+T, shared, blocked)
 	if shared {
-		layer += layerSaved(c, w, P, P, false) // the prefix's own forward, once
+		layer += layerSaved(c, w, P, P, false, blocked) // the prefix's own forward, once
 		layer += 2 * R * (P + T) * KV * w      // the rows' keys and values: prefix broadcast ++ own
 	}
 	tokens := R*T + P
@@ -425,7 +434,11 @@ func layerBackward(in Inputs, sh Shapes) int64 {
 	c := &in.Arch
 	R, P, T := int64(sh.TrainRows), int64(sh.TrainPrefix), int64(sh.TrainTokens)
 	nq, I := int64(c.NumAttentionHeads), int64(c.IntermediateSize)
-	scores := R*nq*T*(P+T) + nq*P*P
+	tq, tp := T, P // query rows whose scores exist at once
+	if b := int64(in.AttentionBlock); b > 0 {
+		tq, tp = min(T, b), min(P, b)
+	}
+	scores := R*nq*tq*(P+T) + nq*tp*P
 	return 3 * max(scores, (R*T+P)*I) * f32
 }
 
@@ -501,7 +514,11 @@ func generation(in Inputs, sh *Shapes) (prefill, decode []Part) {
 	KV := int64(c.NumKeyValueHeads * c.HeadDim)
 	H, I, V := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.VocabSize)
 	cache := 2 * L * b * s * KV * w
-	scores := b * int64(c.NumAttentionHeads) * t * s
+	tq := t // query rows whose scores exist at once: a block of them in a prefill (attention.go)
+	if blk := int64(in.AttentionBlock); blk > 0 {
+		tq = min(t, blk)
+	}
+	scores := b * int64(c.NumAttentionHeads) * tq * s
 	conv := int64(0)
 	if w != f32 {
 		conv = w // the scores' model.dtype copy beside the float32 ones
@@ -509,7 +526,7 @@ func generation(in Inputs, sh *Shapes) (prefill, decode []Part) {
 	logits := 2 * b * V * f32 // the LM head's chunks and their concatenation, float32
 	prefill = []Part{
 		{"kv_cache", cache},
-		{"attention", scores*(f32+conv) + b*t*s*f32},
+		{"attention", scores*(f32+conv) + b*t*s*f32}, // the scores of the queries at once, and the [t, s] mask
 		{"layer", b * t * (2*H*f32 + 3*I*w)},
 		{"logits", logits},
 	}

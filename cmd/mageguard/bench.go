@@ -98,8 +98,6 @@ hand.
 			in.Arch = *m.Config()
 			in.Train = plan.TrainShape(train)
 			in.Rollout = plan.RolloutShape(decode)
-			in.MasterBytes = 0       // lead wires: the trainer's master weights (grpo.master_dtype)
-			in.UpdateGroupLayers = 0 // lead wires: grpo.update_group_layers; this trainer updates all at once
 			bp, err := plan.Compute(in)
 			if err != nil {
 				return fmt.Errorf("model bench: %w", err)
