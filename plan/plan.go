@@ -415,7 +415,7 @@ func activations(in Inputs, sh Shapes, checkpointed bool) int64 {
 	layer := layerSaved(c, w, R*T, P+T, shared, blocked)
 	if shared {
 		layer += layerSaved(c, w, P, P, false, blocked) // the prefix's own forward, once
-		layer += 2 * R * (P + T) * KV * w      // the rows' keys and values: prefix broadcast ++ own
+		layer += 2 * R * (P + T) * KV * w               // the rows' keys and values: prefix broadcast ++ own
 	}
 	tokens := R*T + P
 	final := tokens*(f32+w)*H + R*K*H*w // the final norm's input and product; the gathered hidden states
