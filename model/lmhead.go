@@ -32,7 +32,7 @@ import (
 
 // DefaultLMHeadChunk is the vocabulary rows per chunk of the LM head unless
 // model.lm_head_chunk says otherwise.
-const DefaultLMHeadChunk = 8192
+const DefaultLMHeadChunk = 2048
 
 // SetLMHeadChunk sets the vocabulary rows per chunk of the LM head (0 = the
 // whole vocabulary at once). Call it before the first graph is built: a
