@@ -374,11 +374,18 @@ func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperatu
 	return append([]*Node{z, lse}, cache...)
 }
 
+// generationChunkBytes is the size of a generation step's float32 [B, V] logits above which
+// they are computed over the LM head's vocabulary chunks. The logits are the step's output
+// either way, so chunks only save the softmax's temporaries beside them; below this (64 rows
+// of Qwen3's vocabulary are 39 MB), one product is faster than the chunks' many small ops.
+var generationChunkBytes int64 = 64 << 20 // a variable: tests lower it to run the chunked path on small batches
+
 // lastLogits maps the hidden states of the rows being generated, hLast
 // [B, H], to their logits / temperature [B, V] (float32) and log-sum-exp
-// [B]: over vocabulary chunks (lmhead.go) or at once.
+// [B]: over vocabulary chunks (lmhead.go) when the batch's logits exceed
+// generationChunkBytes, else at once.
 func (m *Model) lastLogits(ctx *context.Context, hLast, temperature *Node) (z, lse *Node) {
-	if m.chunked() {
+	if m.chunked() && int64(hLast.Shape().Dimensions[0])*int64(m.cfg.VocabSize)*4 > generationChunkBytes {
 		invT := Inverse(ConvertDType(temperature, dtypes.Float32))
 		return m.headLogits(ctx, hLast, invT)
 	}
