@@ -6,7 +6,8 @@ package model
 // q, k, v, the output and the row log-sum-exps, and in the backward one block's
 // [B, heads, Tb, S] at a time. Graphs that are not training graphs (generation, reference
 // log-probs) run the same blocks forward only when they have more queries than a block (a
-// prefill), the plain softmax otherwise (a decoding step).
+// prefill) and their scores exceed forwardBlockBytes, the plain softmax otherwise (a decoding
+// step, a small prefill).
 //
 // For one query block, with S = q·kᵀ·scale + bias, lse = log Σ exp S, P = exp(S − lse),
 // O = P·v and the upstream gradient dO:
@@ -44,12 +45,25 @@ func (m *Model) attention(training bool, q5, k, v, bias *Node) *Node {
 	switch {
 	case training && m.attentionBlock > 0:
 		return m.blockedAttention(q5, k, v, bias)
-	case m.attentionBlock > 0 && q5.Shape().Dimensions[1] > m.attentionBlock:
-		// A prefill or a forward of many queries: the blocks one after the other, forward
-		// only (not differentiable on the pure-Go backend, which has no gradient of Slice).
+	case m.attentionBlock > 0 && q5.Shape().Dimensions[1] > m.attentionBlock && scoreBytes(q5, k) > forwardBlockBytes:
+		// A prefill or a forward of many queries whose scores are large: the blocks one after
+		// the other, forward only (not differentiable on the pure-Go backend, which has no
+		// gradient of Slice: a graph that takes gradients must be a training graph).
 		return blockedForward(q5, k, v, bias, m.attentionBlock, m.dtype)
 	}
 	return plainAttention(q5, k, v, bias, m.dtype)
+}
+
+// forwardBlockBytes is the size of a forward's float32 [B, heads, T, S] scores above which
+// graphs that are not training graphs run the attention in blocks: below it the blocks' many
+// small ops cost more time than the scores cost memory (BenchmarkForward's 4 × 256 tokens: 1 MB
+// per head). A variable: tests lower it to run the blocked forward on small inputs.
+var forwardBlockBytes int64 = 64 << 20
+
+// scoreBytes is the size of the float32 scores of q5 [B, T, nkv, rep, D] against k [B, S, nkv, D].
+func scoreBytes(q5, k *Node) int64 {
+	d := q5.Shape().Dimensions
+	return int64(d[0]) * int64(d[1]) * int64(d[2]) * int64(d[3]) * int64(k.Shape().Dimensions[1]) * 4
 }
 
 // blockedForward is the attention of blocks of n queries, one after the other: the forward of

@@ -111,6 +111,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	tokens, mask, target := benchBatchInputs()
 	opt := optimizers.Adam().LearningRate(1e-4).WeightDecay(0.01).Done()
 	e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, tok, msk, tgt *Node) *Node {
+		ctx.SetTraining(tok.Graph(), true) // a graph that takes gradients is a training graph (attention.go)
 		loss := Neg(ReduceAllMean(m.TokenLogProbs(ctx, tok, msk, tgt, 1)))
 		opt.UpdateGraph(ctx, tok.Graph(), loss)
 		return loss
@@ -155,6 +156,7 @@ func benchmarkTrainStepPrefix(b *testing.B, shared bool) {
 	}
 	opt := optimizers.Adam().LearningRate(1e-4).WeightDecay(0.01).Done()
 	e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, in []*Node) *Node {
+		ctx.SetTraining(in[0].Graph(), true)
 		var logp *Node
 		if shared {
 			logp = m.TokenLogProbsShared(ctx, in[0], in[1], in[2], in[3], in[4], 1)
