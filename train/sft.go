@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -26,6 +27,14 @@ type SFTConfig struct {
 	// turn only, with the judge's rule on it), or a teacher JSONL file
 	// (FileTeacher; a file named synth needs a path such as ./synth).
 	Teacher string `yaml:"teacher"`
+	// JudgePairs adds to every step, besides the calls of its
+	// trajectories, the judge calls of that many pairs of turns: the
+	// label-1 turn and a label-0 turn (both drawn at random) of an attack
+	// run with a label-1 action (a fresh draw each step, the runs distinct
+	// while the pool lasts). Label-1 actions are rare (7.5% of synth's), so
+	// without pairs a step of a few trajectories shows the judge about one
+	// action to reject; 0 = none.
+	JudgePairs int `yaml:"judge_pairs"`
 }
 
 // DefaultSFTConfig returns the defaults: the synthetic world's perfect teacher.
@@ -35,6 +44,9 @@ func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: TeacherSynth} }
 func (c *SFTConfig) Validate() error {
 	if c.Teacher == "" {
 		return fmt.Errorf("teacher must be %s, %s or a teacher file", TeacherSynth, TeacherSynthMyopic)
+	}
+	if c.JudgePairs < 0 {
+		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
 	}
 	return nil
 }
@@ -66,8 +78,16 @@ func (m *SFTMetrics) summary() string {
 
 // sftState is an SFT run's teacher and its targets, rendered once.
 type sftState struct {
-	teacher Teacher
-	seqs    [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
+	teacher    Teacher
+	judgePairs int
+	seqs       [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
+	judge      [][]judgeCall     // per pool trajectory: its judge calls, in turn order
+}
+
+// judgeCall is one turn's judge sequence and the turn's label.
+type judgeCall struct {
+	seq   int // index into the trajectory's seqs
+	label int
 }
 
 // SFT runs a supervised warm start (`mageguard sft`): each step samples
@@ -88,7 +108,7 @@ type sftState struct {
 // Trajectories the teacher has no targets for are left out (and counted);
 // opts.GRPO's beta, num_iterations, clip_epsilon and scale_rewards do not
 // apply.
-func SFT(ctx context.Context, opts Options, teacher Teacher) (*Result, error) {
+func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Result, error) {
 	if teacher == nil {
 		return nil, errors.New("sft: no teacher")
 	}
@@ -101,7 +121,10 @@ func SFT(ctx context.Context, opts Options, teacher Teacher) (*Result, error) {
 	// the trainer's −log π diagnostics (grpo.Stats.Entropy).
 	opts.GRPO.Beta = 0
 	opts.GRPO.NumIterations = 1
-	r := &run{opts: opts, sft: &sftState{teacher: teacher}}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sft.%w", err)
+	}
+	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs}}
 	return r.loop(ctx)
 }
 
@@ -122,9 +145,20 @@ func (r *run) sftTargets() error {
 		if err != nil {
 			return fmt.Errorf("sft: %w", err)
 		}
+		var judge []judgeCall
+		for k, s := range seqs {
+			if s.Phase == grpo.PhaseJudge {
+				judge = append(judge, judgeCall{seq: k})
+			}
+		}
+		s, _ := r.window(tr)
+		for t := range judge {
+			judge[t].label = tr.Turns[s+t].Label
+		}
 		pool = append(pool, tr)
 		positive = append(positive, r.positive[i])
 		r.sft.seqs = append(r.sft.seqs, seqs)
+		r.sft.judge = append(r.sft.judge, judge)
 	}
 	if len(pool) == 0 {
 		return fmt.Errorf("sft: teacher %s has targets for none of the %d trajectories of %s", r.sft.teacher, len(r.pool), o.Train.Data)
@@ -150,11 +184,7 @@ func (r *run) sftTargets() error {
 
 // sftSequences returns the memory and judge sequences of tr's window.
 func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) ([]grpo.Sequence, error) {
-	labels := make([]int, len(tr.Turns))
-	for t, tu := range tr.Turns {
-		labels[t] = tu.Label
-	}
-	s, e := rollout.Window(labels, r.opts.Train.MaxTurns)
+	s, e := r.window(tr)
 	targets, err := r.sft.teacher.Targets(tr, s, e)
 	if err != nil {
 		return nil, err
@@ -188,6 +218,52 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) ([]grpo
 	return seqs, nil
 }
 
+// window is the turns [start, end) of tr that train runs on (rollout.Window).
+func (r *run) window(tr *dataset.Trajectory) (start, end int) {
+	labels := make([]int, len(tr.Turns))
+	for t, tu := range tr.Turns {
+		labels[t] = tu.Label
+	}
+	return rollout.Window(labels, r.opts.Train.MaxTurns)
+}
+
+// judgePairs returns the step's extra judge calls (SFTConfig.JudgePairs):
+// for each of n attack runs with a label-1 action in their window, drawn
+// from (seed, step) alone, the judge call of one label-1 turn and of one
+// label-0 turn, both drawn at random.
+func (r *run) judgePairs(step, n int) []grpo.Sequence {
+	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x7a1f))
+	var runs []int
+	for i, calls := range r.sft.judge {
+		for _, c := range calls {
+			if c.label == 1 {
+				runs = append(runs, i)
+				break
+			}
+		}
+	}
+	var out []grpo.Sequence
+	for k := 0; k < n && len(runs) > 0; k++ {
+		if k%len(runs) == 0 {
+			rng.Shuffle(len(runs), func(a, b int) { runs[a], runs[b] = runs[b], runs[a] })
+		}
+		i := runs[k%len(runs)]
+		var pos, neg []int
+		for _, c := range r.sft.judge[i] {
+			if c.label == 1 {
+				pos = append(pos, c.seq)
+			} else {
+				neg = append(neg, c.seq)
+			}
+		}
+		out = append(out, r.sft.seqs[i][pos[rng.IntN(len(pos))]])
+		if len(neg) > 0 {
+			out = append(out, r.sft.seqs[i][neg[rng.IntN(len(neg))]])
+		}
+	}
+	return out
+}
+
 // teacherSequence is one teacher-forced call with advantage 1 (see SFT).
 func teacherSequence(prompt, completion []int, forced []bool, phase grpo.Phase) grpo.Sequence {
 	s := grpo.Sequence{Phase: phase, Advantage: 1, Forced: forced}
@@ -214,6 +290,7 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 	for _, i := range SampleStep(r.positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, step) {
 		seqs = append(seqs, r.sft.seqs[i]...)
 	}
+	seqs = append(seqs, r.judgePairs(step, r.sft.judgePairs)...)
 	// By phase and length, as in GRPO (less padding; the loss is a sum
 	// over sequences, so order is free).
 	sort.SliceStable(seqs, func(a, b int) bool {

@@ -181,7 +181,7 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	}
 	o := synthMicroOptions(t)
 	teacher := SynthTeacher{synth.Teacher{BudgetChars: 100}}
-	if _, err := SFT(context.Background(), o, teacher); err != nil {
+	if _, err := SFT(context.Background(), o, DefaultSFTConfig(), teacher); err != nil {
 		t.Fatal(err)
 	}
 	lines := readJSONL[SFTMetrics](t, filepath.Join(o.Out, "metrics.jsonl"))

@@ -28,7 +28,10 @@ samples train.trajectories trajectories as train does (train.balance,
 train.max_turns windows, train.seed) and takes one AdamW step (grpo's
 learning_rate, schedule, warm-up, clipping, micro_batch_size) on all their
 turns' calls. grpo.beta, num_iterations, clip_epsilon and scale_rewards do
-not apply.
+not apply. With sft.judge_pairs N, each step also trains on the judge calls
+of N pairs of turns (the label-1 turn and a label-0 turn of an attack run):
+label-1 actions are rare, so a step of a few trajectories otherwise shows the
+judge about one action to reject.
 
 The teacher (sft.teacher, or --teacher):
   synth          the synthetic world's perfect memory manager and its judge rule
@@ -90,7 +93,7 @@ checkpoint is what train --model starts GRPO from.`,
 				Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
 				Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
 				Evaluate: trainEvalHook(cfg, os.Stderr),
-			}, t)
+			}, cfg.SFT, t)
 			if err != nil {
 				return err
 			}
