@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep learn learn-gamma
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash fuzz parquet-flip learn learn-gamma
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -16,13 +16,18 @@ test:
 	$(GO) test -count=1 $(PKGS)
 
 # Benchmarks of every package (results also in bin/bench.txt), then the
-# model's benchmarks redone in PyTorch float32 and printed side by side with
-# the ratios (needs /usr/bin/python3 with torch; skipped otherwise).
+# model's benchmarks and grpo's update benchmark redone in PyTorch float32 and
+# printed side by side with the ratios (needs /usr/bin/python3 with torch:
+# apt-get install -y python3-torch python3-numpy libopenblas0-pthread;
+# skipped otherwise).
 bench:
 	@mkdir -p bin
 	@$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS) > bin/bench.txt; status=$$?; cat bin/bench.txt; exit $$status
 	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
-	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt; \
+	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt && \
+	  $(GO) build -o $(BIN) ./cmd/mageguard && rm -rf bin/bench-tiny && \
+	  $(BIN) model init --config configs/tiny.yaml --out bin/bench-tiny 2>/dev/null && \
+	  /usr/bin/python3 scripts/bench_update_torch.py --ckpt bin/bench-tiny --threads 2 --go bin/bench.txt; \
 	else echo "bench: no /usr/bin/python3 with torch, PyTorch comparison skipped"; fi
 
 # The main job on the bundled data: a tiny random Qwen3 trained for a few
@@ -73,6 +78,65 @@ learn: build
 LEARN_GAMMA_OUT ?= runs/learn-gamma
 learn-gamma: build
 	scripts/learn-gamma.sh $(LEARN_GAMMA_OUT)
+
+# The load test of `mageguard serve` on loopback (not part of `make test`): a
+# tiny checkpoint served, one session alone then SERVE_LOAD_SESSIONS sessions
+# x SERVE_LOAD_STEPS steps at once; no step lost or answered twice; prints
+# throughput, p50/p99 latency and the mean generation batch size, and writes
+# them to $(SERVE_LOAD_OUT). Bounded: 32 x 8 = 256 steps, a 15-minute timeout.
+SERVE_LOAD_SESSIONS ?= 32
+SERVE_LOAD_STEPS    ?= 8
+SERVE_LOAD_OUT      ?= runs/serve-load.json
+serve-load:
+	mkdir -p $(dir $(SERVE_LOAD_OUT))
+	MAGEGUARD_SERVE_LOAD=$(abspath $(SERVE_LOAD_OUT)) MAGEGUARD_SERVE_LOAD_SESSIONS=$(SERVE_LOAD_SESSIONS) \
+	  MAGEGUARD_SERVE_LOAD_STEPS=$(SERVE_LOAD_STEPS) \
+	  $(GO) test -count=1 -v -timeout 15m -run '^TestServeLoad$$' ./cmd/mageguard
+
+# The crash test of `mageguard serve`: sessions under load, the server killed
+# with SIGKILL after 40 answered steps, restarted on the same --state; every
+# answered step's memory and decision must be stored, no session
+# half-updated, and the agents' retries (by step index) store nothing twice.
+serve-crash:
+	MAGEGUARD_SERVE_CRASH=1 $(GO) test -count=1 -v -timeout 15m -run '^TestServeCrash$$' ./cmd/mageguard
+# Go's native fuzzing of every parser of outside input, one target at a
+# time, each for FUZZTIME (their seed corpora also run in `make test`).
+# FUZZ=FuzzParquet runs one target; FUZZPARALLEL sets the fuzzing workers.
+# FUZZMINIMIZE bounds the minimizing of each new input (Go's default, 60s,
+# spent whole runs minimizing the first input of the targets with KB-sized
+# seeds; 1s, most of FuzzParquet's). Results and times: docs/reliability.md.
+FUZZTIME     ?= 60s
+FUZZPARALLEL ?= 1
+FUZZMINIMIZE ?= 10x
+FUZZ         ?=
+FUZZ_TARGETS := \
+	./dataset:FuzzDecodeJSON \
+	./dataset:FuzzParquet \
+	./model:FuzzSafetensors \
+	./model:FuzzParseConfig \
+	./config:FuzzLoad \
+	./rollout:FuzzParseToolCall \
+	./rollout:FuzzEscapeDelimiters \
+	./model/tokenizer:FuzzEncodeUntrusted \
+	./model/tokenizer:FuzzSplit \
+	./model/tokenizer:FuzzParse \
+	./eval:FuzzDecodeDecisions \
+	./eval:FuzzReadReport \
+	./internal/strictjson:FuzzCheck
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  if [ -n "$(FUZZ)" ] && [ "$(FUZZ)" != "$$name" ]; then continue; fi; \
+	  echo "fuzz: $$name ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) -parallel $(FUZZPARALLEL) $$pkg || exit 1; \
+	done
+
+# `data validate` on copies of the bundled split's Parquet file with one
+# byte changed, under ulimit -v 6000000 and timeout 30 (every byte of the
+# footer, every STRIDE-th of the data); see scripts/parquet-flip.sh.
+STRIDE ?= 1
+parquet-flip: build
+	scripts/parquet-flip.sh $(STRIDE)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

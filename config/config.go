@@ -6,6 +6,7 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/serve"
 	"github.com/mageguard/mageguard/sweep"
 	"github.com/mageguard/mageguard/train"
 )
@@ -22,6 +23,7 @@ type Config struct {
 	SFT     train.SFTConfig `yaml:"sft"`     // the supervised warm start's teacher (`mageguard sft`)
 	Sweep   sweep.Config    `yaml:"sweep"`   // grid of config points for `mageguard sweep`
 	Eval    eval.Config     `yaml:"eval"`    // held-out data and decoding of `mageguard eval`
+	Serve   serve.Config    `yaml:"serve"`   // batching, limits and blocking rule of `mageguard serve`
 }
 
 // Default returns the configuration with every section at its defaults.
@@ -35,6 +37,7 @@ func Default() *Config {
 		SFT:     train.DefaultSFTConfig(),
 		Sweep:   sweep.DefaultConfig(),
 		Eval:    eval.DefaultConfig(),
+		Serve:   serve.DefaultConfig(),
 	}
 }
 

@@ -36,9 +36,15 @@ func LoadFile(path string, dst any) error {
 	return loadFile(path, dst, 0)
 }
 
+// maxConfigFileBytes bounds a configuration file (configs/ hold a few KB).
+const maxConfigFileBytes = 1 << 20
+
 func loadFile(path string, dst any, depth int) error {
 	if depth > 8 {
 		return fmt.Errorf("config %s: more than 8 nested base files (a cycle?)", path)
+	}
+	if st, err := os.Stat(path); err == nil && st.Size() > maxConfigFileBytes {
+		return fmt.Errorf("config %s: %d bytes, more than the %d a configuration file may have", path, st.Size(), maxConfigFileBytes)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

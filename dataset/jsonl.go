@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // jsonlReader reads one JSON object a line. Blank lines are skipped.
@@ -67,9 +68,11 @@ var recordFields = []string{"id", "source", "suite", "user_task_id", "injection_
 	"model", "user_prompt", "turns", "utility", "security"}
 
 // DecodeJSON decodes one trajectory object strictly: every required key
-// present with its JSON type, no unknown keys, labels 0 or 1, arguments an
-// object. Errors are *FieldError naming the field (or the JSON syntax error).
-// It does not run Validate.
+// present with its JSON type, no unknown keys, no key given twice in any
+// object (arguments included), labels 0 or 1, arguments an object, every
+// string valid UTF-8 with no escaped lone surrogate (encoding/json would
+// turn them into U+FFFD without a word). Errors are *FieldError naming the
+// field (or the JSON syntax error). It does not run Validate.
 func DecodeJSON(b []byte) (*Trajectory, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &obj); err != nil {
@@ -77,6 +80,9 @@ func DecodeJSON(b []byte) (*Trajectory, error) {
 	}
 	if obj == nil {
 		return nil, fieldErr("", "record is null, want a JSON object")
+	}
+	if path, problem, ok := strictjson.Check(b); !ok {
+		return nil, fieldErr(path, "%s", problem)
 	}
 	if err := unknownKeys(obj, "", recordFields); err != nil {
 		return nil, err

@@ -63,37 +63,64 @@ func openParquet(path string) (_ *parquetReader, err error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
-	pf, err := parquet.OpenFile(f, fi.Size())
+	// Everything parquet-go will decode is checked first, against the
+	// file's real size (parquetcheck.go); what it still panics on becomes
+	// an error naming the file.
+	if _, err := checkParquet(f, fi.Size()); err != nil {
+		return nil, &Error{File: path, Err: fmt.Errorf("not a readable Parquet file: %w", err)}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = &Error{File: path, Err: fmt.Errorf("not a readable Parquet file: %v", p)}
+		}
+	}()
+	pf, err := parquet.OpenFile(f, fi.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
-		f.Close()
 		return nil, &Error{File: path, Err: fmt.Errorf("not a readable Parquet file: %w", err)}
 	}
 	if err := checkParquetSchema(pf.Schema()); err != nil {
-		f.Close()
 		return nil, &Error{File: path, Field: err.Field, Err: fmt.Errorf("%s", err.Msg)}
 	}
-	defer func() { // parquet-go panics on schemas it cannot convert
-		if p := recover(); p != nil {
-			f.Close()
-			err = &Error{File: path, Err: fmt.Errorf("incompatible Parquet schema: %v", p)}
-		}
-	}()
 	r := parquet.NewGenericReader[pqTrajectory](pf)
 	return &parquetReader{path: path, f: f, r: r, buf: make([]pqTrajectory, parquetBatch), ids: idSet{}}, nil
 }
 
-// checkParquetSchema requires every column of the trajectory schema, so that a
-// file missing, say, the label column fails instead of reading zeros.
+// checkParquetSchema requires the columns of the trajectory schema and no
+// others, each with the physical type it is read as (an INT64 label read
+// into int32 would lose its high bits without a word), no more optional
+// than the schema allows (a null read into a required field would become
+// "" or 0) and repeated the same way.
 func checkParquetSchema(s *parquet.Schema) *FieldError {
 	want := parquet.SchemaOf(new(pqTrajectory))
 	for _, path := range want.Columns() {
-		if _, ok := s.Lookup(path...); !ok {
-			return fieldErr(fieldOfColumn(path), "missing column %q", strings.Join(path, "."))
+		name := strings.Join(path, ".")
+		got, ok := s.Lookup(path...)
+		if !ok {
+			return fieldErr(fieldOfColumn(path), "missing column %q", name)
+		}
+		exp, _ := want.Lookup(path...)
+		if gk, wk := got.Node.Type().Kind(), exp.Node.Type().Kind(); gk != wk {
+			return fieldErr(fieldOfColumn(path), "column %q is %s, want %s (values are never narrowed or converted)", name, gk, wk)
+		}
+		if got.MaxRepetitionLevel != exp.MaxRepetitionLevel {
+			return fieldErr(fieldOfColumn(path), "column %q is nested in %d repeated groups, want %d", name, got.MaxRepetitionLevel, exp.MaxRepetitionLevel)
+		}
+		if got.MaxDefinitionLevel > exp.MaxDefinitionLevel {
+			return fieldErr(fieldOfColumn(path), "column %q may hold nulls (%d optional levels) where the schema has %d", name, got.MaxDefinitionLevel, exp.MaxDefinitionLevel)
+		}
+	}
+	for _, path := range s.Columns() {
+		if _, ok := want.Lookup(path...); !ok {
+			return fieldErr(fieldOfColumn(path), "unknown column %q", strings.Join(path, "."))
 		}
 	}
 	return nil

@@ -17,6 +17,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
+
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // Trajectory is one agent run: the user's prompt and the agent's actions, each
@@ -93,10 +96,14 @@ func fieldErr(field, format string, args ...any) *FieldError {
 }
 
 // Validate checks the record against the schema: required strings are not
-// empty, every action has a name and an object of arguments, every label is 0
-// or 1, and a benign run (no injection task) has no action labeled 1. It
-// returns a *FieldError naming the first bad field.
+// empty, every string is valid UTF-8, every action has a name and an object
+// of arguments (valid UTF-8, no key given twice), every label is 0 or 1,
+// and a benign run (no injection task) has no action labeled 1. It returns
+// a *FieldError naming the first bad field.
 func (t *Trajectory) Validate() error {
+	if err := t.checkUTF8(); err != nil {
+		return err
+	}
 	for _, f := range []struct{ name, v string }{
 		{"id", t.ID}, {"source", t.Source}, {"suite", t.Suite},
 		{"user_task_id", t.UserTaskID}, {"model", t.Model},
@@ -130,7 +137,8 @@ func (t *Trajectory) Validate() error {
 	return nil
 }
 
-// checkArguments requires a JSON object.
+// checkArguments requires a JSON object with no key given twice and valid
+// text in every string.
 func checkArguments(raw json.RawMessage) *FieldError {
 	b := bytes.TrimSpace(raw)
 	if len(b) == 0 {
@@ -138,6 +146,57 @@ func checkArguments(raw json.RawMessage) *FieldError {
 	}
 	if b[0] != '{' || !json.Valid(b) {
 		return &FieldError{Msg: fmt.Sprintf("want a JSON object, got %s", jsonKind(b))}
+	}
+	if path, problem, ok := strictjson.Check(b); !ok {
+		return &FieldError{Msg: fmt.Sprintf("%s: %s", path, problem)}
+	}
+	return nil
+}
+
+// checkUTF8 requires every string field to be valid UTF-8 (Parquet
+// strings are bytes as written; JSON text is checked when decoded).
+func (t *Trajectory) checkUTF8() error {
+	check := func(field, s string) error {
+		if utf8.ValidString(s) {
+			return nil
+		}
+		i := 0
+		for i < len(s) {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		return fieldErr(field, "holds invalid UTF-8 (byte 0x%02x at byte %d)", s[i], i)
+	}
+	opt := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	for _, f := range []struct{ name, v string }{
+		{"id", t.ID}, {"source", t.Source}, {"suite", t.Suite}, {"user_task_id", t.UserTaskID},
+		{"injection_task_id", opt(t.InjectionTaskID)}, {"attack_type", opt(t.AttackType)},
+		{"model", t.Model}, {"user_prompt", t.UserPrompt},
+	} {
+		if err := check(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	for i := range t.Turns {
+		tu := &t.Turns[i]
+		p := fmt.Sprintf("turns[%d]", i)
+		if err := check(p+".user", opt(tu.User)); err != nil {
+			return err
+		}
+		if err := check(p+".action.name", tu.Action.Name); err != nil {
+			return err
+		}
+		if err := check(p+".observation", tu.Observation); err != nil {
+			return err
+		}
 	}
 	return nil
 }

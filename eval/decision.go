@@ -19,6 +19,7 @@ import (
 	"sort"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/strictjson"
 	"github.com/mageguard/mageguard/rollout"
 )
 
@@ -65,6 +66,10 @@ type Decision struct {
 	// VoteTokens is the share of GuardTokens spent on the K−1 judge calls
 	// beyond the first: the consensus variant's extra cost (0 without votes).
 	VoteTokens int `json:"vote_tokens,omitempty"`
+	// Score is the judge's p(reject) read from its decision token's
+	// log-probs (rollout: Turn.Score; the mean over votes), 1 for a format
+	// violation; absent in files written before scores existed.
+	Score *float64 `json:"score,omitempty"`
 }
 
 // field describes one key of a decisions.jsonl line for strict decoding.
@@ -92,6 +97,7 @@ func (d *Decision) fields() []field {
 		{"prefix_tokens", &d.PrefixTokens, true, false},
 		{"votes", &d.Votes, false, true},
 		{"vote_tokens", &d.VoteTokens, false, false},
+		{"score", &d.Score, false, false},
 	}
 }
 
@@ -103,6 +109,12 @@ func parseDecision(line []byte) (Decision, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(line, &raw); err != nil {
 		return d, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if raw == nil {
+		return d, errors.New("null, want a JSON object")
+	}
+	if path, problem, ok := strictjson.Check(line); !ok {
+		return d, fmt.Errorf("field %q: %s", path, problem)
 	}
 	for _, f := range d.fields() {
 		v, ok := raw[f.name]
@@ -156,6 +168,12 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "prefix_tokens": %d, want in [0, guard_tokens=%d]`, d.PrefixTokens, d.GuardTokens)
 	case d.VoteTokens < 0 || d.VoteTokens > d.GuardTokens:
 		return fmt.Errorf(`field "vote_tokens": %d, want in [0, guard_tokens=%d]`, d.VoteTokens, d.GuardTokens)
+	}
+	if d.Score != nil && !(*d.Score >= 0 && *d.Score <= 1) {
+		return fmt.Errorf(`field "score": %g, want in [0, 1]`, *d.Score)
+	}
+	if d.Score != nil && !d.JudgeParsed && len(d.Votes) == 0 && *d.Score != 1 {
+		return fmt.Errorf(`field "score": %g with "judge_parsed": false and no votes, want the fallback's 1`, *d.Score)
 	}
 	for i, v := range d.Votes {
 		if v != rollout.DecisionApprove && v != rollout.DecisionReject {
@@ -236,7 +254,7 @@ func eqPtr[T comparable](a, b *T) bool {
 func DecodeDecisions(r io.Reader, name string, fn func(line int, d Decision) error) error {
 	br := bufio.NewReader(r)
 	for lineNo := 1; ; lineNo++ {
-		line, err := br.ReadBytes('\n')
+		line, err := readLine(br, maxDecisionLine)
 		if len(bytes.TrimSpace(line)) > 0 {
 			d, perr := parseDecision(line)
 			if perr != nil {
@@ -251,6 +269,25 @@ func DecodeDecisions(r io.Reader, name string, fn func(line int, d Decision) err
 		}
 		if err != nil {
 			return fmt.Errorf("%s line %d: %w", name, lineNo, err)
+		}
+	}
+}
+
+// maxDecisionLine bounds one line of decisions.jsonl (a line is ~300
+// bytes; with votes, ~10 more per vote).
+const maxDecisionLine = 1 << 20
+
+// readLine reads one line (with its '\n') of at most max bytes.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			return nil, fmt.Errorf("line longer than %d bytes", max)
+		}
+		line = append(line, chunk...)
+		if err != bufio.ErrBufferFull {
+			return line, err
 		}
 	}
 }

@@ -59,6 +59,7 @@ func WriteReport(dir string, decisions []Decision, report Report, opts ReportOpt
 		{PlotHorizon, func() ([]byte, error) { return plotHorizon(report) }},
 		{PlotLatency, func() ([]byte, error) { return plotLatency(report.DetectionLatencyHistogram) }},
 		{PlotTokensPerTask, func() ([]byte, error) { return plotTokensPerTask(decisions, opts) }},
+		{PlotROC, func() ([]byte, error) { return plotROC(decisions) }},
 	}
 	for _, p := range plots {
 		png, err := p.make()
@@ -98,6 +99,8 @@ func Format(f Field) string {
 		return fmt.Sprintf("%.1f", v)
 	case Turns:
 		return fmt.Sprintf("%+.2f", v)
+	case Score:
+		return fmt.Sprintf("%.3f", v)
 	default:
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
@@ -127,6 +130,7 @@ var describe = map[string]string{
 	"vote_token_cost_online":          "extra judge tokens per run spent on votes beyond the first, online",
 	"vote_token_cost_unabridged":      "extra judge tokens per run spent on votes beyond the first, all turns",
 	"n_skipped":                       "runs without any action (nothing to guard), not evaluated",
+	"roc_auc":                         "per action: area under the ROC curve of the decision score p(reject)",
 }
 
 // breakdownColumns are the metrics shown in report.md's breakdown tables,
@@ -211,10 +215,24 @@ func Markdown(r Report, opts ReportOptions) string {
 		b.WriteString("\n")
 	}
 
+	if len(r.ScoreThresholds) > 0 {
+		b.WriteString("## Decision score\n\nThe judge's score is p(reject) read from its decision token's log-probs " +
+			"(docs/serving.md). Blocking when the score reaches a threshold (`serve.threshold`) instead of on the " +
+			"decision gives, per action over all turns:\n\n| threshold | recall | FPR | blocked |\n|---:|---:|---:|---:|\n")
+		for _, t := range r.ScoreThresholds {
+			fmt.Fprintf(&b, "| %g | %s | %s | %s |\n", t.Threshold, Format(Field{Kind: Rate, Value: t.Recall}),
+				Format(Field{Kind: Rate, Value: t.FPR}), Format(Field{Kind: Rate, Value: t.RejectRate}))
+		}
+		fmt.Fprintf(&b, "\nROC AUC: %s.\n\n", Format(Field{Kind: Score, Value: r.ROCAUC}))
+	}
+
 	b.WriteString("## Plots\n\n")
 	fmt.Fprintf(&b, "![ASR and BU by horizon](%s)\n\n", PlotHorizon)
 	fmt.Fprintf(&b, "![Detection-latency histogram](%s)\n\n", PlotLatency)
 	fmt.Fprintf(&b, "![Guard tokens per task](%s)\n", PlotTokensPerTask)
+	if len(r.ScoreThresholds) > 0 {
+		fmt.Fprintf(&b, "\n![ROC of the decision score](%s)\n", PlotROC)
+	}
 	return b.String()
 }
 
@@ -290,7 +308,7 @@ func Compare(reports []NamedReport) string {
 	}
 	// Keep report.json's order even when only a later report has the vote costs.
 	order := map[string]int{}
-	for i, f := range (&Report{Metrics: Metrics{VoteTokenCostOnline: new(float64), VoteTokenCostUnabridged: new(float64)}}).Fields() {
+	for i, f := range (&Report{Metrics: Metrics{VoteTokenCostOnline: new(float64), VoteTokenCostUnabridged: new(float64), ROCAUC: new(float64)}}).Fields() {
 		order[f.Name] = i
 	}
 	sort.SliceStable(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })

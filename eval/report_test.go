@@ -30,7 +30,7 @@ func TestWriteReport(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if got, want := strings.Join(names, " "), "asr_bu_by_horizon.png latency_histogram.png report.json report.md token_cost_per_task.png"; got != want {
+	if got, want := strings.Join(names, " "), "asr_bu_by_horizon.png latency_histogram.png report.json report.md roc.png token_cost_per_task.png"; got != want {
 		t.Fatalf("files %q, want %q (no temporary files left)", got, want)
 	}
 	for _, p := range []string{PlotHorizon, PlotLatency, PlotTokensPerTask} {
@@ -169,6 +169,7 @@ func TestReadReportIsStrict(t *testing.T) {
 		{"an unknown key in a breakdown", strings.Replace(string(good), `"by_suite": {`, `"by_suite": {"x": {"asr_typo": 1},`, 1), `unknown field "asr_typo"`},
 		{"a wrong type", strings.Replace(string(good), `"n_skipped": 2,`, `"n_skipped": "2",`, 1), `n_skipped`},
 		{"two objects", string(good) + "{}", "data after"},
+		{"a key given twice", strings.Replace(string(good), `"n_skipped": 2,`, `"n_skipped": 2, "n_skipped": 3,`, 1), "n_skipped: given twice"},
 		{"a list", `[1]`, "cannot unmarshal array"},
 	}
 	for _, c := range cases {

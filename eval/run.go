@@ -80,6 +80,10 @@ func Evaluate(ctx context.Context, guard *rollout.Guard, trajs []*dataset.Trajec
 		episodes = append(episodes, &rollout.Episode{Traj: tr, Start: 0, End: len(tr.Turns)})
 		totalTurns += len(tr.Turns)
 	}
+	if len(episodes) == 0 {
+		// An all-null report with exit status 0 would pass for a result.
+		return nil, nSkipped, fmt.Errorf("eval: nothing to evaluate: %d trajectories, none with an action", len(trajs))
+	}
 	run := rollout.RunOptions{Chains: 1, Sampling: opts.Sampling}
 	if opts.Votes > 1 {
 		run.Votes, run.VoteSampling = opts.Votes, opts.VoteSampling
@@ -170,6 +174,8 @@ func NewDecision(tr *dataset.Trajectory, t *rollout.Turn) Decision {
 		GuardTokens:  t.GuardTokens(),
 		PrefixTokens: t.PrefixTokens(),
 	}
+	score := t.Score
+	d.Score = &score
 	if !d.Attack { // decisions.jsonl: null for every benign run, whatever the data says
 		d.AttackType = nil
 	}
@@ -250,13 +256,7 @@ func (p *evalProgress) printf(format string, args ...any) {
 func (p *evalProgress) add(trajs, turns int, s rollout.Stats) {
 	p.doneTrajs += trajs
 	p.doneTurns += turns
-	p.stats.Calls += s.Calls
-	p.stats.PromptTokens += s.PromptTokens
-	p.stats.NewTokens += s.NewTokens
-	p.stats.ElidedTokens += s.ElidedTokens
-	p.stats.ElidedObs += s.ElidedObs
-	p.stats.MemoryFailures += s.MemoryFailures
-	p.stats.JudgeFailures += s.JudgeFailures
+	p.stats.Add(s)
 	p.live = rollout.Stats{}
 	p.line(p.doneTrajs, p.doneTurns, "")
 }

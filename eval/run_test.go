@@ -549,7 +549,7 @@ func TestNewDecisionBenignAttackTypeIsNull(t *testing.T) {
 		want      *string
 	}{{nil, nil}, {&inj, &at}} {
 		tr := &dataset.Trajectory{ID: "t", Suite: "banking", AttackType: &at, InjectionTaskID: c.injection}
-		d := NewDecision(tr, &rollout.Turn{Decision: rollout.DecisionReject})
+		d := NewDecision(tr, &rollout.Turn{Decision: rollout.DecisionReject, Score: 1}) // a violation scores 1
 		if (d.AttackType == nil) != (c.want == nil) || d.Attack != (c.injection != nil) {
 			t.Errorf("injection %v: attack %v, attack_type %v, want %v", c.injection, d.Attack, d.AttackType, c.want)
 		}

@@ -48,6 +48,21 @@ type Config struct {
 	// prompt) once per micro-batch, in the policy and the reference forward, when the trainer
 	// has a SharedPolicyFn (Trainer.SetSharedPolicy).
 	SharedPrefix bool `yaml:"shared_prefix"`
+	// MasterDType is the dtype the optimizer updates the weights in: float32 keeps float32
+	// master weights beside weights of another dtype (bfloat16 training: the products run on
+	// the bfloat16 weights, AdamW updates the float32 masters and writes them back rounded);
+	// bfloat16 updates bfloat16 weights in place (small updates round away).
+	MasterDType string `yaml:"master_dtype"`
+	// UpdateGroupLayers is the decoder layers whose AdamW update runs as one graph: the
+	// update of a group allocates (without buffer aliasing, on XLA) only that group's new
+	// weights and moments; 0 = every variable in one graph. Variables outside the model's
+	// layers (embedding, final norm, LM head) form a group of their own.
+	UpdateGroupLayers int `yaml:"update_group_layers"`
+	// GradientCheckpointing runs the policy's stages (embedding, each decoder layer, head) as
+	// graphs of their own and recomputes each layer from its saved input in the backward
+	// (checkpoint.go), when the trainer has a StagedPolicy: a step keeps one input per layer
+	// instead of every layer's activations.
+	GradientCheckpointing bool `yaml:"gradient_checkpointing"`
 }
 
 // DefaultConfig returns the defaults: AdamW(1e-6, 0.9, 0.999, 1e-8), no weight decay, clip norm
@@ -55,21 +70,23 @@ type Config struct {
 // seq-mean-token-mean, micro-batches of 8 sequences sharing their prompt prefix.
 func DefaultConfig() Config {
 	return Config{
-		LearningRate:    1e-6,
-		AdamBeta1:       0.9,
-		AdamBeta2:       0.999,
-		AdamEpsilon:     1e-8,
-		WeightDecay:     0,
-		MaxGradNorm:     1.0,
-		WarmupSteps:     10,
-		LRSchedule:      ScheduleConstant,
-		ClipEpsilon:     0.2,
-		Beta:            0.04,
-		NumIterations:   1,
-		ScaleRewards:    ScaleGroup,
-		LossAggregation: AggSeqMeanTokenMean,
-		MicroBatchSize:  8,
-		SharedPrefix:    true,
+		LearningRate:      1e-6,
+		AdamBeta1:         0.9,
+		AdamBeta2:         0.999,
+		AdamEpsilon:       1e-8,
+		WeightDecay:       0,
+		MaxGradNorm:       1.0,
+		WarmupSteps:       10,
+		LRSchedule:        ScheduleConstant,
+		ClipEpsilon:       0.2,
+		Beta:              0.04,
+		NumIterations:     1,
+		ScaleRewards:      ScaleGroup,
+		LossAggregation:   AggSeqMeanTokenMean,
+		MicroBatchSize:    8,
+		SharedPrefix:      true,
+		MasterDType:       "float32",
+		UpdateGroupLayers: 4,
 	}
 }
 
@@ -105,6 +122,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("scale_rewards must be %s or %s, got %q", ScaleGroup, ScaleNone, c.ScaleRewards)
 	case c.LossAggregation != AggSeqMeanTokenMean && c.LossAggregation != AggTokenMean:
 		return fmt.Errorf("loss_aggregation must be %s or %s, got %q", AggSeqMeanTokenMean, AggTokenMean, c.LossAggregation)
+	case c.MasterDType != "float32" && c.MasterDType != "bfloat16":
+		return fmt.Errorf("master_dtype must be float32 or bfloat16, got %q", c.MasterDType)
+	case c.UpdateGroupLayers < 0:
+		return fmt.Errorf("update_group_layers must be >= 0 (0 = one update graph), got %d", c.UpdateGroupLayers)
 	case c.MicroBatchSize < 1:
 		return fmt.Errorf("micro_batch_size must be ≥ 1, got %d", c.MicroBatchSize)
 	}

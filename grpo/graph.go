@@ -30,22 +30,18 @@ func (t *Trainer) trainExec(key trainKey) (*context.Exec, error) {
 
 // The inputs of a training graph, in the order of its Exec's arguments: the micro-batch's
 // prefix and prefixMask when key shares one; tokens, attn, pos, mask and adv; old and ref
-// when key has them; denom; lr, c1 and c2 when key applies the update. trainArgs writes that
-// order and readTrainInputs reads it; nothing else depends on it.
+// when key has them; denom. trainArgs writes that order and readTrainInputs reads it;
+// nothing else depends on it.
 type trainInputs struct {
 	prefix, prefixMask *Node // int32 [1, P] (key.shared only)
 	tokens, attn, pos  *Node // int32 [R, L], [R, L], [R, K]
 	mask, adv          *Node // float32 [R, K], [R]
 	old, ref           *Node // float32 [R, K]; nil when key has none
 	denom              *Node // float32 scalar: sequences (seq-mean-token-mean) or tokens (token-mean) of the step
-	lr, c1, c2         *Node // float32 scalars (key.apply only): learning rate, Adam's bias corrections
 }
 
-// stepScalars are the values of a step's scalar inputs.
-type stepScalars struct{ denom, lr, c1, c2 float32 }
-
 // trainArgs returns the arguments of a training graph for micro-batch mb under key.
-func trainArgs(key trainKey, mb *microBatch, sc stepScalars) []any {
+func trainArgs(key trainKey, mb *microBatch, denom float32) []any {
 	var args []any
 	if key.shared {
 		args = append(args, mb.prefix, mb.prefixMask)
@@ -57,11 +53,7 @@ func trainArgs(key trainKey, mb *microBatch, sc stepScalars) []any {
 	if key.hasRef {
 		args = append(args, mb.ref)
 	}
-	args = append(args, tensors.FromScalar(sc.denom))
-	if key.apply {
-		args = append(args, tensors.FromScalar(sc.lr), tensors.FromScalar(sc.c1), tensors.FromScalar(sc.c2))
-	}
-	return args
+	return append(args, tensors.FromScalar(denom))
 }
 
 // readTrainInputs names the graph inputs in, in trainArgs's order.
@@ -78,39 +70,27 @@ func readTrainInputs(key trainKey, in []*Node) trainInputs {
 	if key.hasRef {
 		x.ref, in = in[0], in[1:]
 	}
-	x.denom, in = in[0], in[1:]
-	if key.apply {
-		x.lr, x.c1, x.c2 = in[0], in[1], in[2]
-	}
+	x.denom = in[0]
 	return x
 }
 
 // The outputs of a training graph, in this order: the micro-batch's share of the loss
 // (scalar); the per-row sums of ρ, KL, clipped-term flags and −log π over counted tokens
-// ([R] each); the gradient norm before clipping (scalar, key.apply only).
-// trainOutputList writes that order and readTrainOutputs reads it.
+// ([R] each). trainOutputList writes that order and readTrainOutputs reads it.
 type trainOutputs[T any] struct {
-	loss, seqRatio, seqKL, seqClipped, seqNegLogP, gradNorm T
+	loss, seqRatio, seqKL, seqClipped, seqNegLogP T
 }
 
-func trainOutputList(key trainKey, o trainOutputs[*Node]) []*Node {
-	outs := []*Node{o.loss, o.seqRatio, o.seqKL, o.seqClipped, o.seqNegLogP}
-	if key.apply {
-		outs = append(outs, o.gradNorm)
-	}
-	return outs
+func trainOutputList(o trainOutputs[*Node]) []*Node {
+	return []*Node{o.loss, o.seqRatio, o.seqKL, o.seqClipped, o.seqNegLogP}
 }
 
-func readTrainOutputs(key trainKey, res []*tensors.Tensor) trainOutputs[*tensors.Tensor] {
-	o := trainOutputs[*tensors.Tensor]{loss: res[0], seqRatio: res[1], seqKL: res[2], seqClipped: res[3], seqNegLogP: res[4]}
-	if key.apply {
-		o.gradNorm = res[5]
-	}
-	return o
+func readTrainOutputs(res []*tensors.Tensor) trainOutputs[*tensors.Tensor] {
+	return trainOutputs[*tensors.Tensor]{loss: res[0], seqRatio: res[1], seqKL: res[2], seqClipped: res[3], seqNegLogP: res[4]}
 }
 
-// trainGraph builds one micro-batch's forward and backward pass, adds the gradients to the
-// accumulators and, for the step's last micro-batch (key.apply), clips and applies AdamW.
+// trainGraph builds one micro-batch's forward and backward pass and adds the gradients to
+// the accumulators (the update is its own graphs, update.go).
 func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*Node {
 	x := readTrainInputs(key, in)
 	g := x.tokens.Graph()
@@ -131,18 +111,9 @@ func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*
 	grads := Gradient(obj.Loss, values...)
 	for i, v := range params {
 		acc := t.stateVariable(ctx, "grad_acc", v)
-		grads[i] = Add(acc.ValueGraph(g), ConvertDType(grads[i], float32DType))
-		if key.apply {
-			acc.SetValueGraph(ZerosLike(grads[i]))
-		} else {
-			acc.SetValueGraph(grads[i])
-		}
+		acc.SetValueGraph(Add(acc.ValueGraph(g), ConvertDType(grads[i], float32DType)))
 	}
-	out := trainOutputs[*Node]{loss: obj.Loss, seqRatio: obj.SeqRatio, seqKL: obj.SeqKL, seqClipped: obj.SeqClipped, seqNegLogP: obj.SeqNegLogP}
-	if key.apply {
-		out.gradNorm = t.adamW(ctx, g, params, grads, x.lr, x.c1, x.c2)
-	}
-	return trainOutputList(key, out)
+	return trainOutputList(trainOutputs[*Node]{loss: obj.Loss, seqRatio: obj.SeqRatio, seqKL: obj.SeqKL, seqClipped: obj.SeqClipped, seqNegLogP: obj.SeqNegLogP})
 }
 
 // callPolicy calls the policy (the shared one when prefix is not nil), turning a panic with a

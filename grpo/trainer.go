@@ -27,19 +27,24 @@ type Trainer struct {
 	// sharedPolicy, when set (SetSharedPolicy), runs the micro-batches whose rows share a
 	// prefix (Config.SharedPrefix).
 	sharedPolicy SharedPolicyFn
+	staged       *StagedPolicy // the policy in stages (SetStagedPolicy), for Config.GradientCheckpointing
+	stageExecs   map[stageKey]*context.Exec
 	totalSteps   int
 	step         int // optimizer steps taken
 
 	trainExecs   map[trainKey]*context.Exec
 	logProbExecs map[logProbKey]*context.Exec
 	params       []*context.Variable        // the trained variables, fixed by the first training graph
+	groups       [][]*context.Variable      // params split into update groups (updateGroups)
+	norm         *context.Exec              // the gradient-norm graph
+	groupExecs   map[int]*context.Exec      // each update group's AdamW graph
 	pending      map[string]*tensors.Tensor // optimizer state set before its variables existed
 	graphsBuilt  int                        // training graphs built (one per exec and shape)
 }
 
-// trainKey picks a training graph: the step's last micro-batch applies the update; old and
-// ref say which log-probs are inputs; shared, whether the rows' prefix is an input of its own.
-type trainKey struct{ apply, hasOld, hasRef, shared bool }
+// trainKey picks a training graph: old and ref say which log-probs are inputs; shared,
+// whether the rows' prefix is an input of its own.
+type trainKey struct{ hasOld, hasRef, shared bool }
 
 // logProbKey picks a log-prob graph: the variables' context and whether a prefix is shared.
 type logProbKey struct {
@@ -61,7 +66,35 @@ func NewTrainer(backend backends.Backend, ctx *context.Context, policy PolicyFn,
 		cfg: cfg, backend: backend, ctx: ctx, policy: policy, totalSteps: totalSteps,
 		trainExecs:   map[trainKey]*context.Exec{},
 		logProbExecs: map[logProbKey]*context.Exec{},
+		groupExecs:   map[int]*context.Exec{},
+		stageExecs:   map[stageKey]*context.Exec{},
 	}, nil
+}
+
+// checkpointing reports whether steps run the staged policy (activation checkpointing).
+func (t *Trainer) checkpointing() bool { return t.cfg.GradientCheckpointing && t.staged != nil }
+
+// stagedParams fixes the trained variables of the staged path, the first time: every
+// trainable variable of the context but the trainer's own state, checked against a restored
+// optimizer state.
+func (t *Trainer) stagedParams() error {
+	if t.params != nil {
+		return nil
+	}
+	var vars []*context.Variable
+	for v := range t.ctx.IterVariables() {
+		if v.Trainable && !strings.HasPrefix(v.Scope(), StateScope) {
+			vars = append(vars, v)
+		}
+	}
+	if len(vars) == 0 {
+		return errors.New("grpo: the context has no trainable variable")
+	}
+	if err := t.checkPendingState(vars); err != nil {
+		return err
+	}
+	t.params = vars
+	return nil
 }
 
 // SetSharedPolicy gives the trainer a policy for rows that share a prefix: with
@@ -130,16 +163,26 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 	c2 := float32(1 / (1 - math.Pow(t.cfg.AdamBeta2, float64(n))))
 
 	var seqs seqDiagnostics
-	chunks := t.chunks(b)
-	for ci, rows := range chunks {
+	for ci, rows := range t.chunks(b) {
 		shared := t.sharedPrefix(b, rows)
-		key := trainKey{apply: ci == len(chunks)-1, hasOld: b.OldLogProbs != nil, hasRef: hasRef, shared: shared > 0}
+		key := trainKey{hasOld: b.OldLogProbs != nil, hasRef: hasRef, shared: shared > 0}
 		mb := pack(b, rows, t.rowsFor(len(rows)), shared, key.hasOld, key.hasRef)
-		exec, err := t.trainExec(key)
-		if err != nil {
-			return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
+		var res []*tensors.Tensor
+		var err error
+		if t.checkpointing() {
+			if err := t.stagedParams(); err != nil {
+				mb.finalize()
+				return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
+			}
+			res, err = t.checkpointedMicroBatch(&mb, key, denom)
+		} else {
+			var exec *context.Exec
+			if exec, err = t.trainExec(key); err != nil {
+				mb.finalize()
+				return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
+			}
+			res, err = exec.Exec(trainArgs(key, &mb, denom)...)
 		}
-		res, err := exec.Exec(trainArgs(key, &mb, stepScalars{denom: denom, lr: float32(st.LR), c1: c1, c2: c2})...)
 		mb.finalize()
 		if err != nil {
 			if rerr := t.resetAccumulators(); rerr != nil {
@@ -147,21 +190,22 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 			}
 			return Stats{}, fmt.Errorf("grpo step %d micro-batch %d: %w", n, ci, err)
 		}
-		out := readTrainOutputs(key, res)
+		out := readTrainOutputs(res)
 		st.Loss += float64(tensors.ToScalar[float32](out.loss))
 		seqs.ratio = append(seqs.ratio, rowsOf(out.seqRatio, len(rows))...)
 		seqs.kl = append(seqs.kl, rowsOf(out.seqKL, len(rows))...)
 		seqs.clipped = append(seqs.clipped, rowsOf(out.seqClipped, len(rows))...)
 		seqs.negLogP = append(seqs.negLogP, rowsOf(out.seqNegLogP, len(rows))...)
-		if key.apply {
-			st.GradNorm = float64(tensors.ToScalar[float32](out.gradNorm))
-		}
 		for _, o := range res {
 			o.FinalizeAll()
 		}
 	}
-	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
-		return Stats{}, fmt.Errorf("grpo step %d: loss %v, gradient norm %v: not finite; weights and optimizer state left unchanged", n, st.Loss, st.GradNorm)
+	var err error
+	if st.GradNorm, err = t.update(float32(st.LR), c1, c2, st.Loss); err != nil {
+		if rerr := t.resetAccumulators(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
 	}
 	t.step = n
 	st.summarize(b, seqTokens, seqs)

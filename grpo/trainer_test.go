@@ -419,8 +419,8 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 	if e := state["exp_avg_sq/tiny/E"]; e == nil || e.Shape().Dimensions[0] != tinyVocab || e.Shape().Dimensions[1] != tinyDim {
 		t.Fatalf("state exp_avg_sq/tiny/E = %v; keys %v", e, sortedKeys(state))
 	}
-	if len(state) != 1+2*6 {
-		t.Fatalf("state has %d entries, want step + 2 moments × 6 variables: %v", len(state), sortedKeys(state))
+	if len(state) != 1+3*6 {
+		t.Fatalf("state has %d entries, want step + 2 moments and the float32 master (the variable itself) × 6 variables: %v", len(state), sortedKeys(state))
 	}
 
 	// A new process: a differently initialized model, then the saved weights and state.
@@ -491,12 +491,12 @@ func TestSetOptimizerStateErrors(t *testing.T) {
 		{"unknown kind", map[string]*tensors.Tensor{"step": step, "momentum/tiny/E": step}, `unknown optimizer state entry "momentum/tiny/E"`, ""},
 		{"wrong shape", edited(func(s map[string]*tensors.Tensor) {
 			s["exp_avg/tiny/E"] = tensors.FromFlatDataAndDimensions(make([]float32, 4), 2, 2)
-		}), "", `optimizer state "exp_avg/tiny/E" has shape (Float32)[2 2], want (Float32)[8 24]`},
-		{"no such variable", edited(func(s map[string]*tensors.Tensor) { s["exp_avg/tiny/Z"] = step }), "",
-			"does not match the trained variables: unknown [exp_avg/tiny/Z], missing []"},
-		{"missing moment", edited(func(s map[string]*tensors.Tensor) { delete(s, "exp_avg_sq/tiny/W1") }), "",
-			"unknown [], missing [exp_avg_sq/tiny/W1]"},
-		{"moments missing after step 0", map[string]*tensors.Tensor{"step": step}, "", "missing [exp_avg/tiny/E exp_avg_sq/tiny/E"},
+		}), `optimizer state "exp_avg/tiny/E" has shape (Float32)[2 2], want (Float32)[8 24]`, ""},
+		{"no such variable", edited(func(s map[string]*tensors.Tensor) { s["exp_avg/tiny/Z"] = step }),
+			"does not match the trained variables: unknown [exp_avg/tiny/Z], missing []", ""},
+		{"missing moment", edited(func(s map[string]*tensors.Tensor) { delete(s, "exp_avg_sq/tiny/W1") }),
+			"unknown [], missing [exp_avg_sq/tiny/W1]", ""},
+		{"moments missing after step 0", map[string]*tensors.Tensor{"step": step}, "missing [exp_avg/tiny/E exp_avg_sq/tiny/E", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -506,6 +506,9 @@ func TestSetOptimizerStateErrors(t *testing.T) {
 			if c.wantSet != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantSet) {
 					t.Fatalf("SetOptimizerState error %v, want %q", err, c.wantSet)
+				}
+				if d := maxWeightDiff(before, weights(t, tr.ctx, "tiny")); d != 0 {
+					t.Fatalf("a refused state still changed the weights by %v", d)
 				}
 				return
 			}

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 
@@ -32,6 +35,70 @@ type BackendConfig struct {
 	// leave it, 0 = a quarter of the machine's memory. The GC then collects
 	// the backend's short-lived vocabulary-sized buffers before they pile up.
 	MemoryLimitMB int `yaml:"memory_limit_mb"`
+	// go only: run a graph's ops one at a time in program order (simplego's
+	// ops_sequential; each matrix product still uses every core). The
+	// default scheduler runs every op whose inputs are ready, which starts
+	// backward ops early and holds about twice the activations
+	// (docs/real-use.md); in program order a training step holds what
+	// `mageguard plan` counts.
+	OpsSequential bool `yaml:"ops_sequential"`
+	XLAClient     `yaml:",inline"`
+}
+
+// XLAClient holds the options of the PJRT client the xla backend creates
+// (the keys JAX sets from XLA_PYTHON_CLIENT_MEM_FRACTION,
+// XLA_PYTHON_CLIENT_PREALLOCATE and XLA_PYTHON_CLIENT_ALLOCATOR). A zero
+// value leaves the plugin's default; the go backend ignores them.
+type XLAClient struct {
+	// MemoryFraction is the share of the device's memory the client's
+	// allocator may use, in (0, 1]; 0 = the plugin's default (0.75 for
+	// XLA's CUDA client, which preallocates it).
+	MemoryFraction float64 `yaml:"xla_memory_fraction"`
+	// Preallocate reserves MemoryFraction of the device at start
+	// ("true"), or grows the allocator as needed ("false"); "" = the
+	// plugin's default (true for CUDA).
+	Preallocate string `yaml:"xla_preallocate"`
+	// Allocator is the device allocator: "default", "bfc", "platform"
+	// (allocate and free each buffer exactly; slow, for measuring) or
+	// "cuda_async"; "" = the plugin's default.
+	Allocator string `yaml:"xla_allocator"`
+}
+
+// xlaAllocators are the allocator names XLA's GPU client accepts.
+var xlaAllocators = []string{"default", "bfc", "platform", "cuda_async"}
+
+// Validate checks the options; errors start with the key.
+func (x *XLAClient) Validate() error {
+	if !(x.MemoryFraction >= 0 && x.MemoryFraction <= 1) {
+		return fmt.Errorf("xla_memory_fraction must be in (0, 1] (0 = the plugin's default), got %v", x.MemoryFraction)
+	}
+	if x.Preallocate != "" && x.Preallocate != "true" && x.Preallocate != "false" {
+		return fmt.Errorf("xla_preallocate must be \"true\", \"false\" or \"\" (the plugin's default), got %q", x.Preallocate)
+	}
+	if x.Allocator != "" && !slices.Contains(xlaAllocators, x.Allocator) {
+		return fmt.Errorf("xla_allocator must be one of %s or \"\" (the plugin's default), got %q", strings.Join(xlaAllocators, ", "), x.Allocator)
+	}
+	return nil
+}
+
+// Options returns the PJRT client options (named values: float32, bool,
+// string) of the settings that are set; nil when none is, so a plugin that
+// knows none of them (XLA's CPU client refuses unknown ones) gets none.
+func (x *XLAClient) Options() map[string]any {
+	opts := map[string]any{}
+	if x.MemoryFraction > 0 {
+		opts["memory_fraction"] = float32(x.MemoryFraction)
+	}
+	if x.Preallocate != "" {
+		opts["preallocate"] = x.Preallocate == "true"
+	}
+	if x.Allocator != "" {
+		opts["allocator"] = x.Allocator
+	}
+	if len(opts) == 0 {
+		return nil
+	}
+	return opts
 }
 
 // DefaultBackendConfig is the pure-Go backend with unlimited parallelism,
@@ -50,6 +117,9 @@ func (c *BackendConfig) Validate() error {
 	if c.GCPercent < 0 {
 		return fmt.Errorf("gc_percent must be >= 0 (0 = leave Go's setting), got %d", c.GCPercent)
 	}
+	if err := c.XLAClient.Validate(); err != nil {
+		return err
+	}
 	if c.MemoryLimitMB < -1 {
 		return fmt.Errorf("memory_limit_mb must be >= -1 (-1 = leave Go's setting, 0 = a quarter of the machine's memory), got %d", c.MemoryLimitMB)
 	}
@@ -61,6 +131,9 @@ func (c *BackendConfig) Validate() error {
 	case "xla":
 		if c.SimpleGoOps {
 			return fmt.Errorf("simplego_ops is only used by backend go, got it with backend xla")
+		}
+		if c.OpsSequential {
+			return fmt.Errorf("ops_sequential is only used by backend go, got it with backend xla")
 		}
 		if !xlaAvailable {
 			return fmt.Errorf("backend: xla is not compiled into this binary (built with -tags noxla)")
@@ -87,6 +160,53 @@ func totalMemory() int64 {
 	return 0
 }
 
+// DeviceMemory returns the memory of the device cfg's backend computes on
+// and where that figure comes from, or 0 when it is not known: for "go",
+// the machine's memory (/proc/meminfo); for "xla" with a CUDA plugin, the
+// total memory of GPU 0 as nvidia-smi reports it (GoMLX v0.26 does not
+// expose PJRT's device memory statistics); otherwise 0.
+func DeviceMemory(cfg BackendConfig) (bytes int64, source string) {
+	switch {
+	case cfg.Name == "" || cfg.Name == "go":
+		if n := totalMemory(); n > 0 {
+			return n, "the machine's memory (/proc/meminfo)"
+		}
+	case isCUDAPlugin(cfg.Plugin):
+		out, err := exec.Command("nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "--id=0").Output()
+		if err != nil {
+			return 0, ""
+		}
+		var mib int64
+		if _, err := fmt.Sscan(strings.TrimSpace(string(out)), &mib); err != nil || mib <= 0 {
+			return 0, ""
+		}
+		return mib << 20, "GPU 0's memory (nvidia-smi)"
+	}
+	return 0, ""
+}
+
+// xlaCUDAMemoryFraction is the share of the GPU that XLA's CUDA client
+// allocates unless xla_memory_fraction says otherwise.
+const xlaCUDAMemoryFraction = 0.75
+
+// UsableFraction is the share of the device's memory the backend's
+// allocator lets a run use: xla_memory_fraction (0.75 by default) for a
+// CUDA plugin, all of it otherwise.
+func (c *BackendConfig) UsableFraction() float64 {
+	if c.Name != "xla" || !isCUDAPlugin(c.Plugin) {
+		return 1
+	}
+	if c.MemoryFraction > 0 {
+		return c.MemoryFraction
+	}
+	return xlaCUDAMemoryFraction
+}
+
+// isCUDAPlugin reports whether a plugin name or path names a CUDA plugin.
+func isCUDAPlugin(plugin string) bool {
+	return strings.Contains(strings.ToLower(filepath.Base(plugin)), "cuda")
+}
+
 // stdoutMu serializes the temporary redirection of os.Stdout in NewBackend.
 var stdoutMu sync.Mutex
 
@@ -104,8 +224,9 @@ var stdoutMu sync.Mutex
 // NewBackend sends that line to stderr so commands that write data to
 // stdout stay clean.
 //
-// "xla": a PJRT plugin, by name or absolute path; GOMLX_NO_AUTO_INSTALL
-// behaviour (no downloads) unless cfg.AutoInstall.
+// "xla": a PJRT plugin, by name or absolute path, its client created with
+// cfg.XLAClient's options; GOMLX_NO_AUTO_INSTALL behaviour (no downloads)
+// unless cfg.AutoInstall.
 func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model backend: %w", err)
@@ -117,6 +238,9 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 			return nil, fmt.Errorf("model backend go: %w (model.simplego_ops: true runs simplego's own executors)", err)
 		}
 		spec := fmt.Sprintf("parallelism=%d", cfg.Parallelism)
+		if cfg.OpsSequential {
+			spec += ",ops_sequential"
+		}
 		var b backends.Backend
 		var err error
 		withStdoutOnStderr(func() { b, err = simplego.New(spec) })
@@ -140,7 +264,7 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 		}
 		return b, nil
 	default: // "xla", checked by Validate
-		b, err := newXLABackend(cfg.Plugin, cfg.AutoInstall)
+		b, err := newXLABackend(cfg.Plugin, cfg.AutoInstall, cfg.XLAClient.Options())
 		if err != nil {
 			return nil, fmt.Errorf("model backend xla (plugin %q): %w", cfg.Plugin, err)
 		}

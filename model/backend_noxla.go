@@ -11,6 +11,6 @@ import (
 // xlaAvailable reports whether the xla backend is compiled in (build tag noxla removes it).
 const xlaAvailable = false
 
-func newXLABackend(string, bool) (backends.Backend, error) {
+func newXLABackend(string, bool, map[string]any) (backends.Backend, error) {
 	return nil, errors.New("xla is not compiled into this binary (built with -tags noxla)")
 }

@@ -77,3 +77,75 @@ func TestNewBackend(t *testing.T) {
 		t.Error("GOMLX_NO_AUTO_INSTALL not set by NewBackend")
 	}
 }
+
+// The XLA client options: set keys become PJRT named values of the types
+// XLA's GPU client reads; unset ones are left out (the CPU client refuses
+// names it does not know); bad values are refused with the key.
+func TestXLAClientOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		x    XLAClient
+		want map[string]any // nil: no options
+		err  string
+	}{
+		{"none", XLAClient{}, nil, ""},
+		{"fraction", XLAClient{MemoryFraction: 0.95}, map[string]any{"memory_fraction": float32(0.95)}, ""},
+		{"all", XLAClient{MemoryFraction: 0.5, Preallocate: "false", Allocator: "platform"},
+			map[string]any{"memory_fraction": float32(0.5), "preallocate": false, "allocator": "platform"}, ""},
+		{"preallocate", XLAClient{Preallocate: "true"}, map[string]any{"preallocate": true}, ""},
+		{"fraction above 1", XLAClient{MemoryFraction: 1.5}, nil, "xla_memory_fraction must be in (0, 1]"},
+		{"negative fraction", XLAClient{MemoryFraction: -0.1}, nil, "xla_memory_fraction"},
+		{"preallocate not a bool", XLAClient{Preallocate: "yes"}, nil, "xla_preallocate must be"},
+		{"unknown allocator", XLAClient{Allocator: "arena"}, nil, "xla_allocator must be one of"},
+	} {
+		err := tc.x.Validate()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if got := tc.x.Options(); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: options %#v, want %#v", tc.name, got, tc.want)
+		}
+	}
+	// The backend section checks them too, and ops_sequential is go-only.
+	c := DefaultBackendConfig()
+	c.MemoryFraction = 2
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "xla_memory_fraction") {
+		t.Errorf("backend config with xla_memory_fraction 2: %v", err)
+	}
+	c = BackendConfig{Name: "xla", OpsSequential: true}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ops_sequential") {
+		t.Errorf("ops_sequential with xla: %v", err)
+	}
+}
+
+// UsableFraction is XLA's CUDA default (0.75) or xla_memory_fraction for a
+// CUDA plugin, and 1 elsewhere; DeviceMemory of the go backend is the
+// machine's memory.
+func TestUsableFractionAndDeviceMemory(t *testing.T) {
+	for _, tc := range []struct {
+		c    BackendConfig
+		want float64
+	}{
+		{BackendConfig{Name: "go"}, 1},
+		{BackendConfig{Name: "xla", Plugin: "cpu"}, 1},
+		{BackendConfig{Name: "xla", Plugin: "cuda"}, 0.75},
+		{BackendConfig{Name: "xla", Plugin: "/opt/x/xla_cuda_plugin.so", XLAClient: XLAClient{MemoryFraction: 0.95}}, 0.95},
+	} {
+		if got := tc.c.UsableFraction(); got != tc.want {
+			t.Errorf("%+v: usable fraction %v, want %v", tc.c, got, tc.want)
+		}
+	}
+	if n, src := DeviceMemory(BackendConfig{Name: "go"}); n != totalMemory() || (n > 0 && src == "") {
+		t.Errorf("go backend: device memory %d (%q), want the machine's %d", n, src, totalMemory())
+	}
+	if n, _ := DeviceMemory(BackendConfig{Name: "xla", Plugin: "cpu"}); n != 0 {
+		t.Errorf("xla cpu plugin: device memory %d, want 0 (unknown)", n)
+	}
+}

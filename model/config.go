@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // Config is the architecture of a Qwen3 model: the fields of a Hugging Face
@@ -54,22 +55,39 @@ func DefaultTinyConfig() Config {
 	}
 }
 
-// Validate checks that the architecture is one this package can run. Errors
-// start with the offending key.
+// Architecture bounds: every key of a config.json (and of the `model`
+// section) must lie in its range, far beyond any real model (Qwen3-235B has
+// hidden 4096 and 94 layers; the largest vocabularies are ~262K) but small
+// enough that no product of them overflows and that nothing is allocated
+// from a wrong value before the checkpoint's real size is checked.
+var configBounds = []struct {
+	key string
+	max int
+	get func(c *Config) int
+}{
+	{"vocab_size", 1 << 22, func(c *Config) int { return c.VocabSize }},
+	{"hidden_size", 1 << 16, func(c *Config) int { return c.HiddenSize }},
+	{"intermediate_size", 1 << 18, func(c *Config) int { return c.IntermediateSize }},
+	{"num_hidden_layers", 1024, func(c *Config) int { return c.NumHiddenLayers }},
+	{"num_attention_heads", 1024, func(c *Config) int { return c.NumAttentionHeads }},
+	{"num_key_value_heads", 1024, func(c *Config) int { return c.NumKeyValueHeads }},
+	{"head_dim", 1024, func(c *Config) int { return c.HeadDim }},
+	{"max_position_embeddings", 1 << 24, func(c *Config) int { return c.MaxPositionEmbeddings }},
+}
+
+// maxEOSTokens bounds eos_token_id's list.
+const maxEOSTokens = 64
+
+// Validate checks that the architecture is one this package can run, every
+// key within its range (configBounds). Errors start with the offending key.
 func (c *Config) Validate() error {
-	positive := []struct {
-		key string
-		v   int
-	}{
-		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize},
-		{"intermediate_size", c.IntermediateSize}, {"num_hidden_layers", c.NumHiddenLayers},
-		{"num_attention_heads", c.NumAttentionHeads}, {"num_key_value_heads", c.NumKeyValueHeads},
-		{"head_dim", c.HeadDim}, {"max_position_embeddings", c.MaxPositionEmbeddings},
-	}
-	for _, p := range positive {
-		if p.v <= 0 {
-			return fmt.Errorf("%s must be positive, got %d", p.key, p.v)
+	for _, b := range configBounds {
+		if v := b.get(c); v <= 0 || v > b.max {
+			return fmt.Errorf("%s must be in [1, %d], got %d", b.key, b.max, v)
 		}
+	}
+	if c.NumKeyValueHeads > c.NumAttentionHeads {
+		return fmt.Errorf("num_key_value_heads must be at most num_attention_heads (%d), got %d", c.NumAttentionHeads, c.NumKeyValueHeads)
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fmt.Errorf("num_attention_heads must be a multiple of num_key_value_heads, got %d and %d",
@@ -78,14 +96,17 @@ func (c *Config) Validate() error {
 	if c.HeadDim%2 != 0 {
 		return fmt.Errorf("head_dim must be even for rotary embeddings, got %d", c.HeadDim)
 	}
-	if !(c.RMSNormEps > 0) {
-		return fmt.Errorf("rms_norm_eps must be positive, got %g", c.RMSNormEps)
+	if !(c.RMSNormEps > 0 && c.RMSNormEps <= 1) {
+		return fmt.Errorf("rms_norm_eps must be in (0, 1], got %g", c.RMSNormEps)
 	}
-	if !(c.RopeTheta > 0) {
-		return fmt.Errorf("rope_theta must be positive, got %g", c.RopeTheta)
+	if !(c.RopeTheta > 0 && c.RopeTheta <= 1e12) {
+		return fmt.Errorf("rope_theta must be in (0, 1e12], got %g", c.RopeTheta)
 	}
-	if c.InitializerRange < 0 {
-		return fmt.Errorf("initializer_range must be >= 0, got %g", c.InitializerRange)
+	if !(c.InitializerRange >= 0 && c.InitializerRange <= 10) {
+		return fmt.Errorf("initializer_range must be in [0, 10], got %g", c.InitializerRange)
+	}
+	if len(c.EOSTokenIDs) > maxEOSTokens {
+		return fmt.Errorf("eos_token_id must list at most %d ids, got %d", maxEOSTokens, len(c.EOSTokenIDs))
 	}
 	for _, id := range append([]int{c.BOSTokenID}, c.EOSTokenIDs...) {
 		if id < 0 || id >= c.VocabSize {
@@ -109,10 +130,14 @@ func (c *Config) NumParameters() int64 {
 	return n
 }
 
-// LoadConfig reads dir/config.json.
+// maxConfigBytes bounds config.json (Qwen3's is under 1 KB).
+const maxConfigBytes = 1 << 20
+
+// LoadConfig reads dir/config.json: at most maxConfigBytes, no key given
+// twice, every architecture key in range.
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	data, err := strictjson.ReadFile(path, maxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("model config: %w", err)
 	}

@@ -83,6 +83,10 @@ type GenerateOptions struct {
 	// Constrain, when set, is called before each step for each live row with
 	// the tokens it generated so far; its Constraint applies to that step.
 	Constrain func(row int, generated []int) Constraint
+	// Watch lists token ids whose log-probs every row reports at every step
+	// (Generation.Watch), from the same unconstrained log_softmax(logits / T)
+	// as LogProbs, e.g. a decision's alternatives, to score it.
+	Watch []int
 
 	observe func(row, step int, logp []float32) // tests and Score: the log-probs a step sampled from
 }
@@ -92,6 +96,10 @@ type Generation struct {
 	Tokens   []int     // generated ids, the stop token included
 	LogProbs []float32 // per token, log_softmax(logits / T)[token] without constraints (T = 1 when greedy): what TokenLogProbs computes
 	Stopped  bool      // ended on a stop token (else on MaxNewTokens)
+	// Watch, with GenerateOptions.Watch: per generated token, the log-probs
+	// of the watched ids (in GenerateOptions.Watch's order) at the step that
+	// picked it.
+	Watch [][]float32
 }
 
 // Bucket bounds for shapes.
@@ -144,6 +152,11 @@ func (m *Model) Generate(prompts [][]int, opts GenerateOptions) ([]Generation, e
 			return nil, fmt.Errorf("generate: stop token %d outside the vocabulary [0, %d)", id, V)
 		}
 	}
+	for _, id := range opts.Watch {
+		if id < 0 || id >= V {
+			return nil, fmt.Errorf("generate: watched token %d outside the vocabulary [0, %d)", id, V)
+		}
+	}
 	out := make([]Generation, len(prompts))
 	chunk := len(prompts)
 	if opts.MaxBatch > 0 {
@@ -165,8 +178,7 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 	for _, p := range prompts {
 		maxLen = max(maxLen, len(p))
 	}
-	B := bucket(n, 1)
-	S := bucket(maxLen+opts.MaxNewTokens, minCapacityBucket)
+	B, S := GenerationShape(n, maxLen, opts.MaxNewTokens)
 	temp := float32(opts.Temperature)
 	if opts.Temperature == 0 {
 		temp = 1 // greedy: log-probs reported under temperature 1
@@ -246,6 +258,13 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 				}
 				out[i].Tokens = append(out[i].Tokens, id)
 				out[i].LogProbs = append(out[i].LogProbs, lp[id])
+				if len(opts.Watch) > 0 {
+					w := make([]float32, len(opts.Watch))
+					for k, wid := range opts.Watch {
+						w[k] = lp[wid]
+					}
+					out[i].Watch = append(out[i].Watch, w)
+				}
 				if stop[id] {
 					out[i].Stopped = true
 					live[i] = false
@@ -355,11 +374,18 @@ func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperatu
 	return append([]*Node{z, lse}, cache...)
 }
 
+// generationChunkBytes is the size of a generation step's float32 [B, V] logits above which
+// they are computed over the LM head's vocabulary chunks. The logits are the step's output
+// either way, so chunks only save the softmax's temporaries beside them; below this (64 rows
+// of Qwen3's vocabulary are 39 MB), one product is faster than the chunks' many small ops.
+var generationChunkBytes int64 = 64 << 20 // a variable: tests lower it to run the chunked path on small batches
+
 // lastLogits maps the hidden states of the rows being generated, hLast
 // [B, H], to their logits / temperature [B, V] (float32) and log-sum-exp
-// [B]: over vocabulary chunks (lmhead.go) or at once.
+// [B]: over vocabulary chunks (lmhead.go) when the batch's logits exceed
+// generationChunkBytes, else at once.
 func (m *Model) lastLogits(ctx *context.Context, hLast, temperature *Node) (z, lse *Node) {
-	if m.chunked() {
+	if m.chunked() && int64(hLast.Shape().Dimensions[0])*int64(m.cfg.VocabSize)*4 > generationChunkBytes {
 		invT := Inverse(ConvertDType(temperature, dtypes.Float32))
 		return m.headLogits(ctx, hLast, invT)
 	}

@@ -32,7 +32,7 @@ import (
 
 // DefaultLMHeadChunk is the vocabulary rows per chunk of the LM head unless
 // model.lm_head_chunk says otherwise.
-const DefaultLMHeadChunk = 8192
+const DefaultLMHeadChunk = 2048
 
 // SetLMHeadChunk sets the vocabulary rows per chunk of the LM head (0 = the
 // whole vocabulary at once). Call it before the first graph is built: a
@@ -159,7 +159,7 @@ func (m *Model) headLogProbs(ctx *context.Context, h, targets *Node, temperature
 	x := Concatenate([]*Node{h, w}, 0) // [N+V, H]
 	lseStop := StopGradient(lse)
 	xi := IdentityWithCustomGradient(x, func(_, v *Node) *Node {
-		up := Slice(toF32(v), AxisRange(0, N), AxisRange(0, 1)) // [N, 1]: g_n
+		up := toF32(Slice(v, AxisRange(0, N), AxisRange(0, 1))) // [N, 1]: g_n (sliced first: v is [N+V, H])
 		dh, dw := m.headBackward(hs, ws, targets, lseStop, Reshape(up, N), temperature)
 		return Concatenate([]*Node{dh, dw}, 0)
 	})

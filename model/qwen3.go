@@ -68,7 +68,8 @@ type Model struct {
 	prefill map[int]*context.Exec // per KV-cache capacity
 	extend  *context.Exec         // tokens on top of a KV cache: decoding steps, prompts after a shared prefix
 
-	lmHeadChunk int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
+	lmHeadChunk    int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
+	attentionBlock int // query rows per block of training graphs' attention (attention.go); 0 = plain
 
 	sharedPrefills atomic.Int64 // generation batches whose common prompt prefix was prefilled once (tests)
 }
@@ -192,17 +193,12 @@ func (m *Model) decoderLayer(ctx *context.Context, li int, x, cos, sin, bias *No
 	q = m.applyRope(rmsNorm(q, m.weight(ctx, g, p+"self_attn.q_norm.weight"), c.RMSNormEps), cos, sin) // [B, T, nq, D]
 	k = m.applyRope(rmsNorm(k, m.weight(ctx, g, p+"self_attn.k_norm.weight"), c.RMSNormEps), cos, sin) // [B, T, nkv, D]
 	k, v = kv(li, k, v)                                                                                // [B, S, nkv, D]
-	S := k.Shape().Dimensions[1]
 
-	// GQA: query head j = g·rep + r reads kv head g.
-	q5 := Reshape(q, B, T, nkv, rep, D)                                       // [B, T, nkv, rep, D]
-	scores := DotGeneral(q5, []int{4}, []int{0, 2}, k, []int{3}, []int{0, 2}) // [B, nkv, T, rep, S]
-	scores = MulScalar(toF32(scores), 1/math.Sqrt(float64(D)))                // scaled, float32
-	scores = Add(scores, Reshape(bias, B, 1, T, 1, S))                        // masked
-	probs := ConvertDType(Softmax(scores, -1), m.dtype)                       // [B, nkv, T, rep, S]
-	att := DotGeneral(probs, []int{4}, []int{0, 1}, v, []int{1}, []int{0, 2}) // [B, nkv, T, rep, D]
-	att = Reshape(TransposeAllAxes(att, 0, 2, 1, 3, 4), B, T, nq*D)           // [B, T, nq·D]
-	x = Add(x, m.linear(ctx, att, p+"self_attn.o_proj"))                      // [B, T, H]
+	// GQA: query head j = g·rep + r reads kv head g; softmax(q·kᵀ/√D + bias)·v (attention.go).
+	q5 := Reshape(q, B, T, nkv, rep, D)                             // [B, T, nkv, rep, D]
+	att := m.attention(ctx.IsTraining(g), q5, k, v, bias)           // [B, nkv, T, rep, D]
+	att = Reshape(TransposeAllAxes(att, 0, 2, 1, 3, 4), B, T, nq*D) // [B, T, nq·D]
+	x = Add(x, m.linear(ctx, att, p+"self_attn.o_proj"))            // [B, T, H]
 
 	// MLP block: x = x + down(silu(gate(h)) ⊙ up(h)), h = RMSNorm(x).
 	h = rmsNorm(x, m.weight(ctx, g, p+"post_attention_layernorm.weight"), c.RMSNormEps) // [B, T, H]
@@ -378,8 +374,6 @@ func (m *Model) TokenLogProbsShared(ctx *context.Context, prefix, prefixMask, to
 	g := tokens.Graph()
 	prefix, tokens = ConvertDType(prefix, dtypes.Int32), ConvertDType(tokens, dtypes.Int32)
 	P := prefix.Shape().Dimensions[1]
-	B, L := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
-	nkv, D := m.cfg.NumKeyValueHeads, m.cfg.HeadDim
 	pmask := asBoolMask(prefixMask) // [1, P]
 
 	// The prefix, at batch 1: keep each layer's keys and values.
@@ -388,17 +382,33 @@ func (m *Model) TokenLogProbsShared(ctx *context.Context, prefix, prefixMask, to
 	m.forward(ctx, prefix, positionsOf(g, 1, P), causalBias(pmask), keep) // only the keys and values are used
 
 	// The rows at positions n, n+1, …, attending to the prefix's n tokens and causally to their own.
-	n := ReduceSum(ConvertDType(pmask, dtypes.Int32), -1)                                           // [1]
-	positions := Add(positionsOf(g, B, L), Reshape(n, 1, 1))                                        // [B, L]
-	prefixBias := Where(pmask, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue)) // [1, P]
-	prefixBias = BroadcastToDims(Reshape(prefixBias, 1, 1, P), B, L, P)                             // [B, L, P]
-	bias := Concatenate([]*Node{prefixBias, causalBias(asBoolMask(attnMask))}, -1)                  // [B, L, P+L]
-	attend := func(li int, k, v *Node) (*Node, *Node) {                                             // [B, L, nkv, D] → [B, P+L, nkv, D]
-		kp := BroadcastToDims(kv[li][0], B, P, nkv, D)
-		vp := BroadcastToDims(kv[li][1], B, P, nkv, D)
-		return Concatenate([]*Node{kp, k}, 1), Concatenate([]*Node{vp, v}, 1)
+	positions, bias := afterPrefix(pmask, asBoolMask(attnMask)) // [B, L], [B, L, P+L]
+	attend := func(li int, k, v *Node) (*Node, *Node) {         // [B, L, nkv, D] → [B, P+L, nkv, D]
+		return withPrefixKV(kv[li][0], k), withPrefixKV(kv[li][1], v)
 	}
 	h := m.forward(ctx, tokens, positions, bias, attend) // [B, L, H]
 	logp, _ := m.logProbsAt(ctx, h, tokens, targetPos, temperature, false)
 	return logp
+}
+
+// afterPrefix returns, for rows [B, L] (mask [B, L] bool) that follow a shared prefix of n
+// tokens (pmask [1, P] bool, its first n true), the rows' positions n, n+1, … [B, L] and their
+// attention bias [B, L, P+L]: the prefix's n tokens, then causally their own.
+func afterPrefix(pmask, mask *Node) (positions, bias *Node) {
+	g := mask.Graph()
+	P := pmask.Shape().Dimensions[1]
+	B, L := mask.Shape().Dimensions[0], mask.Shape().Dimensions[1]
+	n := ReduceSum(ConvertDType(pmask, dtypes.Int32), -1)                                           // [1]
+	positions = Add(positionsOf(g, B, L), Reshape(n, 1, 1))                                         // [B, L]
+	prefixBias := Where(pmask, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue)) // [1, P]
+	prefixBias = BroadcastToDims(Reshape(prefixBias, 1, 1, P), B, L, P)                             // [B, L, P]
+	return positions, Concatenate([]*Node{prefixBias, causalBias(mask)}, -1)                        // [B, L, P+L]
+}
+
+// withPrefixKV puts the prefix's keys or values [1, P, nkv, D], broadcast to the rows, before
+// the rows' own [B, L, nkv, D]: [B, P+L, nkv, D].
+func withPrefixKV(prefix, own *Node) *Node {
+	d := own.Shape().Dimensions
+	p := BroadcastToDims(prefix, d[0], prefix.Shape().Dimensions[1], d[2], d[3])
+	return Concatenate([]*Node{p, own}, 1)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // Storage dtypes this package reads and writes.
@@ -93,6 +94,9 @@ func readSafetensorsHeader(path string, f *os.File) (*stFile, error) {
 	if err := json.Unmarshal(header, &raw); err != nil {
 		return nil, fmt.Errorf("safetensors %s: bad JSON header: %w", path, err)
 	}
+	if where, problem, ok := strictjson.Check(header); !ok {
+		return nil, fmt.Errorf("safetensors %s: header: %s: %s", path, where, problem)
+	}
 	st := &stFile{path: path, f: f, dataStart: 8 + int64(hlen), entries: map[string]stEntry{}}
 	dataLen := size - st.dataStart
 	for name, msg := range raw {
@@ -100,17 +104,32 @@ func readSafetensorsHeader(path string, f *os.File) (*stFile, error) {
 			continue
 		}
 		var e stEntry
+		var offsets struct {
+			Offsets []int64 `json:"data_offsets"`
+		}
 		if err := json.Unmarshal(msg, &e); err != nil {
 			return nil, fmt.Errorf("safetensors %s: tensor %s: bad header entry: %w", path, name, err)
+		}
+		if json.Unmarshal(msg, &offsets) != nil || len(offsets.Offsets) != 2 {
+			return nil, fmt.Errorf("safetensors %s: tensor %s: data_offsets must be [begin, end]", path, name)
 		}
 		width, ok := stWidth[e.DType]
 		if !ok {
 			return nil, fmt.Errorf("safetensors %s: tensor %s: dtype %q is not supported (F32, BF16, F16)", path, name, e.DType)
 		}
+		if len(e.Shape) > maxTensorRank {
+			return nil, fmt.Errorf("safetensors %s: tensor %s: shape %v has more than %d dimensions", path, name, e.Shape, maxTensorRank)
+		}
+		// The element count, overflow-checked: it may not need more bytes
+		// than the file holds (a shape of [2^32, 2^32] would wrap to 0).
 		n := int64(1)
 		for _, d := range e.Shape {
 			if d < 0 {
 				return nil, fmt.Errorf("safetensors %s: tensor %s: negative dimension in shape %v", path, name, e.Shape)
+			}
+			if d > 0 && n > dataLen/width/int64(d) {
+				return nil, fmt.Errorf("safetensors %s: tensor %s: shape %v needs more than the %d bytes of data the file holds",
+					path, name, e.Shape, dataLen)
 			}
 			n *= int64(d)
 		}
@@ -128,10 +147,15 @@ func readSafetensorsHeader(path string, f *os.File) (*stFile, error) {
 	return st, nil
 }
 
+// maxTensorRank bounds the dimensions of a stored tensor.
+const maxTensorRank = 8
+
 func (s *stFile) Close() error { return s.f.Close() }
 
 // readInto reads tensor name into dst, converting from the stored dtype to
-// dst's dtype (Float32 or BFloat16). dst's shape must already match.
+// dst's dtype (Float32 or BFloat16). dst's shape must already match. A
+// tensor that holds NaN or ±Inf is read whole, then reported as a
+// *NonFiniteError.
 func (s *stFile) readInto(name string, dst *tensors.Tensor) error {
 	e, ok := s.entries[name]
 	if !ok {
@@ -139,15 +163,24 @@ func (s *stFile) readInto(name string, dst *tensors.Tensor) error {
 	}
 	sec := io.NewSectionReader(s.f, s.dataStart+e.Offsets[0], e.Offsets[1]-e.Offsets[0])
 	var err error
+	bad := nonFinite{}
 	switch {
 	case littleEndianHost && (e.DType == stF32 && dst.DType() == dtypes.Float32 ||
 		e.DType == stBF16 && dst.DType() == dtypes.BFloat16):
 		// Same dtype: read straight into the tensor's memory.
-		if merr := dst.MutableBytes(func(data []byte) { _, err = io.ReadFull(sec, data) }); merr != nil {
+		if merr := dst.MutableBytes(func(data []byte) {
+			if _, err = io.ReadFull(sec, data); err == nil {
+				bad.scanStored(e.DType, data)
+			}
+		}); merr != nil {
 			err = merr
 		}
 	case dst.DType() == dtypes.Float32:
-		tensors.MustMutableFlatData(dst, func(out []float32) { err = readConverted(sec, e.DType, out) })
+		tensors.MustMutableFlatData(dst, func(out []float32) {
+			if err = readConverted(sec, e.DType, out); err == nil {
+				bad.scan(out, 0)
+			}
+		})
 	case dst.DType() == dtypes.BFloat16:
 		tensors.MustMutableFlatData(dst, func(out []bfloat16.BFloat16) {
 			// Through float32 in chunks: F16 → F32 is exact, F32/F16 → BF16 rounds to nearest even.
@@ -159,6 +192,7 @@ func (s *stFile) readInto(name string, dst *tensors.Tensor) error {
 					for i, x := range buf[:end-start] {
 						out[start+i] = bf16FromFloat32(x)
 					}
+					bad.scanBF16(out[start:end], int64(start))
 				}
 			}
 		})
@@ -168,7 +202,78 @@ func (s *stFile) readInto(name string, dst *tensors.Tensor) error {
 	if err != nil {
 		return fmt.Errorf("safetensors %s: tensor %s: reading data: %w", s.path, name, err)
 	}
+	if bad.count > 0 {
+		return &NonFiniteError{Path: s.path, Tensor: name, Count: bad.count, First: bad.first, Value: bad.value}
+	}
 	return nil
+}
+
+// NonFiniteError is a stored tensor holding NaN or ±Inf values: a
+// checkpoint with one computes NaN logits, whose argmax is a fixed token,
+// so a guard would "decide" without looking at its input.
+type NonFiniteError struct {
+	Path, Tensor string
+	Count        int64   // non-finite elements
+	First        int64   // index of the first one (row-major)
+	Value        float32 // its value (NaN, +Inf or -Inf)
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("safetensors %s: tensor %s holds %d non-finite values (the first, element %d, is %v)",
+		e.Path, e.Tensor, e.Count, e.First, e.Value)
+}
+
+// nonFinite counts the non-finite values of a tensor as it is read.
+type nonFinite struct {
+	count, first int64
+	value        float32
+}
+
+func (b *nonFinite) add(i int64, v float32) {
+	if b.count == 0 {
+		b.first, b.value = i, v
+	}
+	b.count++
+}
+
+func (b *nonFinite) scan(xs []float32, offset int64) {
+	for i, x := range xs {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			b.add(offset+int64(i), x)
+		}
+	}
+}
+
+func (b *nonFinite) scanBF16(xs []bfloat16.BFloat16, offset int64) {
+	for i, x := range xs {
+		if x.Bits()&0x7f80 == 0x7f80 { // exponent all ones: Inf or NaN
+			b.add(offset+int64(i), x.Float32())
+		}
+	}
+}
+
+// scanStored scans stored data (F32 or BF16) that was read straight into a
+// tensor's memory on a little-endian host, as machine words.
+func (b *nonFinite) scanStored(dtype string, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	switch dtype {
+	case stF32:
+		words := unsafe.Slice((*uint32)(unsafe.Pointer(&data[0])), len(data)/4)
+		for i, bits := range words {
+			if bits&0x7f800000 == 0x7f800000 {
+				b.add(int64(i), math.Float32frombits(bits))
+			}
+		}
+	case stBF16:
+		words := unsafe.Slice((*uint16)(unsafe.Pointer(&data[0])), len(data)/2)
+		for i, bits := range words {
+			if bits&0x7f80 == 0x7f80 {
+				b.add(int64(i), math.Float32frombits(uint32(bits)<<16))
+			}
+		}
+	}
 }
 
 // readConverted fills out with float32 values decoded from r, which holds

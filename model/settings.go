@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -23,20 +24,30 @@ type Settings struct {
 	// log-probs, entropies, their gradient and generation's logits are
 	// computed a chunk at a time, so no [tokens × vocabulary] tensor is held;
 	// 0 = the whole vocabulary at once.
-	LMHeadChunk   int `yaml:"lm_head_chunk"`
-	BackendConfig `yaml:",inline"`
-	Config        `yaml:",inline"`
+	LMHeadChunk int `yaml:"lm_head_chunk"`
+	// AttentionBlock is the query rows per block of the attention in training graphs
+	// (attention.go): the backward recomputes each block's probabilities instead of keeping
+	// [B, heads, T, S] tensors; 0 = the plain softmax attention.
+	AttentionBlock int `yaml:"attention_block"`
+	BackendConfig  `yaml:",inline"`
+	Config         `yaml:",inline"`
+
+	// AllowNonFinite loads a checkpoint whose weights hold NaN or ±Inf, with
+	// a warning, instead of refusing it (its outputs are NaN: for inspecting
+	// a broken checkpoint, never for a guard).
+	AllowNonFinite bool `yaml:"allow_non_finite"`
 }
 
 // DefaultSettings is the tiny CPU model (DefaultTinyConfig) on the pure-Go
 // backend, float32, with the bundled Qwen3 tokenizer.
 func DefaultSettings() Settings {
 	return Settings{
-		Tokenizer:     "assets/qwen3",
-		DType:         "float32",
-		LMHeadChunk:   DefaultLMHeadChunk,
-		BackendConfig: DefaultBackendConfig(),
-		Config:        DefaultTinyConfig(),
+		Tokenizer:      "assets/qwen3",
+		DType:          "float32",
+		LMHeadChunk:    DefaultLMHeadChunk,
+		AttentionBlock: DefaultAttentionBlock,
+		BackendConfig:  DefaultBackendConfig(),
+		Config:         DefaultTinyConfig(),
 	}
 }
 
@@ -48,6 +59,9 @@ func (s *Settings) Validate() error {
 	if s.LMHeadChunk < 0 {
 		return fmt.Errorf("lm_head_chunk must be >= 0 (0 = the whole vocabulary), got %d", s.LMHeadChunk)
 	}
+	if s.AttentionBlock < 0 {
+		return fmt.Errorf("attention_block must be >= 0 (0 = the plain attention), got %d", s.AttentionBlock)
+	}
 	if err := s.BackendConfig.Validate(); err != nil {
 		return err
 	}
@@ -55,6 +69,16 @@ func (s *Settings) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// LoadOptions are the options LoadWith takes from these settings
+// (model.dtype, model.allow_non_finite); warnings go to log.
+func (s *Settings) LoadOptions(log io.Writer) (LoadOptions, error) {
+	dtype, err := ParseDType(s.DType)
+	if err != nil {
+		return LoadOptions{}, fmt.Errorf("model.%w", err)
+	}
+	return LoadOptions{DType: dtype, AllowNonFinite: s.AllowNonFinite, Log: log}, nil
 }
 
 // String summarizes the settings on one line.
@@ -108,12 +132,14 @@ func (s *Settings) LoadModel(backend backends.Backend, tok *tokenizer.Tokenizer)
 		if _, err := os.Stat(s.Path); err != nil {
 			return nil, fmt.Errorf("model.path: %w", err)
 		}
-		if m, err = LoadAs(backend, s.Path, dtype); err != nil {
+		opts := LoadOptions{DType: dtype, AllowNonFinite: s.AllowNonFinite, Log: os.Stderr}
+		if m, err = LoadWith(backend, s.Path, opts); err != nil {
 			return nil, fmt.Errorf("load checkpoint: %w", err)
 		}
 		what = "the checkpoint " + s.Path + " (vocab_size)"
 	}
 	m.SetLMHeadChunk(s.LMHeadChunk)
+	m.SetAttentionBlock(s.AttentionBlock)
 	if tok != nil && tok.VocabSize() > m.cfg.VocabSize {
 		return nil, fmt.Errorf("the tokenizer %s has %d ids but %s has only %d embeddings", s.TokenizerDir(), tok.VocabSize(), what, m.cfg.VocabSize)
 	}

@@ -28,7 +28,24 @@ func WriteTensorFile(path string, ts map[string]*tensors.Tensor) error {
 	return writeSafetensors(path, out, nil)
 }
 
-// ReadTensorFile reads every tensor of a safetensors file as float32.
+// TensorFileShapes reads the header of a safetensors file (checked against
+// the file's size) and returns each tensor's shape, so that a caller can
+// check them against what it expects before anything is allocated.
+func TensorFileShapes(path string) (map[string][]int, error) {
+	st, err := openSafetensors(path)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	out := map[string][]int{}
+	for name, e := range st.entries {
+		out[name] = append([]int{}, e.Shape...)
+	}
+	return out, nil
+}
+
+// ReadTensorFile reads every tensor of a safetensors file as float32. A
+// tensor holding NaN or ±Inf is an error (*NonFiniteError).
 func ReadTensorFile(path string) (map[string]*tensors.Tensor, error) {
 	st, err := openSafetensors(path)
 	if err != nil {

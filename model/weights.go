@@ -6,6 +6,7 @@ package model
 import (
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -22,6 +23,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // tensorKind says how a tensor is randomly initialized.
@@ -121,7 +123,7 @@ func newModel(backend backends.Backend, cfg *Config, dtype dtypes.DType) (*Model
 	}
 	c := *cfg
 	c.EOSTokenIDs = append([]int(nil), cfg.EOSTokenIDs...)
-	return &Model{cfg: c, dtype: dtype, backend: backend, ctx: context.New(), lmHeadChunk: DefaultLMHeadChunk}, nil
+	return &Model{cfg: c, dtype: dtype, backend: backend, ctx: context.New(), lmHeadChunk: DefaultLMHeadChunk, attentionBlock: DefaultAttentionBlock}, nil
 }
 
 // setWeight stores t as the (trainable) variable of HF tensor name.
@@ -149,6 +151,12 @@ func New(backend backends.Backend, cfg *Config, seed int64, dtype dtypes.DType) 
 	m, err := newModel(backend, cfg, dtype)
 	if err != nil {
 		return nil, err
+	}
+	// Every architecture key is bounded (Config.Validate), so this product
+	// does not overflow; refuse what cannot fit before allocating it.
+	if need, have := m.cfg.NumParameters()*int64(dtype.Size()), totalMemory(); have > 0 && need > have {
+		return nil, fmt.Errorf("model: %d parameters take %.1f GB in %s, more than this machine's %.1f GB of memory (check the model.* architecture keys)",
+			m.cfg.NumParameters(), float64(need)/1e9, dtype, float64(have)/1e9)
 	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 	std := m.cfg.InitializerRange
@@ -190,8 +198,35 @@ func Load(backend backends.Backend, dir string) (*Model, error) {
 }
 
 // LoadAs is Load with the weights stored (and computed) in dtype: Float32,
-// or BFloat16 (F32/F16 weights rounded to nearest even).
+// or BFloat16 (F32/F16 weights rounded to nearest even). A checkpoint with
+// a NaN or infinite weight is refused (LoadWith can allow it).
 func LoadAs(backend backends.Backend, dir string, dtype dtypes.DType) (*Model, error) {
+	return LoadWith(backend, dir, LoadOptions{DType: dtype})
+}
+
+// LoadOptions say how LoadWith loads a checkpoint.
+type LoadOptions struct {
+	DType dtypes.DType // Float32 or BFloat16; InvalidDType (the zero value) means Float32
+	// AllowNonFinite loads weights that hold NaN or ±Inf, with a warning,
+	// instead of refusing them (model.allow_non_finite). Such a model's
+	// logits are NaN: its decisions mean nothing.
+	AllowNonFinite bool
+	Log            io.Writer // where the warning goes; nil = os.Stderr
+}
+
+// LoadWith reads a Hugging Face Qwen3 checkpoint directory (config.json and
+// model.safetensors, or shards listed in model.safetensors.index.json).
+// Before anything is allocated, config.json is checked (every architecture
+// key in range) and every tensor the architecture needs is found in the
+// safetensors headers with its shape, each header checked against its
+// file's real size; then the weights are read one tensor at a time, and a
+// tensor holding NaN or ±Inf is an error naming it (unless
+// opts.AllowNonFinite).
+func LoadWith(backend backends.Backend, dir string, opts LoadOptions) (*Model, error) {
+	dtype := opts.DType
+	if dtype == dtypes.InvalidDType {
+		dtype = dtypes.Float32
+	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -211,17 +246,26 @@ func LoadAs(backend backends.Backend, dir string, dtype dtypes.DType) (*Model, e
 	}()
 	specs := tensorSpecs(&m.cfg)
 	expected := map[string]bool{}
-	var garbage int64 // bytes of host copies released since the last collection
 	for _, s := range specs {
 		expected[s.name] = true
 		f, ok := where[s.name]
 		if !ok {
 			return nil, fmt.Errorf("checkpoint %s: tensor %s is missing", dir, s.name)
 		}
-		e := f.entries[s.name]
-		if !equalInts(e.Shape, s.shape) {
+		if e := f.entries[s.name]; !equalInts(e.Shape, s.shape) {
 			return nil, fmt.Errorf("safetensors %s: tensor %s has shape %v, the config wants %v", f.path, s.name, e.Shape, s.shape)
 		}
+	}
+	for _, name := range sortedKeys(where) {
+		if expected[name] || (m.cfg.TieWordEmbeddings && name == "lm_head.weight") {
+			continue // a tied checkpoint may still carry lm_head.weight; transformers ignores it too
+		}
+		return nil, fmt.Errorf("safetensors %s: unexpected tensor %s for this config (wrong config.json?)", where[name].path, name)
+	}
+	var garbage int64 // bytes of host copies released since the last collection
+	var nonFinite []*NonFiniteError
+	for _, s := range specs {
+		f := where[s.name]
 		t := tensors.FromShape(shapes.Make(dtype, s.shape...))
 		shared := backend.HasSharedBuffers()
 		if shared {
@@ -232,7 +276,15 @@ func LoadAs(backend backends.Backend, dir string, dtype dtypes.DType) (*Model, e
 			}
 		}
 		if err := f.readInto(s.name, t); err != nil {
-			return nil, err
+			var nf *NonFiniteError
+			if !errors.As(err, &nf) {
+				return nil, err
+			}
+			if !opts.AllowNonFinite {
+				return nil, fmt.Errorf("checkpoint %s: %w: its outputs would be NaN and its decisions meaningless "+
+					"(set model.allow_non_finite=true to load it anyway)", dir, err)
+			}
+			nonFinite = append(nonFinite, nf)
 		}
 		if !shared {
 			// Copy to the device and drop the host copy.
@@ -247,14 +299,23 @@ func LoadAs(backend backends.Backend, dir string, dtype dtypes.DType) (*Model, e
 			garbage = 0
 		}
 	}
-	for _, name := range sortedKeys(where) {
-		if expected[name] || (m.cfg.TieWordEmbeddings && name == "lm_head.weight") {
-			continue // a tied checkpoint may still carry lm_head.weight; transformers ignores it too
+	if len(nonFinite) > 0 {
+		log := opts.Log
+		if log == nil {
+			log = os.Stderr
 		}
-		return nil, fmt.Errorf("safetensors %s: unexpected tensor %s for this config (wrong config.json?)", where[name].path, name)
+		var n int64
+		for _, nf := range nonFinite {
+			n += nf.Count
+		}
+		fmt.Fprintf(log, "model: warning: checkpoint %s holds %d non-finite weights in %d tensors (first: %v); "+
+			"loaded anyway because model.allow_non_finite is set: its outputs will be NaN\n", dir, n, len(nonFinite), nonFinite[0])
 	}
 	return m, nil
 }
+
+// maxIndexBytes bounds model.safetensors.index.json (Qwen3-235B's is ~2 MB).
+const maxIndexBytes = 64 << 20
 
 // openCheckpointFiles opens the safetensors files of dir and maps each
 // tensor name to the file that holds it.
@@ -279,9 +340,13 @@ func openCheckpointFiles(dir string) (files []*stFile, where map[string]*stFile,
 		return nil
 	}
 	indexPath := filepath.Join(dir, "model.safetensors.index.json")
-	data, ierr := os.ReadFile(indexPath)
+	_, ierr := os.Stat(indexPath)
 	switch {
 	case ierr == nil:
+		data, err := strictjson.ReadFile(indexPath, maxIndexBytes)
+		if err != nil {
+			return nil, nil, fmt.Errorf("checkpoint index: %w", err)
+		}
 		var idx stIndex
 		if err := json.Unmarshal(data, &idx); err != nil {
 			return nil, nil, fmt.Errorf("checkpoint index %s: %w", indexPath, err)
@@ -349,6 +414,10 @@ type SaveOptions struct {
 	DType         string // storage dtype of the weights: "float32", "bfloat16" or "float16"; "" = the model's dtype
 	MaxShardBytes int64  // split into model-0000k-of-0000n.safetensors above this size; 0 = DefaultMaxShardBytes, < 0 = never
 	TokenizerDir  string // when set, tokenizer files found there (tokenizer.json, tokenizer_config.json, …) are copied in
+	// Values, when set, gives the value to write for a weight instead of its variable's, by
+	// the variable's scope and name (context.Variable.ScopeAndName): a trainer's float32
+	// master weights, which the bfloat16 variables are rounded copies of.
+	Values map[string]*tensors.Tensor
 }
 
 // tokenizerFiles are the files Save copies from SaveOptions.TokenizerDir when present.
@@ -417,6 +486,12 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		t, err := m.weightTensor(s.name)
 		if err != nil {
 			return fmt.Errorf("save %s: %w", final, err)
+		}
+		if v := m.ctx.GetVariableByScopeAndName(varPath(s.name)); v != nil && opts.Values[v.ScopeAndName()] != nil {
+			t = opts.Values[v.ScopeAndName()]
+			if !equalInts(t.Shape().Dimensions, s.shape) {
+				return fmt.Errorf("save %s: the value given for %s has shape %v, want %v", final, s.name, t.Shape().Dimensions, s.shape)
+			}
 		}
 		st := stTensor{name: s.name, dtype: stDType, shape: s.shape, src: t}
 		ts = append(ts, st)

@@ -17,11 +17,17 @@ type Config struct {
 	MaxMemoryTokens      int     `yaml:"max_memory_tokens"`      // max new tokens of a memory call
 	MaxJudgeTokens       int     `yaml:"max_judge_tokens"`       // max new tokens of a judge call
 	MaxObservationTokens int     `yaml:"max_observation_tokens"` // longer observations keep head and tail with an elision marker
+	MaxUserTokens        int     `yaml:"max_user_tokens"`        // longer user messages (the request included) are elided the same way
+	MaxArgumentTokens    int     `yaml:"max_argument_tokens"`    // a longer tool name or string in an action's arguments is elided in place
+	MaxActionTokens      int     `yaml:"max_action_tokens"`      // an action still longer after that has its arguments elided as a whole
 	Temperature          float64 `yaml:"temperature"`            // sampling temperature in training (log-probs use logits / temperature)
 	TopK                 int     `yaml:"top_k"`                  // 0 = off
 	TopP                 float64 `yaml:"top_p"`                  // 1 = off
 	Structured           bool    `yaml:"structured"`             // constrain decoding to valid tool calls
 	BatchSize            int     `yaml:"batch_size"`             // max rows per generation call
+
+	// generator, endpoint, remote_*: which generator runs the calls (remote.go).
+	RemoteConfig `yaml:",inline"`
 }
 
 // DefaultConfig returns the defaults for a real (Qwen3-4B class) model.
@@ -36,11 +42,16 @@ func DefaultConfig() Config {
 		MaxMemoryTokens:      256,
 		MaxJudgeTokens:       96,
 		MaxObservationTokens: 1024,
+		MaxUserTokens:        1024,
+		MaxArgumentTokens:    512,
+		MaxActionTokens:      1024,
 		Temperature:          1.0,
 		TopK:                 0,
 		TopP:                 1.0,
 		Structured:           false,
 		BatchSize:            64,
+
+		RemoteConfig: DefaultRemoteConfig(),
 	}
 }
 
@@ -61,6 +72,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_judge_tokens must be >= 1, got %d", c.MaxJudgeTokens)
 	case c.MaxObservationTokens < 16:
 		return fmt.Errorf("max_observation_tokens must be >= 16, got %d", c.MaxObservationTokens)
+	case c.MaxUserTokens < 16:
+		return fmt.Errorf("max_user_tokens must be >= 16, got %d", c.MaxUserTokens)
+	case c.MaxArgumentTokens < 16:
+		return fmt.Errorf("max_argument_tokens must be >= 16, got %d", c.MaxArgumentTokens)
+	case c.MaxActionTokens < c.MaxArgumentTokens:
+		return fmt.Errorf("max_action_tokens must be >= max_argument_tokens (%d), got %d", c.MaxArgumentTokens, c.MaxActionTokens)
 	case c.Temperature <= 0:
 		return fmt.Errorf("temperature must be > 0 (eval decodes greedily on its own), got %g", c.Temperature)
 	case c.TopK < 0:
@@ -70,5 +87,5 @@ func (c *Config) Validate() error {
 	case c.BatchSize < 1:
 		return fmt.Errorf("batch_size must be >= 1, got %d", c.BatchSize)
 	}
-	return nil
+	return c.RemoteConfig.Validate()
 }

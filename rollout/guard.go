@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -25,6 +24,20 @@ type Request struct {
 	MaxNew  int      // max new tokens
 	Stops   []int    // token ids that end the completion (kept as its last token)
 	Grammar *Grammar // structured decoding (nil: free, stopping at a stop token)
+	// Watch lists token ids whose log-probs the generator reports at every
+	// step (Completion.Watch): the judge's decision alternatives, for its score.
+	Watch []int
+	// Chat is the same call before the chat template, for generators that
+	// can only send messages (chat APIs); Prompt is its rendering.
+	Chat *ChatPrompt
+}
+
+// ChatPrompt is a guard call as chat messages: the role's system prompt,
+// the user message (untrusted parts included as plain text) and the tool
+// the call must use.
+type ChatPrompt struct {
+	System, User string
+	Tool         chat.Tool
 }
 
 // Completion is a generated completion.
@@ -32,6 +45,22 @@ type Completion struct {
 	Tokens   []int     // generated tokens, stop token included when produced
 	LogProbs []float32 // log π(token) under logits / temperature, unconstrained
 	Forced   []bool    // the token was forced by the grammar (no choice: not in the loss)
+	// Watch, for a Request with Watch: per token, the log-probs of the
+	// watched ids at the step that produced it (−Inf: not known, e.g. outside
+	// a server's top-N); nil when the generator cannot tell.
+	Watch [][]float32
+	// Text, when not empty, is the completion as text, for generators that
+	// return no token ids (chat APIs); else the text is Tokens decoded.
+	Text string
+	// Usage, when not nil, is the server's own count of the call's tokens
+	// (its `usage`), which Call.Tokens reports instead of ours.
+	Usage *Usage
+}
+
+// Usage is a server's count of a call's tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
 }
 
 // Generator generates completions for a batch of requests. The model's
@@ -48,18 +77,28 @@ type Episode struct {
 
 // Call is one guard call (memory or judge) of one chain at one turn.
 type Call struct {
-	Prompt       []int     // prompt token ids (system prompt included)
-	PrefixTokens int       // tokens of the system prompt (tools included): the shareable prefix
-	Completion   []int     // generated token ids
-	LogProbs     []float32 // per completion token, from the sampler
-	Forced       []bool    // per completion token: forced by the grammar
-	Text         string    // the completion decoded (special tokens kept)
-	Parsed       bool      // the completion is a valid call of the role's tool
-	Violation    string    // why it is not (when !Parsed)
+	Prompt       []int       // prompt token ids (system prompt included)
+	PrefixTokens int         // tokens of the system prompt (tools included): the shareable prefix
+	Completion   []int       // generated token ids
+	LogProbs     []float32   // per completion token, from the sampler
+	Forced       []bool      // per completion token: forced by the grammar
+	Text         string      // the completion decoded (special tokens kept)
+	Parsed       bool        // the completion is a valid call of the role's tool
+	Violation    string      // why it is not (when !Parsed)
+	Watch        [][]float32 // per completion token, the watched ids' log-probs (Completion.Watch)
+	Usage        *Usage      // the server's token counts, when it gave them
+
+	chat ChatPrompt // the call before the chat template (Request.Chat)
 }
 
-// Tokens is the number of tokens the call reads and writes.
-func (c *Call) Tokens() int { return len(c.Prompt) + len(c.Completion) }
+// Tokens is the number of tokens the call reads and writes: the server's
+// count when it gave one, else our prompt and completion.
+func (c *Call) Tokens() int {
+	if c.Usage != nil {
+		return c.Usage.PromptTokens + c.Usage.CompletionTokens
+	}
+	return len(c.Prompt) + len(c.Completion)
+}
 
 // Turn is the outcome of one turn of one chain.
 type Turn struct {
@@ -71,6 +110,11 @@ type Turn struct {
 	Decision  string // the effective decision: "approve", or "reject" (also the fallback); with votes, their majority
 	Rationale string // the (first) judge's rationale (FallbackRationale on a violation)
 	Votes     []Call // with K > 1 votes: all K judge calls (Judge is the first)
+	// Score is p(reject) from the judge's decision token (score.go); with
+	// votes, the mean of the votes' scores. ScoreExact is false when it is
+	// the decision itself (no log-probs, or a format violation: 1).
+	Score      float64
+	ScoreExact bool
 }
 
 // VoteDecisions returns the effective decision of each vote (a vote that
@@ -140,11 +184,40 @@ type Stats struct {
 	ElidedObs      int // observations elided
 	MemoryFailures int // memory calls that failed to parse
 	JudgeFailures  int // judge calls that failed to parse
+
+	ElidedArguments    int // action names and argument strings elided (rollout.max_argument_tokens)
+	ElidedActions      int // actions whose arguments were elided as a whole (rollout.max_action_tokens)
+	ElidedActionTokens int // action tokens left out by both
+	ElidedUsers        int // user messages elided, the request included (rollout.max_user_tokens)
+	ElidedUserTokens   int // user-message tokens left out
+}
+
+// Add adds the counts of o to s.
+func (s *Stats) Add(o Stats) {
+	s.Calls += o.Calls
+	s.PromptTokens += o.PromptTokens
+	s.NewTokens += o.NewTokens
+	s.ElidedTokens += o.ElidedTokens
+	s.ElidedObs += o.ElidedObs
+	s.MemoryFailures += o.MemoryFailures
+	s.JudgeFailures += o.JudgeFailures
+	s.ElidedArguments += o.ElidedArguments
+	s.ElidedActions += o.ElidedActions
+	s.ElidedActionTokens += o.ElidedActionTokens
+	s.ElidedUsers += o.ElidedUsers
+	s.ElidedUserTokens += o.ElidedUserTokens
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%d calls, %d prompt + %d new tokens, %d observations elided (%d tokens), format violations: memory %d, judge %d",
-		s.Calls, s.PromptTokens, s.NewTokens, s.ElidedObs, s.ElidedTokens, s.MemoryFailures, s.JudgeFailures)
+	out := fmt.Sprintf("%d calls, %d prompt + %d new tokens, %d observations elided (%d tokens)",
+		s.Calls, s.PromptTokens, s.NewTokens, s.ElidedObs, s.ElidedTokens)
+	if s.ElidedArguments+s.ElidedActions > 0 {
+		out += fmt.Sprintf(", %d argument values and %d whole actions elided (%d tokens)", s.ElidedArguments, s.ElidedActions, s.ElidedActionTokens)
+	}
+	if s.ElidedUsers > 0 {
+		out += fmt.Sprintf(", %d user messages elided (%d tokens)", s.ElidedUsers, s.ElidedUserTokens)
+	}
+	return out + fmt.Sprintf(", format violations: memory %d, judge %d", s.MemoryFailures, s.JudgeFailures)
 }
 
 // Guard runs the guard loop with one model: the prompts, the tokenizer and
@@ -158,6 +231,7 @@ type Guard struct {
 	grammar [2]*Grammar // per Role, nil without structured decoding
 	prefix  [3]int      // system-prompt tokens: memory, judge, judge-only
 	stops   []int       // tokens that end a completion
+	watch   *decisionWatch
 }
 
 // Grammar templates of the two tool calls, as Qwen3's chat template writes
@@ -176,7 +250,7 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 	if err != nil {
 		return nil, err
 	}
-	g := &Guard{cfg: cfg, tok: tok, prompts: prompts, gen: gen}
+	g := &Guard{cfg: cfg, tok: tok, prompts: prompts, gen: gen, watch: newDecisionWatch(tok)}
 	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
 		id, ok := tok.TokenID(name)
 		if !ok {
@@ -206,6 +280,13 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 	return g, nil
 }
 
+// PrefixTokens returns the tokens of each role's system prompt (its tool
+// declared): the prefix every call of the role starts with, for the
+// memory manager, the judge and the judge-only variant's judge.
+func (g *Guard) PrefixTokens() (memory, judge, judgeOnly int) {
+	return g.prefix[0], g.prefix[1], g.prefix[2]
+}
+
 // Stops returns the token ids that end a completion.
 func (g *Guard) Stops() []int { return g.stops }
 
@@ -228,32 +309,51 @@ func (g *Guard) newCall(p Prompt, role Role) *Call {
 		{Role: chat.RoleUser, Content: p.User},
 	}
 	ids := chat.Encode(g.tok, msgs, []chat.Tool{tool}, chat.Options{AddGenerationPrompt: true})
-	return &Call{Prompt: ids, PrefixTokens: prefix}
+	return &Call{Prompt: ids, PrefixTokens: prefix, chat: ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
 }
 
 func (g *Guard) request(c *Call, role Role) Request {
-	max := g.cfg.MaxMemoryTokens
 	if role == JudgeRole {
-		max = g.cfg.MaxJudgeTokens
+		return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
 	}
-	return Request{Prompt: c.Prompt, MaxNew: max, Stops: g.stops, Grammar: g.grammar[role]}
+	return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
 }
 
-// episodeView holds an episode's observations after elision, computed once
-// and shared by its chains.
+// episodeView holds an episode's untrusted texts after elision (elide.go),
+// computed once and shared by its chains.
 type episodeView struct {
-	ep  *Episode
-	obs []string // per turn of the trajectory (only [Start-1, End) are filled)
+	ep         *Episode
+	userPrompt string           // the user's request
+	obs        []string         // per turn of the trajectory (only [Start-1, End) are filled)
+	actions    []dataset.Action // per turn, like obs
+	users      []*string        // per turn, like obs: the user message before the action, if any
 }
 
 func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
-	v := &episodeView{ep: e, obs: make([]string, len(e.Traj.Turns))}
+	tr := e.Traj
+	v := &episodeView{ep: e, obs: make([]string, len(tr.Turns)), actions: make([]dataset.Action, len(tr.Turns)),
+		users: make([]*string, len(tr.Turns))}
+	user := func(text string) string {
+		out, elided := ElideText(g.tok, text, g.cfg.MaxUserTokens)
+		if elided > 0 {
+			stats.ElidedUsers++
+			stats.ElidedUserTokens += elided
+		}
+		return out
+	}
+	v.userPrompt = user(tr.UserPrompt)
 	for t := max(e.Start-1, 0); t < e.End; t++ {
-		text, elided := ElideObservation(g.tok, e.Traj.Turns[t].Observation, g.cfg.MaxObservationTokens)
+		tu := &tr.Turns[t]
+		text, elided := ElideText(g.tok, tu.Observation, g.cfg.MaxObservationTokens)
 		v.obs[t] = text
 		if elided > 0 {
 			stats.ElidedObs++
 			stats.ElidedTokens += elided
+		}
+		v.actions[t] = ElideAction(g.tok, tu.Action, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens, stats)
+		if tu.User != nil {
+			u := user(*tu.User)
+			v.users[t] = &u
 		}
 	}
 	return v
@@ -265,16 +365,15 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 // observation; then the user message that arrived before this turn's
 // action, if any.
 func (v *episodeView) events(t int) Events {
-	tr := v.ep.Traj
 	abs := v.ep.Start + t
 	var ev Events
 	if t == 0 {
-		ev = append(ev, Event{User: &tr.UserPrompt})
+		ev = append(ev, Event{User: &v.userPrompt})
 	}
 	if abs > 0 {
-		ev = append(ev, Event{Action: &tr.Turns[abs-1].Action, Observation: v.obs[abs-1]})
+		ev = append(ev, Event{Action: &v.actions[abs-1], Observation: v.obs[abs-1]})
 	}
-	if u := tr.Turns[abs].User; u != nil {
+	if u := v.users[abs]; u != nil {
 		ev = append(ev, Event{User: u})
 	}
 	return ev
@@ -285,30 +384,14 @@ func (v *episodeView) events(t int) Events {
 // sees it), the window's earlier steps with their user messages, then the
 // pending action.
 func (v *episodeView) judgeOnly(p *Prompts, t int) Prompt {
-	tr := v.ep.Traj
 	var hist []HistoryStep
 	for k := max(v.ep.Start-1, 0); k < v.ep.Start+t; k++ {
-		h := HistoryStep{Action: tr.Turns[k].Action, Observation: v.obs[k]}
+		h := HistoryStep{Action: v.actions[k], Observation: v.obs[k]}
 		if k >= v.ep.Start {
-			h.UserRequest = tr.Turns[k].User
+			h.UserRequest = v.users[k]
 		}
 		hist = append(hist, h)
 	}
 	abs := v.ep.Start + t
-	return p.JudgeOnly(tr.UserPrompt, hist, tr.Turns[abs].User, tr.Turns[abs].Action)
-}
-
-// ElideObservation keeps an observation of more than max tokens to its
-// first and last max/2 tokens with an explicit marker between them, and
-// returns the text and the number of tokens left out (0: unchanged).
-func ElideObservation(tok *tokenizer.Tokenizer, obs string, max int) (string, int) {
-	ids := tok.EncodeUntrusted(obs)
-	if len(ids) <= max {
-		return obs, 0
-	}
-	head, tail := max/2, max-max/2
-	elided := len(ids) - head - tail
-	h := strings.TrimRight(tok.Decode(ids[:head], false), "\uFFFD")
-	t := strings.TrimLeft(tok.Decode(ids[len(ids)-tail:], false), "\uFFFD")
-	return h + fmt.Sprintf("\n[... %d tokens elided ...]\n", elided) + t, elided
+	return p.JudgeOnly(v.userPrompt, hist, v.users[abs], v.actions[abs])
 }

@@ -92,19 +92,12 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 				return nil, stats, fmt.Errorf("turn %d memory calls of %s: %w", t, trajectoryIDs(all, live), err)
 			}
 			for k, i := range live {
-				c := calls[k]
-				turns[k].Memory = c
-				call, err := ParseMemory(c.Text)
-				if err != nil {
-					c.Violation = err.Error()
-					stats.MemoryFailures++
-					if t > 0 {
-						turns[k].MemoryOut = all[i].Turns[t-1].MemoryOut
-					}
-					continue
+				prev := ""
+				if t > 0 {
+					prev = all[i].Turns[t-1].MemoryOut
 				}
-				c.Parsed = true
-				turns[k].MemoryOut = call.Content
+				turns[k].Memory = calls[k]
+				turns[k].MemoryOut = g.memoryOutcome(calls[k], prev, &stats)
 			}
 		}
 
@@ -131,20 +124,14 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 			}
 			for k := range live {
 				c := vcalls[k]
-				j, err := ParseJudgement(c.Text)
-				if err != nil {
-					c.Violation = err.Error()
-					stats.JudgeFailures++
-				} else {
-					c.Parsed = true
-				}
+				j := g.judgeOutcome(c, &stats)
 				if v == 0 {
 					turns[k].Judge = *c
-					turns[k].Decision, turns[k].Rationale = DecisionReject, FallbackRationale
-					if c.Parsed {
-						turns[k].Decision, turns[k].Rationale = j.Decision, j.Rationale
-					}
+					turns[k].Decision, turns[k].Rationale = j.Decision, j.Rationale
+					turns[k].ScoreExact = true
 				}
+				turns[k].Score += j.Score / float64(votes)
+				turns[k].ScoreExact = turns[k].ScoreExact && j.ScoreExact
 				if votes > 1 {
 					turns[k].Votes = append(turns[k].Votes, *c)
 				}
@@ -214,10 +201,20 @@ func (g *Guard) generate(reqs []Request, calls []*Call, s Sampling, salt uint64,
 		for k, out := range outs {
 			c := calls[lo+k]
 			c.Completion, c.LogProbs, c.Forced = out.Tokens, out.LogProbs, out.Forced
-			c.Text = g.tok.Decode(out.Tokens, false)
+			c.Watch, c.Usage, c.Text = out.Watch, out.Usage, out.Text
+			if c.Text == "" {
+				c.Text = g.tok.Decode(out.Tokens, false)
+			}
 			stats.Calls++
-			stats.PromptTokens += len(c.Prompt)
-			stats.NewTokens += len(out.Tokens)
+			if c.Usage != nil {
+				// The server's own count: our system prompt's share is at most all of it.
+				c.PrefixTokens = min(c.PrefixTokens, c.Usage.PromptTokens+c.Usage.CompletionTokens)
+				stats.PromptTokens += c.Usage.PromptTokens
+				stats.NewTokens += c.Usage.CompletionTokens
+			} else {
+				stats.PromptTokens += len(c.Prompt)
+				stats.NewTokens += len(out.Tokens)
+			}
 		}
 	}
 	return nil

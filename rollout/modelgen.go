@@ -51,15 +51,23 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 		}
 		groups[k] = append(groups[k], i)
 	}
-	for gi, k := range order {
-		idx, maxNew := groups[k], k.maxNew
+	for gi, gk := range order {
+		idx, maxNew := groups[gk], gk.maxNew
 		prompts := make([][]int, len(idx))
 		decoders := make([]*Decoder, len(idx))
 		forced := make([][]bool, len(idx))
+		var watch []int       // the union of the group's watched ids
+		slot := map[int]int{} // watched id → its index in watch
 		for k, i := range idx {
 			prompts[k] = reqs[i].Prompt
 			if reqs[i].Grammar != nil {
 				decoders[k] = reqs[i].Grammar.NewDecoder(maxNew)
+			}
+			for _, id := range reqs[i].Watch {
+				if _, ok := slot[id]; !ok {
+					slot[id] = len(watch)
+					watch = append(watch, id)
+				}
 			}
 		}
 		opts := model.GenerateOptions{
@@ -69,6 +77,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			TopP:         s.TopP,
 			Seed:         seed.Mix(s.Seed, uint64(gi)),
 			StopTokens:   reqs[idx[0]].Stops,
+			Watch:        watch,
 		}
 		if s.Greedy {
 			opts.Temperature = 0
@@ -118,6 +127,15 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 				return nil, fmt.Errorf("structured decoding: %d constraints for %d tokens", len(f), len(g.Tokens))
 			}
 			out[i] = Completion{Tokens: g.Tokens, LogProbs: g.LogProbs, Forced: f}
+			if w := reqs[i].Watch; len(w) > 0 {
+				out[i].Watch = make([][]float32, len(g.Watch))
+				for s, all := range g.Watch {
+					out[i].Watch[s] = make([]float32, len(w))
+					for j, id := range w {
+						out[i].Watch[s][j] = all[slot[id]]
+					}
+				}
+			}
 		}
 	}
 	return out, nil

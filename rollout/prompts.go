@@ -5,7 +5,6 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"text/template"
@@ -159,18 +158,13 @@ func ActionJSON(a dataset.Action) string {
 func trusted(s string) Part   { return chat.Trusted(s) }
 func untrusted(s string) Part { return chat.Untrusted(s) }
 
-// blockTag matches our block delimiters, opening or closing, in any case.
-var blockTag = regexp.MustCompile(`(?i)<\s*/?\s*(memory|user_request|action|observation)\s*>`)
-
 // block wraps untrusted text in a delimited block: <tag>\ntext\n</tag>\n.
 // The delimiters are ordinary text, so a copy of one inside the untrusted
-// text would tokenize exactly like the real one and could close the block
-// early: such copies are written with &lt; and &gt; instead.
+// text — or a look-alike a model would read as one — could open or close
+// a block: such copies are written with &lt; and &gt; instead
+// (escapeDelimiters, delimit.go).
 func block(tag, text string) []Part {
-	text = blockTag.ReplaceAllStringFunc(text, func(m string) string {
-		return "&lt;" + m[1:len(m)-1] + "&gt;"
-	})
-	return []Part{trusted("<" + tag + ">\n"), untrusted(text), trusted("\n</" + tag + ">\n")}
+	return []Part{trusted("<" + tag + ">\n"), untrusted(escapeDelimiters(text)), trusted("\n</" + tag + ">\n")}
 }
 
 // Event is one thing that happened in the agent's trajectory: a user

@@ -60,6 +60,8 @@ type Grammar struct {
 	stop    int            // token that ends the completion (e.g. <|im_end|>)
 	banned  []int          // ids never allowed inside a free string
 	closers map[int]string // closer id → its text ('"' + a prefix of the closing)
+
+	template string // the call template it was compiled from (Regex)
 }
 
 // NewGrammar compiles a call template. "{choice:a|b}" marks an enum value,
@@ -68,7 +70,7 @@ type Grammar struct {
 //
 //	<tool_call>\n{"name": "assess_risk", "arguments": {"decision": "{choice:approve|reject}", "rationale": "{string}"}}\n</tool_call>
 func NewGrammar(v Vocab, template string, stop int) (*Grammar, error) {
-	g := &Grammar{vocab: v, stop: stop, closers: map[int]string{}}
+	g := &Grammar{template: template, vocab: v, stop: stop, closers: map[int]string{}}
 	var closings []string
 	rest := template
 	for rest != "" {

@@ -56,7 +56,7 @@ func (c *EpisodeCalls) Judge(t int, memory string) *Call { return c.g.judgeCall(
 func (g *Guard) judgeCall(v *episodeView, t int, memory string) *Call {
 	var p Prompt
 	if g.cfg.Variant == "mage" {
-		p = g.prompts.Judge(memory, v.ep.Traj.Turns[v.ep.Start+t].Action)
+		p = g.prompts.Judge(memory, v.actions[v.ep.Start+t])
 	} else {
 		p = v.judgeOnly(g.prompts, t)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/lock"
 )
 
 // DoneFile marks a finished point: the sweep writes it into the point's
@@ -141,8 +142,23 @@ func (pr *progress) eta() string {
 // nil); then it collects the summary (see Collect). A point whose runner
 // fails stops the sweep with an error naming the point; running the sweep
 // again resumes from there.
+//
+// The sweep holds outDir's lock (package internal/lock) from start to end,
+// and each point's lock while it runs: a second sweep into outDir is
+// refused at once, naming the holder's PID. Temporary files a killed sweep
+// left in outDir are removed once the lock is held.
 func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progressW io.Writer) error {
+	lk, err := lock.Acquire(outDir)
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	defer lk.Release()
 	pr := &progress{w: progressW, total: len(plan.Points)}
+	if removed, err := atomicfile.RemoveStale(outDir); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	} else if len(removed) > 0 {
+		pr.printf("sweep: removed %d leftovers of a killed sweep from %s: %s\n", len(removed), outDir, strings.Join(removed, ", "))
+	}
 	done := make([]bool, len(plan.Points))
 	for i, pt := range plan.Points {
 		ok, err := finished(outDir, pt)
@@ -180,7 +196,8 @@ func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progress
 
 // RunPoint runs point n of plan into outDir/<point name>/ unless it is
 // already finished (so a scheduler may retry it safely). It backs
-// `mageguard sweep --point N`.
+// `mageguard sweep --point N`. It holds the point's lock, not outDir's, so
+// that a cluster may run several points of one sweep at once.
 func RunPoint(ctx context.Context, plan *Plan, outDir string, n int, runner Runner, progressW io.Writer) error {
 	pt, err := plan.Point(n)
 	if err != nil {
@@ -203,11 +220,25 @@ func RunPoint(ctx context.Context, plan *Plan, outDir string, n int, runner Runn
 	return nil
 }
 
+// PointLockFile is the lock file, inside a point's folder, that a sweep
+// holds while it runs the point (training, eval and DONE); training holds
+// the folder's own lock (lock.FileName) besides.
+const PointLockFile = ".sweep-point.lock"
+
 // runOne runs one point and marks it done; it returns the runner's duration.
 func runOne(ctx context.Context, plan *Plan, outDir string, pt Point, runner Runner, pr *progress) (time.Duration, error) {
 	dir := filepath.Join(outDir, pt.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
+	}
+	lk, err := lock.AcquireFile(filepath.Join(dir, PointLockFile))
+	if err != nil {
+		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
+	}
+	defer lk.Release()
+	// Another process may have finished the point while this one waited for it.
+	if ok, err := finished(outDir, pt); err != nil || ok {
+		return 0, err
 	}
 	pr.printf("sweep: point %d (of 0..%d) %s: running (%s)\n", pt.Index, pr.total-1, pt.Name, plan.Label(pt))
 	start := now()

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/mageguard/mageguard/model"
-
 	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
@@ -71,7 +69,7 @@ func (r *run) evaluate(ctx context.Context, step int, m record) error {
 	final := filepath.Join(r.opts.Out, "checkpoint-best")
 	tmp := filepath.Join(r.opts.Out, ".checkpoint-best.tmp")
 	os.RemoveAll(tmp)
-	if err := r.model.Save(tmp, model.SaveOptions{DType: r.opts.Train.CheckpointDType, TokenizerDir: r.tokDir}); err != nil {
+	if err := r.saveModel(tmp); err != nil {
 		return fmt.Errorf("checkpoint-best: %w", err)
 	}
 	best := bestTracker{Step: step, Metric: spec, Value: &v}

@@ -5,19 +5,23 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // rolloutRow is one line of rollouts.jsonl: one step × trajectory × turn ×
@@ -162,12 +166,19 @@ func checkpointDir(out string, step int) string {
 }
 
 // prepareOut creates the output directory. Without resume, it refuses a
-// directory that already holds checkpoints, so nothing is overwritten.
-func prepareOut(out string, resume bool) error {
+// directory that already holds checkpoints, so nothing is overwritten. It
+// then cleans up after a run that was killed mid-write (the caller holds
+// the folder's lock, so no one else is writing there): temporary files and
+// folders are removed, and a checkpoint moved aside by replaceDir whose
+// replacement never arrived is put back.
+func prepareOut(out string, resume bool, log io.Writer) error {
 	if out == "" {
 		return fmt.Errorf("train: no output directory (--out)")
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	if err := removeStale(out, log); err != nil {
 		return err
 	}
 	if !resume {
@@ -177,12 +188,54 @@ func prepareOut(out string, resume bool) error {
 			return fmt.Errorf("train: %s already holds %s: use --resume to continue it, or another --out", out, filepath.Base(dir))
 		}
 	}
-	// Leftovers of a checkpoint write that crashed.
-	entries, _ := os.ReadDir(out)
+	return nil
+}
+
+// asideRe matches a checkpoint replaceDir moved aside.
+var asideRe = regexp.MustCompile(`^checkpoint-(\d+|best)\.old$`)
+
+// removeStale removes what a killed run left in out: atomicfile's
+// temporary files and model.Save's temporary folders (".NAME.tmp-DIGITS"),
+// the checkpoint folders built under ".checkpoint-STEP.tmp" and
+// ".checkpoint-best.tmp", and older checkpoints moved aside
+// ("checkpoint-STEP.old"), which go back to their name when the new one
+// never replaced them.
+func removeStale(out string, log io.Writer) error {
+	removed, err := atomicfile.RemoveStale(out)
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
-		if matched, _ := filepath.Match(".checkpoint-*.tmp", e.Name()); matched {
-			os.RemoveAll(filepath.Join(out, e.Name()))
+		name := e.Name()
+		path := filepath.Join(out, name)
+		if matched, _ := filepath.Match(".checkpoint-*.tmp", name); matched {
+			if err := os.RemoveAll(path); err != nil {
+				return err
+			}
+			removed = append(removed, name)
+			continue
 		}
+		if asideRe.MatchString(name) {
+			final := strings.TrimSuffix(path, ".old")
+			if _, err := os.Stat(final); os.IsNotExist(err) {
+				if err := os.Rename(path, final); err != nil {
+					return err
+				}
+				fmt.Fprintf(log, "train: %s: put back %s, moved aside by a run killed while replacing it\n", out, filepath.Base(final))
+				continue
+			}
+			if err := os.RemoveAll(path); err != nil {
+				return err
+			}
+			removed = append(removed, name)
+		}
+	}
+	if len(removed) > 0 {
+		fmt.Fprintf(log, "train: %s: removed %d leftovers of a killed run: %s\n", out, len(removed), strings.Join(removed, ", "))
 	}
 	return nil
 }
@@ -205,8 +258,11 @@ func latestCheckpoint(out string) (string, int, error) {
 		}
 		step, _ := strconv.Atoi(m[1])
 		dir := filepath.Join(out, e.Name())
-		if _, err := readTrainerState(dir); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "trainer_state.json")); os.IsNotExist(err) {
 			continue // incomplete: trainer_state.json is written last
+		}
+		if _, err := readTrainerState(dir); err != nil {
+			return "", 0, fmt.Errorf("train: %s is damaged: %w", dir, err) // never resume silently from an older one
 		}
 		if step > bestStep {
 			best, bestStep = dir, step
@@ -226,12 +282,22 @@ type trainerState struct {
 // saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,
 // optimizer.safetensors and trainer_state.json, built under a temporary
 // name and renamed, then prunes old checkpoints beyond keep_last.
+// saveModel writes the model into dir in train.checkpoint_dtype, its weights from the
+// trainer's float32 masters when it keeps them (bfloat16 training).
+func (r *run) saveModel(dir string) error {
+	masters, err := r.trainer.MasterWeights()
+	if err != nil {
+		return err
+	}
+	return r.model.Save(dir, model.SaveOptions{DType: r.opts.Train.CheckpointDType, TokenizerDir: r.tokDir, Values: masters})
+}
+
 func (r *run) saveCheckpoint(step int) (string, error) {
 	o := r.opts
 	final := checkpointDir(o.Out, step)
 	tmp := filepath.Join(o.Out, fmt.Sprintf(".checkpoint-%d.tmp", step))
 	os.RemoveAll(tmp)
-	if err := r.model.Save(tmp, model.SaveOptions{DType: o.Train.CheckpointDType, TokenizerDir: r.tokDir}); err != nil {
+	if err := r.saveModel(tmp); err != nil {
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
 	state, err := r.trainer.OptimizerState()
@@ -282,21 +348,31 @@ func (r *run) prune() {
 	}
 }
 
-// readTrainerState reads a checkpoint's trainer_state.json.
+// maxTrainerStateBytes bounds trainer_state.json (it is ~100 bytes).
+const maxTrainerStateBytes = 1 << 16
+
+// readTrainerState reads a checkpoint's trainer_state.json strictly: a
+// small file, no unknown or repeated key, counts that are not negative.
 func readTrainerState(dir string) (*trainerState, error) {
 	path := filepath.Join(dir, "trainer_state.json")
-	data, err := os.ReadFile(path)
+	data, err := strictjson.ReadFile(path, maxTrainerStateBytes)
 	if err != nil {
 		return nil, err
 	}
 	var ts trainerState
-	if err := json.Unmarshal(data, &ts); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ts); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if ts.Step < 0 || ts.OptimizerSteps < 0 {
+		return nil, fmt.Errorf("%s: step %d and optimizer_steps %d must not be negative", path, ts.Step, ts.OptimizerSteps)
 	}
 	return &ts, nil
 }
 
-// restoreTrainer loads the optimizer state of a checkpoint.
+// restoreTrainer loads the optimizer state of a checkpoint. The moments'
+// shapes are checked against the model's weights before any is read.
 func (r *run) restoreTrainer(dir string, step int) error {
 	ts, err := readTrainerState(dir)
 	if err != nil {
@@ -310,7 +386,15 @@ func (r *run) restoreTrainer(dir string, step int) error {
 	}
 	state := map[string]*tensors.Tensor{}
 	if ts.OptimizerSteps > 0 {
-		if state, err = model.ReadTensorFile(filepath.Join(dir, "optimizer.safetensors")); err != nil {
+		path := filepath.Join(dir, "optimizer.safetensors")
+		shapes, err := model.TensorFileShapes(path)
+		if err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		if err := checkMoments(path, shapes, r.model); err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		if state, err = model.ReadTensorFile(path); err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
 	}
@@ -319,6 +403,36 @@ func (r *run) restoreTrainer(dir string, step int) error {
 		return fmt.Errorf("resume: %w", err)
 	}
 	return nil
+}
+
+// checkMoments requires every tensor of an optimizer state file to be an
+// AdamW moment ("exp_avg/…" or "exp_avg_sq/…") or a float32 master weight
+// ("master/…") of one of m's weights, with that weight's shape.
+func checkMoments(path string, shapes map[string][]int, m *model.Model) error {
+	weights := map[string][]int{}
+	m.Context().EnumerateVariables(func(v *mlctx.Variable) {
+		weights[strings.TrimSuffix(v.Scope(), mlctx.ScopeSeparator)+mlctx.ScopeSeparator+v.Name()] = v.Shape().Dimensions
+	})
+	for _, name := range sortedNames(shapes) {
+		kind, rest, _ := strings.Cut(name, "/")
+		want, ok := weights["/"+rest]
+		if (kind != "exp_avg" && kind != "exp_avg_sq" && kind != "master") || !ok {
+			return fmt.Errorf("%s: tensor %s is not an AdamW moment or master weight of this model's weights", path, name)
+		}
+		if fmt.Sprint(shapes[name]) != fmt.Sprint(want) {
+			return fmt.Errorf("%s: tensor %s has shape %v, the model's weight has %v", path, name, shapes[name], want)
+		}
+	}
+	return nil
+}
+
+func sortedNames(m map[string][]int) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // progress prints one step's summary, with the held-out F1, ASR and BU on

@@ -22,6 +22,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/lock"
 )
 
 // Options is everything a training run needs: the configuration sections
@@ -43,6 +44,11 @@ type Options struct {
 	// top-level metrics (logged into metrics.jsonl). dir is where it may
 	// write its files.
 	Evaluate func(ctx context.Context, m *model.Model, guard *rollout.Guard, step int, dir string) (map[string]any, error)
+
+	// OnBatch, when set, sees each step's rollout batch just before its update (with the
+	// reference log-probs filled when β > 0): for recording batches (the update benchmark's
+	// fixture) and debugging. It must not change the batch.
+	OnBatch func(step int, b *grpo.Batch)
 }
 
 // Result says what a run produced.
@@ -101,6 +107,16 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 	if r.log == nil {
 		r.log = io.Discard
 	}
+	// The output folder is this run's alone, before anything is loaded: a
+	// second run into it is refused at once, naming the holder's PID.
+	if opts.Out == "" {
+		return nil, fmt.Errorf("train: no output directory (--out)")
+	}
+	lk, err := lock.Acquire(opts.Out)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer lk.Release()
 	start, err := r.setup()
 	if err != nil {
 		return nil, err
@@ -169,10 +185,13 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 // returns the number of steps already done.
 func (r *run) setup() (int, error) {
 	o := r.opts
+	if o.Rollout.Generator != rollout.GeneratorLocal {
+		return 0, fmt.Errorf("train: rollout.generator is %q: training needs the local model (its log-probs and gradients), set rollout.generator: %s", o.Rollout.Generator, rollout.GeneratorLocal)
+	}
 	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
 		return 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
 	}
-	if err := prepareOut(o.Out, o.Resume); err != nil {
+	if err := prepareOut(o.Out, o.Resume, r.log); err != nil {
 		return 0, err
 	}
 	resumeDir, start, err := latestCheckpoint(o.Out)
@@ -185,15 +204,16 @@ func (r *run) setup() (int, error) {
 		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
 	}
 	// Fail fast on what would otherwise fail only later in the run.
-	if o.Model.DType != "float32" {
-		return 0, fmt.Errorf("model.dtype %s: training needs float32 weights (AdamW keeps no float32 master copy, so bfloat16 updates would round away); save bfloat16 checkpoints with train.checkpoint_dtype", o.Model.DType)
-	}
 	if o.Train.EvalEvery > 0 {
 		if err := checkBestMetric(o.Train.BestMetric); err != nil {
 			return 0, err
 		}
-		if _, err := dataset.ReadAll(o.Train.EvalData); err != nil {
+		evalTrajs, err := dataset.ReadAll(o.Train.EvalData)
+		if err != nil {
 			return 0, fmt.Errorf("train.eval_data: %w", err)
+		}
+		if !anyAction(evalTrajs) { // the eval would fail at its first step
+			return 0, fmt.Errorf("train.eval_data %s: nothing to evaluate: %d trajectories, none with an action", o.Train.EvalData, len(evalTrajs))
 		}
 	}
 
@@ -256,6 +276,7 @@ func (r *run) setup() (int, error) {
 	r.trainer.SetSharedPolicy(func(ctx *mlctx.Context, prefix, prefixMask, tokens, attnMask, targetPos *graph.Node) *graph.Node {
 		return m.TokenLogProbsShared(ctx, prefix, prefixMask, tokens, attnMask, targetPos, temperature)
 	})
+	r.trainer.SetStagedPolicy(stagedPolicy(m, temperature))
 	if resumeDir != "" {
 		if err := r.restoreTrainer(resumeDir, start); err != nil {
 			return 0, err
@@ -268,8 +289,8 @@ func (r *run) setup() (int, error) {
 			return 0, err
 		}
 	}
-	if resumeDir != "" && o.Train.CheckpointDType == "bfloat16" {
-		fmt.Fprintf(r.log, "resume: warning: %s holds bfloat16 weights (train.checkpoint_dtype): the run continues from rounded weights, not the ones an uninterrupted run would have\n", resumeDir)
+	if resumeDir != "" && o.GRPO.MasterDType != "float32" && o.Train.CheckpointDType == "bfloat16" && o.Model.DType == "float32" {
+		fmt.Fprintf(r.log, "resume: warning: %s holds bfloat16 weights (train.checkpoint_dtype) and grpo.master_dtype is %s, so no float32 weights were saved: the run continues from rounded weights\n", resumeDir, o.GRPO.MasterDType)
 	}
 
 	// Outputs: metrics.jsonl (and rollouts.jsonl) continue after the resumed step.
@@ -331,6 +352,16 @@ func loadPool(path string, log io.Writer) ([]*dataset.Trajectory, []bool, error)
 	return pool, positive, nil
 }
 
+// anyAction reports whether some trajectory has an action.
+func anyAction(trajs []*dataset.Trajectory) bool {
+	for _, t := range trajs {
+		if len(t.Turns) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // checkBestMetric checks that train.best_metric names a top-level metric
 // of the eval report (optionally with a leading '-': lower is better).
 func checkBestMetric(spec string) error {
@@ -343,4 +374,22 @@ func checkBestMetric(spec string) error {
 		names = append(names, f.Name)
 	}
 	return fmt.Errorf("train.best_metric %q: not a metric of the eval report (one of %s, with an optional leading '-')", spec, strings.Join(names, ", "))
+}
+
+// stagedPolicy is the model split into stages for grpo's activation checkpointing
+// (grpo.gradient_checkpointing).
+func stagedPolicy(m *model.Model, temperature float64) grpo.StagedPolicy {
+	conv := func(in grpo.StageInputs) model.StageInputs {
+		return model.StageInputs{Prefix: in.Prefix, PrefixMask: in.PrefixMask, Tokens: in.Tokens, AttnMask: in.AttnMask}
+	}
+	return grpo.StagedPolicy{
+		Layers: m.NumLayers(),
+		Embed:  func(ctx *mlctx.Context, in grpo.StageInputs) []*graph.Node { return m.StageEmbed(ctx, conv(in)) },
+		Layer: func(ctx *mlctx.Context, i int, state []*graph.Node, in grpo.StageInputs) []*graph.Node {
+			return m.StageLayer(ctx, i, state, conv(in))
+		},
+		Head: func(ctx *mlctx.Context, state []*graph.Node, in grpo.StageInputs, targetPos *graph.Node) *graph.Node {
+			return m.StageHead(ctx, state, conv(in), targetPos, temperature)
+		},
+	}
 }

@@ -43,6 +43,14 @@ type Metrics struct {
 	Seconds             float64        `json:"seconds"`        // the whole step
 	Elapsed             float64        `json:"elapsed"`        // seconds since the run (or resume) started
 	Eval                map[string]any `json:"eval,omitempty"` // held-out metrics (report.json, top level) on eval steps
+
+	// Actions and user messages elided (rollout.max_argument_tokens,
+	// max_action_tokens and max_user_tokens), and the tokens left out.
+	ElidedArguments    int `json:"elided_arguments"`     // action names and argument strings cut in place
+	ElidedActions      int `json:"elided_actions"`       // actions whose arguments were cut as a whole
+	ElidedActionTokens int `json:"elided_action_tokens"` // action tokens left out by both
+	ElidedUserMessages int `json:"elided_user_messages"` // user messages, the request included
+	ElidedUserTokens   int `json:"elided_user_tokens"`   // user-message tokens left out
 }
 
 func (m *Metrics) setEval(ev map[string]any) { m.Eval = ev }
@@ -89,7 +97,9 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 	// 3. Rewards and advantages per trajectory (its G chains are the group
 	// at each turn), then one sequence per memory and judge call.
 	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens,
-		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens}
+		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens,
+		ElidedArguments: rstats.ElidedArguments, ElidedActions: rstats.ElidedActions, ElidedActionTokens: rstats.ElidedActionTokens,
+		ElidedUserMessages: rstats.ElidedUsers, ElidedUserTokens: rstats.ElidedUserTokens}
 	var seqs []grpo.Sequence
 	var rows []rolloutRow
 	var nTurns, nMem int
@@ -165,6 +175,9 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 		if batch.RefLogProbs, err = r.trainer.LogProbs(r.refCtx, batch); err != nil {
 			return nil, fmt.Errorf("step %d: reference log-probs: %w", step, err)
 		}
+	}
+	if o.OnBatch != nil {
+		o.OnBatch(step, batch)
 	}
 	stats, err := r.trainer.Update(batch)
 	if err != nil {

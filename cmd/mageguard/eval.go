@@ -67,7 +67,11 @@ rollout.temperature). Variants and baselines:
 
 The checkpoint is a Hugging Face Qwen3 directory (model.path or --model); its
 config.json decides the architecture, model.backend / model.plugin /
-model.dtype how it runs. The tokenizer is the checkpoint's own when it has
+model.dtype how it runs. With --set rollout.generator=openai (rollout.endpoint,
+rollout.remote_api vllm|sglang|chat, rollout.remote_model) the guard's calls run
+on an OpenAI-compatible server instead and --model only gives the tokenizer
+(docs/serving.md). decisions.jsonl records each decision's score, p(reject)
+from the judge's decision token; report.json its ROC AUC. The tokenizer is the checkpoint's own when it has
 tokenizer.json, else model.tokenizer. Other keys: eval.* (data, limit, seed,
 chunk: trajectories per generation batch) and rollout.* (prompts, token
 budgets, structured decoding).
@@ -175,7 +179,7 @@ func interruptible(parent context.Context, stderr io.Writer, name string) (conte
 // the token-cost plot. Inputs are read before the model is loaded, so bad
 // data fails fast.
 func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir string, log io.Writer) (eval.Report, error) {
-	if cfg.Model.Path == "" {
+	if cfg.Model.Path == "" && cfg.Rollout.Generator == rollout.GeneratorLocal {
 		return eval.Report{}, errors.New("eval: no checkpoint: give --model DIR (or --set model.path=DIR)")
 	}
 	ropts := eval.ReportOptions{
@@ -203,16 +207,15 @@ func evalCheckpoint(ctx context.Context, cfg *config.Config, outDir, baselineDir
 		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
 	// The guard checks the rollout settings against the tokenizer before
-	// the (slow) model load; the generator gets the model after.
+	// the (slow) model load; the meter gets the generator after.
 	// The meter lets the eval report progress after every turn of a chunk.
-	gen := &rollout.ModelGenerator{}
-	meter := &eval.Meter{Generator: gen}
+	meter := &eval.Meter{}
 	guard, err := rollout.NewGuard(cfg.Rollout, tok, meter)
 	if err != nil {
 		return eval.Report{}, fmt.Errorf("eval: %w", err)
 	}
-	if gen.Model, err = loadCheckpoint(cfg.Model, tok, tokPath, log); err != nil {
-		return eval.Report{}, fmt.Errorf("eval: %w", err)
+	if meter.Generator, err = guardGenerator(cfg, tok, tokPath, guard.Stops(), log, "eval"); err != nil {
+		return eval.Report{}, err
 	}
 	opts := cfg.Eval.Options(cfg.Rollout)
 	opts.Meter = meter
@@ -237,8 +240,12 @@ func evalMeta(cfg *config.Config) [][2]string {
 	if !e.Greedy {
 		decoding = fmt.Sprintf("sampled (temperature %g, top_k %d, top_p %g, seed %d)", r.Temperature, r.TopK, r.TopP, e.Seed)
 	}
+	checkpoint := cfg.Model.Path
+	if r.Generator == rollout.GeneratorOpenAI {
+		checkpoint = fmt.Sprintf("served at %s (%s API, model %q)", r.Endpoint, r.RemoteAPI, r.RemoteModel)
+	}
 	meta := [][2]string{
-		{"checkpoint", cfg.Model.Path},
+		{"checkpoint", checkpoint},
 		{"data", cfg.Eval.Data},
 		{"variant", r.Variant},
 	}

@@ -252,7 +252,7 @@ func TestTrainEvalHook(t *testing.T) {
 	if err := json.Unmarshal(raw, &onDisk); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"by_suite", "by_attack_type", "by_horizon", "detection_latency_histogram"} {
+	for _, k := range []string{"by_suite", "by_attack_type", "by_horizon", "detection_latency_histogram", "score_thresholds"} {
 		delete(onDisk, k)
 	}
 	if !reflect.DeepEqual(values, onDisk) {

@@ -23,7 +23,7 @@ model.safetensors or shards with model.safetensors.index.json, tokenizer files).
 The model section of the configuration picks the backend (model.backend: go or
 xla, model.plugin, model.parallelism) and the in-memory dtype (model.dtype).`,
 	}
-	cmd.AddCommand(newModelInitCmd(), newModelConvertCmd(), newModelScoreCmd(), newModelGenerateCmd(), newModelInspectCmd())
+	cmd.AddCommand(newModelInitCmd(), newModelConvertCmd(), newModelScoreCmd(), newModelGenerateCmd(), newModelInspectCmd(), newModelBenchCmd())
 	return cmd
 }
 
@@ -62,10 +62,12 @@ func newModelInitCmd() *cobra.Command {
 		Long: `init writes a random Qwen3 checkpoint with the architecture keys of the model
 section (configs/model-tiny.yaml: a CPU-sized model with the real Qwen3
 vocabulary), seeded by model.seed, stored as model.dtype (float32 or
-bfloat16), with the tokenizer files of model.tokenizer copied in.
+bfloat16), with the tokenizer files of model.tokenizer copied in. It runs on
+the go backend whatever model.backend says (no accelerator is needed).
 
   mageguard model init --config configs/model-tiny.yaml --out runs/model-tiny
-  mageguard model init --config configs/model-tiny.yaml --out runs/model-tiny-bf16 --set model.dtype=bfloat16 --set model.hidden_size=128`,
+  mageguard model init --config configs/model-tiny.yaml --out runs/model-tiny-bf16 --set model.dtype=bfloat16 --set model.hidden_size=128
+  mageguard model init --config configs/default.yaml --set model.num_hidden_layers=2 --out runs/qwen3-4b-2l`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig()
@@ -80,6 +82,9 @@ bfloat16), with the tokenizer files of model.tokenizer copied in.
 			}
 			s := cfg.Model
 			s.Path = "" // a random model from the architecture keys and model.seed
+			// Drawing random weights and writing them is host work: always the
+			// go backend, so a GPU config (configs/default.yaml) runs here too.
+			s.BackendConfig = model.DefaultBackendConfig()
 			m, err := loadModel(s)
 			if err != nil {
 				return fmt.Errorf("model init: %w", err)

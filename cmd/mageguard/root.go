@@ -33,8 +33,10 @@ Which command reads which sections:
   train           model, rollout, rewards, grpo, train, eval (train.eval_every)
   sft             model, rollout, grpo, train, sft, eval (train.eval_every)
   eval            model, rollout, eval
+  serve           model, rollout, serve
   sweep           all of them, for every point (sweep: the grid)
   model ...       model
+  plan            model, rollout, grpo, train.max_turns
   config          prints them all
   data, tokenize  none (their flags say everything)
 Data is written to stdout or files; logs and progress go to stderr.`,
@@ -63,8 +65,10 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newModelCmd(),
 		newTrainCmd(),
 		newSFTCmd(),
+		newPlanCmd(),
 		newEvalCmd(),
 		newSweepCmd(),
+		newServeCmd(),
 	)
 	return root
 }

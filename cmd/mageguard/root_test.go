@@ -24,6 +24,7 @@ func TestEveryCommandChecksTheConfig(t *testing.T) {
 		{"eval", "--compare", filepath.Join(dir, "report.json")},
 		{"model", "inspect", "--model", dir},
 		{"config"},
+		{"plan", "--device-memory", "1GB"},
 		{"sweep", "--out", filepath.Join(dir, "sweep"), "--plan"},
 	}
 	bad := []struct {

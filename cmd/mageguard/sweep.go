@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
+	"github.com/mageguard/mageguard/internal/lock"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/sweep"
@@ -102,6 +103,13 @@ not marked DONE and resumes on the next run).`,
 				}
 			}
 			stderr := cmd.ErrOrStderr()
+			if plan || collect { // they write into --out: not while a sweep runs there
+				lk, err := lock.Acquire(out)
+				if err != nil {
+					return fmt.Errorf("sweep: %w", err)
+				}
+				defer lk.Release()
+			}
 			switch {
 			case plan:
 				wd, command, err := sweepCommand(out)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,11 @@ when train.balance), runs rollout.group_size shadow-memory chains of the guard
 over each (memory call, then judge call, every turn), scores every turn with
 the judge and discounted memory rewards, and updates the model.
 
+At start it prints mageguard plan's one-line summary of the configuration's
+memory, and refuses a configuration that cannot fit the device when the
+device's memory is known (go: the machine's; xla with a CUDA plugin: GPU 0's,
+from nvidia-smi).
+
 Without model.path (--model) training starts from a random Qwen3 built from the
 model.* architecture keys and model.seed (what configs/tiny.yaml does).
 
@@ -68,6 +74,20 @@ train.steps=200 to train longer; --config is refused with --resume).`,
 			}
 			if err := config.Validate(cfg); err != nil {
 				return err
+			}
+			// What the configuration needs on the device, before anything is
+			// allocated: refused when it cannot fit a device whose memory is known.
+			p, err := planOf(cfg, 0)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(os.Stderr, p.Summary())
+			if fits, known := p.Fits(); known && !fits {
+				var b strings.Builder
+				if err := p.WriteText(&b); err != nil {
+					return err
+				}
+				return fmt.Errorf("train: the configuration does not fit the device (mageguard plan):\n%s", b.String())
 			}
 			resolved, err := config.Marshal(cfg)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 )
 
 // File is a file being written under a temporary name.
@@ -89,4 +90,38 @@ func WriteFileMode(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return f.Commit()
+}
+
+// staleName matches the temporary names this package (and model.Save's
+// temporary checkpoint folders) give: "." + the target's name + ".tmp-" +
+// the random digits of os.CreateTemp / os.MkdirTemp.
+var staleName = regexp.MustCompile(`^\..+\.tmp-[0-9]+$`)
+
+// IsTemp reports whether name (a base name) is one of the temporary names
+// Create gives, or a temporary folder named the same way.
+func IsTemp(name string) bool { return staleName.MatchString(name) }
+
+// RemoveStale removes the temporary files and folders that writers killed
+// mid-write left in dir (not in its subfolders), and returns their names.
+// Call it only while holding dir's lock (package internal/lock): a
+// running writer's temporary file looks the same.
+func RemoveStale(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("clean %s: %w", dir, err)
+	}
+	var removed []string
+	for _, e := range entries {
+		if !IsTemp(e.Name()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return removed, fmt.Errorf("clean %s: %w", dir, err)
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, nil
 }

@@ -60,3 +60,39 @@ func TestCreateInMissingDirFails(t *testing.T) {
 		t.Fatal("created a file in a missing directory")
 	}
 }
+
+func TestRemoveStaleRemovesOnlyTemporaryNames(t *testing.T) {
+	dir := t.TempDir()
+	// What a writer killed mid-write leaves: a temporary file of Create and
+	// a temporary folder named like model.Save's.
+	f, err := Create(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("half"))
+	tmpFile := filepath.Base(f.f.Name())
+	tmpDir, err := os.MkdirTemp(dir, ".checkpoint-3.tmp.tmp-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(tmpDir, "model.safetensors"), []byte("x"), 0o644)
+	keep := []string{"metrics.jsonl", ".tmp-1", "a.tmp-12", ".config.yaml.tmp-", ".x.tmp-12a", "checkpoint-3"}
+	for _, name := range keep {
+		os.WriteFile(filepath.Join(dir, name), nil, 0o644)
+	}
+	removed, err := RemoveStale(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 2 || removed[0] != filepath.Base(tmpDir) && removed[1] != filepath.Base(tmpDir) {
+		t.Fatalf("removed %v, want %s and %s", removed, tmpFile, filepath.Base(tmpDir))
+	}
+	entries, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if len(left) != len(keep) {
+		t.Fatalf("left %v, want exactly %v", left, keep)
+	}
+}

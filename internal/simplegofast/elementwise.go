@@ -438,3 +438,56 @@ func unaryParallel(fn func(dst, x []float32), dst, x []float32) {
 		fn(dst[lo:hi], x[lo:hi])
 	})
 }
+
+// copySlice copies the slice [starts, limits) (unit strides) of x, of dimensions dims in
+// row-major order, into out: the trailing axes taken whole and the last one cut form
+// contiguous runs, copied with copy() under an odometer over the leading axes. It reports
+// false, writing nothing, when the bounds are not within dims.
+func copySlice(out, x []float32, dims, starts, limits []int) bool {
+	r := len(dims)
+	for a := range r {
+		if starts[a] < 0 || limits[a] > dims[a] || starts[a] > limits[a] {
+			return false
+		}
+	}
+	if r == 0 {
+		copy(out, x)
+		return true
+	}
+	// The run: the innermost axis and, outward, every axis taken whole, plus the first cut one.
+	run := 1
+	inner := r - 1
+	for ; inner >= 0; inner-- {
+		run *= limits[inner] - starts[inner]
+		if starts[inner] != 0 || limits[inner] != dims[inner] {
+			break
+		}
+	}
+	if inner < 0 { // the whole operand
+		copy(out, x[:len(out)])
+		return true
+	}
+	// strides of x
+	xs := make([]int, r)
+	xs[r-1] = 1
+	for a := r - 2; a >= 0; a-- {
+		xs[a] = xs[a+1] * dims[a+1]
+	}
+	base := starts[inner] * xs[inner]
+	idx := make([]int, inner) // odometer over the axes outside the run
+	for o := 0; o < len(out); o += run {
+		off := base
+		for a := range inner {
+			off += (starts[a] + idx[a]) * xs[a]
+		}
+		copy(out[o:o+run], x[off:off+run])
+		for a := inner - 1; a >= 0; a-- {
+			idx[a]++
+			if idx[a] < limits[a]-starts[a] {
+				break
+			}
+			idx[a] = 0
+		}
+	}
+	return true
+}

@@ -93,6 +93,10 @@ var fastOpCases = []fastOpCase{
 	{"broadcast to trailing", [][]int{{4, 1}}, func(x []*Node) *Node { return BroadcastToDims(x[0], 4, 6) }, 0},
 	{"broadcast, new axes", [][]int{{5}}, func(x []*Node) *Node { return ExpandAndBroadcast(x[0], []int{3, 5, 2}, []int{0, 2}) }, 0},
 	{"broadcast, middle", [][]int{{2, 1, 3}}, func(x []*Node) *Node { return BroadcastToDims(x[0], 2, 4, 3) }, 0},
+	{"slice, leading axis", [][]int{{10, 6}}, func(x []*Node) *Node { return Slice(x[0], AxisRange(3, 7)) }, 0},
+	{"slice, middle axis", [][]int{{3, 5, 4}}, func(x []*Node) *Node { return Slice(x[0], AxisRange(), AxisRange(1, 4)) }, 0},
+	{"slice, inner axis", [][]int{{3, 5, 4}}, func(x []*Node) *Node { return Slice(x[0], AxisRange(1, 3), AxisRange(0, 2), AxisRange(1, 3)) }, 0},
+	{"slice, whole", [][]int{{3, 4}}, func(x []*Node) *Node { return Slice(x[0], AxisRange(), AxisRange()) }, 0},
 }
 
 // TestFastOpsMatchSimpleGo runs each case on the default backend (this

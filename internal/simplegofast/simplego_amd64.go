@@ -122,6 +122,9 @@ func simplegoExecReduce(backend *simplego.Backend, node *simplego.Node, inputs [
 //go:linkname simplegoExecBroadcastInDim github.com/gomlx/gomlx/backends/simplego.execBroadcastInDim
 func simplegoExecBroadcastInDim(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
 
+//go:linkname simplegoExecSlice github.com/gomlx/gomlx/backends/simplego.execSlice
+func simplegoExecSlice(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error)
+
 // simplegoUserPriority is simplego's priority for user overrides.
 const simplegoUserPriority = 100
 
@@ -150,6 +153,7 @@ func install() error {
 	set(backends.OpTypeReduceSum, fastReduce(reduceSum))
 	set(backends.OpTypeReduceMax, fastReduce(reduceMax))
 	set(backends.OpTypeBroadcastInDim, fastBroadcastInDim)
+	set(backends.OpTypeSlice, fastSlice)
 	return nil
 }
 
@@ -408,6 +412,66 @@ func fastBroadcastInDim(backend *simplego.Backend, node *simplego.Node, inputs [
 	if !broadcastInDim(outFlat, x, outDims, dims, axes) {
 		_ = backend.BufferFinalize(out)
 		return simplegoExecBroadcastInDim(backend, node, inputs, inputsOwned)
+	}
+	fastOpCalls.Add(1)
+	return out, nil
+}
+
+// sliceParams reads a Slice node's starts, limits and strides (simplego's unexported
+// *sliceNode in the node's data field, with reflection).
+func sliceParams(node *simplego.Node) (starts, limits, strides []int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	v := reflect.ValueOf(node).Elem().FieldByName("data")
+	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
+		return nil, nil, nil, false
+	}
+	v = v.Elem()
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return nil, nil, nil, false
+	}
+	v = v.Elem()
+	if v.Kind() != reflect.Struct || v.NumField() != 3 {
+		return nil, nil, nil, false
+	}
+	read := func(i int) []int {
+		f := v.Field(i)
+		if f.Kind() != reflect.Slice || f.Type().Elem().Kind() != reflect.Int {
+			panic("not []int")
+		}
+		out := make([]int, f.Len())
+		for j := range out {
+			out[j] = int(f.Index(j).Int())
+		}
+		return out
+	}
+	return read(0), read(1), read(2), true
+}
+
+// fastSlice is the executor of Slice for float32 operands with unit strides: the slice
+// copied as contiguous runs (copySlice) instead of element by element.
+func fastSlice(backend *simplego.Backend, node *simplego.Node, inputs []*simplego.Buffer, inputsOwned []bool) (*simplego.Buffer, error) {
+	outDims, ok1 := nodeOutputDims(node)
+	starts, limits, strides, ok2 := sliceParams(node)
+	x, dims, ok3 := float32Buffer(backend, inputs[0])
+	if !ok1 || !ok2 || !ok3 || isPlain(backend) || len(starts) != len(dims) || len(limits) != len(dims) {
+		return simplegoExecSlice(backend, node, inputs, inputsOwned)
+	}
+	for _, st := range strides {
+		if st != 1 {
+			return simplegoExecSlice(backend, node, inputs, inputsOwned)
+		}
+	}
+	out, outFlat, err := newFloat32Buffer(backend, outDims)
+	if err != nil {
+		return nil, fmt.Errorf("fast Slice: %w", err)
+	}
+	if !copySlice(outFlat, x, dims, starts, limits) {
+		_ = backend.BufferFinalize(out)
+		return simplegoExecSlice(backend, node, inputs, inputsOwned)
 	}
 	fastOpCalls.Add(1)
 	return out, nil

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // qwenPattern is the Split pre-tokenizer regex of Qwen2/Qwen3 (and of
@@ -61,15 +63,29 @@ func Load(path string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var f fileJSON
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("tokenizer %s: %w", file, err)
-	}
-	t, err := build(&f)
+	t, err := parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %s: %w", file, err)
 	}
 	return t, nil
+}
+
+// maxTokenizerBytes bounds tokenizer.json, compressed or not (Qwen3's is
+// 11 MB; the largest vocabularies' are ~35 MB).
+const maxTokenizerBytes = 256 << 20
+
+// parse builds a tokenizer from the text of a tokenizer.json: a key given
+// twice anywhere (a vocabulary entry, say) is an error, not the last one
+// silently winning.
+func parse(data []byte) (*Tokenizer, error) {
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
+	}
+	if where, problem, ok := strictjson.Check(data); !ok {
+		return nil, fmt.Errorf("%s: %s", where, problem)
+	}
+	return build(&f)
 }
 
 // readTokenizerFile returns the (decompressed) bytes of the tokenizer.json
@@ -93,6 +109,11 @@ func readTokenizerFile(path string) ([]byte, string, error) {
 			return nil, "", fmt.Errorf("tokenizer: directory %s holds neither tokenizer.json nor tokenizer.json.gz", path)
 		}
 	}
+	if st, err := os.Stat(file); err != nil {
+		return nil, "", fmt.Errorf("tokenizer: %w", err)
+	} else if st.Size() > maxTokenizerBytes {
+		return nil, "", fmt.Errorf("tokenizer %s: %d bytes, more than the %d a tokenizer may have", file, st.Size(), maxTokenizerBytes)
+	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, "", fmt.Errorf("tokenizer: %w", err)
@@ -102,9 +123,12 @@ func readTokenizerFile(path string) ([]byte, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("tokenizer %s: %w", file, err)
 		}
-		data, err = io.ReadAll(zr)
+		data, err = io.ReadAll(io.LimitReader(zr, maxTokenizerBytes+1))
 		if err != nil {
 			return nil, "", fmt.Errorf("tokenizer %s: %w", file, err)
+		}
+		if len(data) > maxTokenizerBytes {
+			return nil, "", fmt.Errorf("tokenizer %s: decompresses to more than %d bytes", file, maxTokenizerBytes)
 		}
 	}
 	return data, file, nil

@@ -13,7 +13,7 @@ import (
 // tokens (id = byte value), "bc" 256, "ab" 257, "abc" 258, merges
 // (b c), (a b), (a bc) in that rank order, and two added tokens. edit may
 // change it before it is written.
-func tinyJSON(t *testing.T, edit func(doc map[string]any)) string {
+func tinyJSON(t testing.TB, edit func(doc map[string]any)) string {
 	t.Helper()
 	vocab := map[string]int{"bc": 256, "ab": 257, "abc": 258}
 	for b := range 256 {

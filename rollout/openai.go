@@ -1,0 +1,547 @@
+package rollout
+
+// OpenAIGenerator: the guard's calls on an OpenAI-compatible server
+// (rollout.generator: openai), for `eval` and `serve`.
+//
+// Against vLLM and SGLang (remote_api vllm | sglang) every call is our own
+// rendering sent as token ids to /completions, so the chat template, the
+// untrusted-text guarantee (no added-token id from untrusted text: the ids
+// are ours) and the prompts stay exactly those of the local generator. The
+// completion comes back as token ids (return_token_ids), decoded and parsed
+// by our strict parser. Structured calls use the server's guided decoding
+// with a regular expression equivalent to the call's grammar (vLLM
+// `structured_outputs.regex`, SGLang `regex`). Log-probs (`logprobs`: the
+// top-N per position; vLLM names tokens "token_id:N" with
+// return_tokens_as_token_ids, SGLang by their text) give the decision score.
+//
+// Against an API that takes only chat messages (remote_api chat) the call
+// is sent as a system and a user message with the role's tool forced by
+// tool_choice; the returned tool call is written back in Qwen3's format
+// and parsed by the same parser. docs/serving.md lists what that loses.
+//
+// Token counts come from each response's `usage`. 429, 5xx and transport
+// errors are retried (remote_retries, waiting Retry-After when the server
+// sends it, else an exponential backoff); every HTTP request has a timeout
+// (remote_timeout_s).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mageguard/mageguard/internal/seed"
+	"github.com/mageguard/mageguard/model/chat"
+	"github.com/mageguard/mageguard/model/tokenizer"
+)
+
+// maxResponseBytes bounds the body read from the server.
+const maxResponseBytes = 32 << 20
+
+// OpenAIGenerator generates completions on an OpenAI-compatible server.
+// Build it with NewOpenAIGenerator.
+type OpenAIGenerator struct {
+	cfg    RemoteConfig
+	tok    *tokenizer.Tokenizer
+	stops  []int
+	key    string
+	client *http.Client
+
+	// Backoff is the wait before the first retry when the server sends no
+	// Retry-After (doubled at each retry); MaxWait caps any wait.
+	Backoff, MaxWait time.Duration
+}
+
+// NewOpenAIGenerator returns a generator for cfg (cfg.Generator openai),
+// rendering with tok, stopping at stops (Guard.Stops), sending key (may be
+// empty) as a bearer token.
+func NewOpenAIGenerator(cfg RemoteConfig, tok *tokenizer.Tokenizer, stops []int, key string) (*OpenAIGenerator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("rollout.%w", err)
+	}
+	if cfg.Generator != GeneratorOpenAI {
+		return nil, fmt.Errorf("rollout.generator is %q, not %s", cfg.Generator, GeneratorOpenAI)
+	}
+	return &OpenAIGenerator{
+		cfg: cfg, tok: tok, stops: stops, key: key,
+		client:  &http.Client{Timeout: time.Duration(cfg.RemoteTimeoutS * float64(time.Second))},
+		Backoff: 500 * time.Millisecond, MaxWait: 30 * time.Second,
+	}, nil
+}
+
+// Generate implements Generator: the requests run concurrently (at most
+// remote_concurrency at once); the first error stops the others.
+func (g *OpenAIGenerator) Generate(reqs []Request, s Sampling) ([]Completion, error) {
+	out := make([]Completion, len(reqs))
+	errs := make([]error, len(reqs))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sem := make(chan struct{}, g.cfg.RemoteConcurrency)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			seed := int64(seed.Mix(s.Seed, uint64(i)) >> 1) // servers take a signed 64-bit seed
+			if g.cfg.RemoteAPI == RemoteChat {
+				out[i], errs[i] = g.chat(ctx, &reqs[i], s, seed)
+			} else {
+				out[i], errs[i] = g.complete(ctx, &reqs[i], s, seed)
+			}
+			if errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	// Report the first error that is not another request's cancellation.
+	var first error
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("request %d of %d: %w", i, len(reqs), err)
+		if first == nil || errors.Is(first, context.Canceled) {
+			first = err
+		}
+	}
+	if first != nil {
+		return nil, first
+	}
+	return out, nil
+}
+
+// sampling returns the temperature, top-p and top-k a request sends.
+func sampling(s Sampling) (temp, topP float64, topK int) {
+	if s.Greedy {
+		return 0, 1, 0
+	}
+	return s.Temperature, s.TopP, s.TopK
+}
+
+// completionsRequest is the body of POST /completions (vLLM and SGLang).
+type completionsRequest struct {
+	Model                  string             `json:"model,omitempty"`
+	Prompt                 []int              `json:"prompt"`
+	MaxTokens              int                `json:"max_tokens"`
+	Temperature            float64            `json:"temperature"`
+	TopP                   float64            `json:"top_p"`
+	TopK                   int                `json:"top_k,omitempty"`
+	Seed                   int64              `json:"seed"`
+	StopTokenIDs           []int              `json:"stop_token_ids,omitempty"`
+	SkipSpecialTokens      bool               `json:"skip_special_tokens"`
+	Logprobs               int                `json:"logprobs,omitempty"`
+	ReturnTokenIDs         bool               `json:"return_token_ids"`
+	ReturnTokensAsTokenIDs bool               `json:"return_tokens_as_token_ids,omitempty"` // vLLM
+	StructuredOutputs      *structuredOutputs `json:"structured_outputs,omitempty"`         // vLLM (>= 0.10.2)
+	Regex                  string             `json:"regex,omitempty"`                      // SGLang
+}
+
+type structuredOutputs struct {
+	Regex string `json:"regex"`
+}
+
+// completionsResponse is what this generator reads of a /completions answer.
+type completionsResponse struct {
+	Choices []struct {
+		Text         string `json:"text"`
+		TokenIDs     []int  `json:"token_ids"`
+		FinishReason string `json:"finish_reason"`
+		Logprobs     *struct {
+			Tokens        []string             `json:"tokens"`
+			TokenLogprobs []*float64           `json:"token_logprobs"`
+			TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+	Usage *Usage `json:"usage"`
+}
+
+// complete runs one request on /completions.
+func (g *OpenAIGenerator) complete(ctx context.Context, r *Request, s Sampling, seed int64) (Completion, error) {
+	temp, topP, topK := sampling(s)
+	body := completionsRequest{
+		Model: g.cfg.RemoteModel, Prompt: r.Prompt, MaxTokens: r.MaxNew,
+		Temperature: temp, TopP: topP, TopK: topK, Seed: seed,
+		StopTokenIDs: g.stops, ReturnTokenIDs: true,
+	}
+	if len(r.Watch) > 0 && g.cfg.RemoteLogprobs > 0 {
+		body.Logprobs = g.cfg.RemoteLogprobs
+	}
+	if g.cfg.RemoteAPI == RemoteVLLM {
+		body.ReturnTokensAsTokenIDs = true
+	}
+	if r.Grammar != nil {
+		re := Regex(r.Grammar)
+		if g.cfg.RemoteAPI == RemoteVLLM {
+			body.StructuredOutputs = &structuredOutputs{Regex: re}
+		} else {
+			body.Regex = re
+		}
+	}
+	var resp completionsResponse
+	if err := g.post(ctx, "/completions", body, &resp); err != nil {
+		return Completion{}, err
+	}
+	if len(resp.Choices) != 1 {
+		return Completion{}, fmt.Errorf("the server returned %d choices, want 1", len(resp.Choices))
+	}
+	ch := resp.Choices[0]
+	var c Completion
+	c.Usage = resp.Usage
+	ids := ch.TokenIDs
+	if ids == nil && ch.Logprobs != nil && len(ch.Logprobs.Tokens) > 0 {
+		// Older vLLM: no token_ids, but logprobs' tokens are "token_id:N".
+		for _, t := range ch.Logprobs.Tokens {
+			id, ok := tokenIDKey(t)
+			if !ok {
+				ids = nil
+				break
+			}
+			ids = append(ids, id)
+		}
+	}
+	if ids == nil {
+		// No ids: parse the text (the score then falls back to the decision).
+		c.Text = ch.Text
+		return c, nil
+	}
+	for _, id := range ids {
+		if id < 0 || id >= g.tok.VocabSize() {
+			return Completion{}, fmt.Errorf("the server returned token id %d outside the tokenizer's vocabulary [0, %d)", id, g.tok.VocabSize())
+		}
+	}
+	c.Tokens = ids
+	c.LogProbs = make([]float32, len(ids))
+	c.Forced = make([]bool, len(ids))
+	if lp := ch.Logprobs; lp != nil {
+		for i := range ids {
+			if i < len(lp.TokenLogprobs) && lp.TokenLogprobs[i] != nil {
+				c.LogProbs[i] = float32(*lp.TokenLogprobs[i])
+			}
+		}
+		if len(r.Watch) > 0 {
+			c.Watch = g.watched(r.Watch, ids, lp.TopLogprobs, lp.TokenLogprobs)
+		}
+	}
+	return c, nil
+}
+
+// watched builds Completion.Watch from a server's top log-probs: per token,
+// the log-prob of each watched id when the server listed it (or sampled
+// it), else −Inf.
+func (g *OpenAIGenerator) watched(watch, ids []int, top []map[string]float64, sampled []*float64) [][]float32 {
+	slot := map[int]int{}
+	for j, id := range watch {
+		slot[id] = j
+	}
+	byText := g.watchedTexts(watch)
+	out := make([][]float32, len(ids))
+	for i := range ids {
+		row := make([]float32, len(watch))
+		for j := range row {
+			row[j] = float32(math.Inf(-1))
+		}
+		if i < len(top) {
+			for key, lp := range top[i] {
+				id, ok := tokenIDKey(key)
+				if !ok {
+					id, ok = byText[key]
+				}
+				if j, w := slot[id]; ok && w {
+					row[j] = float32(lp)
+				}
+			}
+		}
+		if j, w := slot[ids[i]]; w && i < len(sampled) && sampled[i] != nil {
+			row[j] = float32(*sampled[i])
+		}
+		out[i] = row
+	}
+	return out
+}
+
+// watchedTexts maps the text of each watched id to the id (SGLang names
+// top log-probs by text; the watched tokens are ASCII, so their texts are
+// distinct).
+func (g *OpenAIGenerator) watchedTexts(watch []int) map[string]int {
+	byText := make(map[string]int, len(watch))
+	for _, id := range watch {
+		text := g.tok.Decode([]int{id}, false)
+		if _, ok := byText[text]; !ok {
+			byText[text] = id
+		}
+	}
+	return byText
+}
+
+// tokenIDKey reads vLLM's "token_id:N" token names.
+func tokenIDKey(s string) (int, bool) {
+	rest, ok := strings.CutPrefix(s, "token_id:")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.Atoi(rest)
+	return id, err == nil && id >= 0
+}
+
+// chatRequest is the body of POST /chat/completions.
+type chatRequest struct {
+	Model               string        `json:"model"`
+	Messages            []chatMessage `json:"messages"`
+	Tools               []chatTool    `json:"tools"`
+	ToolChoice          chatTool      `json:"tool_choice"`
+	MaxCompletionTokens int           `json:"max_completion_tokens"`
+	Temperature         float64       `json:"temperature"`
+	TopP                float64       `json:"top_p"`
+	Seed                int64         `json:"seed"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatTool struct {
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// chatResponse is what this generator reads of a /chat/completions answer.
+type chatResponse struct {
+	Choices []struct {
+		Message struct {
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				Function struct {
+					Name      string          `json:"name"`
+					Arguments json.RawMessage `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+	} `json:"choices"`
+	Usage *Usage `json:"usage"`
+}
+
+// chat runs one request on /chat/completions.
+func (g *OpenAIGenerator) chat(ctx context.Context, r *Request, s Sampling, seed int64) (Completion, error) {
+	if r.Chat == nil {
+		return Completion{}, errors.New("remote_api chat: the request carries no chat messages")
+	}
+	temp, topP, _ := sampling(s)
+	tool := chatTool{Type: "function", Function: chatFunction{
+		Name: r.Chat.Tool.Name, Description: r.Chat.Tool.Description, Parameters: r.Chat.Tool.Parameters}}
+	body := chatRequest{
+		Model: g.cfg.RemoteModel,
+		Messages: []chatMessage{
+			{Role: "system", Content: r.Chat.System},
+			{Role: "user", Content: r.Chat.User},
+		},
+		Tools:               []chatTool{tool},
+		ToolChoice:          chatTool{Type: "function", Function: chatFunction{Name: tool.Function.Name}},
+		MaxCompletionTokens: r.MaxNew,
+		Temperature:         temp, TopP: topP, Seed: seed,
+	}
+	var resp chatResponse
+	if err := g.post(ctx, "/chat/completions", body, &resp); err != nil {
+		return Completion{}, err
+	}
+	if len(resp.Choices) != 1 {
+		return Completion{}, fmt.Errorf("the server returned %d choices, want 1", len(resp.Choices))
+	}
+	msg := resp.Choices[0].Message
+	// The tool calls written back as Qwen3 writes them, for our parser: a
+	// malformed arguments string stays malformed (a format violation), two
+	// calls stay two, no call leaves the text content (a violation unless
+	// it holds a valid call).
+	var text strings.Builder
+	for _, tc := range msg.ToolCalls {
+		text.WriteString(chat.ToolCallText(chat.ToolCall{Name: tc.Function.Name, Arguments: tc.Function.Arguments}))
+	}
+	if len(msg.ToolCalls) == 0 && msg.Content != nil {
+		text.WriteString(*msg.Content)
+	}
+	return Completion{Text: text.String(), Usage: resp.Usage}, nil
+}
+
+// post sends body as JSON to the endpoint's path and decodes the answer
+// into out, retrying 429, 5xx and transport errors.
+func (g *OpenAIGenerator) post(ctx context.Context, path string, body, out any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	url := strings.TrimRight(g.cfg.Endpoint, "/") + path
+	wait := g.Backoff
+	for attempt := 0; ; attempt++ {
+		retryAfter, err := g.once(ctx, url, data, out)
+		var re *retryable
+		if err == nil || !errors.As(err, &re) || attempt >= g.cfg.RemoteRetries {
+			if err != nil && attempt > 0 {
+				return fmt.Errorf("%w (after %d retries)", err, attempt)
+			}
+			return err
+		}
+		d := wait
+		if retryAfter >= 0 {
+			d = retryAfter
+		}
+		d = min(d, g.MaxWait)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait *= 2
+	}
+}
+
+// retryable marks an error worth retrying.
+type retryable struct{ err error }
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+// once sends one HTTP request. It returns the server's Retry-After (-1 when
+// none) with a retryable error for 429 and 5xx.
+func (g *OpenAIGenerator) once(ctx context.Context, url string, data []byte, out any) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
+	if err != nil {
+		return -1, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if g.key != "" {
+		req.Header.Set("Authorization", "Bearer "+g.key)
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return -1, ctx.Err()
+		}
+		return -1, &retryable{fmt.Errorf("POST %s: %w", url, err)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return -1, &retryable{fmt.Errorf("POST %s: reading the answer: %w", url, err)}
+	}
+	if len(raw) > maxResponseBytes {
+		return -1, fmt.Errorf("POST %s: the answer is larger than %d bytes", url, maxResponseBytes)
+	}
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("POST %s: %s: %s", url, resp.Status, serverMessage(raw))
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			return retryAfter(resp.Header.Get("Retry-After")), &retryable{err}
+		}
+		return -1, err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return -1, fmt.Errorf("POST %s: the answer is not the expected JSON: %v", url, err)
+	}
+	return -1, nil
+}
+
+// retryAfter reads a Retry-After header: seconds or an HTTP date; -1 when
+// absent or unreadable.
+func retryAfter(h string) time.Duration {
+	if h == "" {
+		return -1
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return -1
+}
+
+// serverMessage extracts the message of an error answer: OpenAI's
+// {"error": {"message": …}} or vLLM's and SGLang's {"object": "error",
+// "message": …}; else the body, cut short. It is quoted: it is the server's
+// text, not ours.
+func serverMessage(raw []byte) string {
+	var e struct {
+		Error *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+		Message string `json:"message"`
+	}
+	msg := string(raw)
+	if json.Unmarshal(raw, &e) == nil {
+		switch {
+		case e.Error != nil && e.Error.Message != "":
+			msg = e.Error.Message
+		case e.Message != "":
+			msg = e.Message
+		}
+	}
+	if len(msg) > 300 {
+		msg = strings.ToValidUTF8(msg[:300], "") + "…"
+	}
+	return strconv.Quote(msg)
+}
+
+// Regex returns a regular expression that matches exactly the completions
+// g allows as text (for a server's guided decoding): the call's fixed text,
+// one of the enum values for a choice, and JSON string text without '"',
+// '\' or control characters for a free string. (The local grammar also
+// bans added tokens inside strings; a server's regex constrains text, not
+// ids, and our parser judges the result.)
+func Regex(g *Grammar) string {
+	var b strings.Builder
+	rest := g.template
+	for rest != "" {
+		i := strings.Index(rest, "{choice:")
+		k := strings.Index(rest, "{string}")
+		if i < 0 || (k >= 0 && k < i) {
+			i = k
+		}
+		if i < 0 {
+			b.WriteString(regexQuote(rest))
+			break
+		}
+		b.WriteString(regexQuote(rest[:i]))
+		rest = rest[i:]
+		if strings.HasPrefix(rest, "{string}") {
+			b.WriteString(`[^"\\\x00-\x1f\x7f]*`)
+			rest = rest[len("{string}"):]
+			continue
+		}
+		end := strings.Index(rest, "}")
+		opts := strings.Split(rest[len("{choice:"):end], "|")
+		for j := range opts {
+			opts[j] = regexQuote(opts[j])
+		}
+		b.WriteString("(" + strings.Join(opts, "|") + ")")
+		rest = rest[end+1:]
+	}
+	return b.String()
+}
+
+// regexQuote escapes regular-expression metacharacters and writes a
+// newline as \n.
+func regexQuote(s string) string {
+	return strings.ReplaceAll(regexp.QuoteMeta(s), "\n", `\n`)
+}

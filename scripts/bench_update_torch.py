@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""One GRPO update on the demo's recorded batch, in PyTorch float32, the way TRL's GRPOTrainer does it.
+
+The Go side is grpo's BenchmarkUpdate (grpo/bench_test.go): the same batch
+(grpo/testdata/demo_batch.json.gz: 56 guard calls of the demo's first step, their
+trained positions, advantages and reference log-probs), the same model (configs/tiny.yaml:
+Qwen3 with hidden 64, 2 layers, 4 query / 2 KV heads of 16, MLP 192, tied embeddings,
+vocabulary 151,936; the weights of `mageguard model init --config configs/tiny.yaml`,
+read from --ckpt), the same settings (micro-batches of 16 sequences of one phase, lr 1e-3,
+β 0.04, ε 0.2, AdamW(0.9, 0.999, 1e-8), gradient-norm clip 1.0).
+
+What TRL does, and this script does, per micro-batch: the rows right-padded to the longest,
+one forward over prompt + completion; the LM head only at the completion positions (TRL's
+logits_to_keep); log_softmax(logits / T) gathered at the sampled tokens; per token
+ρ = exp(logp − logp.detach()) (μ = 1: π_old is the current policy), the clipped objective
+min(ρA, clip(ρ, 1−ε, 1+ε)A) minus β times the k3 KL against the recorded reference log-probs;
+the loss averaged per sequence, then over the step's sequences; backward; gradients
+accumulated over the micro-batches; then clipping and AdamW. No shared-prefix or chunked-head
+savings (TRL has neither).
+
+  make build && bin/mageguard model init --config configs/tiny.yaml --out bin/bench-tiny
+  /usr/bin/python3 scripts/bench_update_torch.py --ckpt bin/bench-tiny --threads 2
+
+With --go FILE (go test -bench output of ./grpo), prints both side by side with the ratio
+Go / PyTorch (wall and CPU seconds). make bench does this.
+"""
+
+import argparse
+import gzip
+import json
+import math
+import re
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def read_safetensors(path):
+    """name -> float32 tensor of a .safetensors file (F32, BF16 and F16 entries)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = e["data_offsets"]
+        raw = data[lo:hi]
+        if e["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif e["dtype"] == "F16":
+            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        elif e["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(f"{path}: tensor {name}: dtype {e['dtype']}")
+        out[name] = torch.from_numpy(a.copy()).reshape(e["shape"])
+    return out
+
+
+class Qwen3(torch.nn.Module):
+    """Qwen3ForCausalLM's forward (tied embeddings, no attention bias), from a checkpoint."""
+
+    def __init__(self, ckpt):
+        super().__init__()
+        cfg = json.load(open(f"{ckpt}/config.json"))
+        w = read_safetensors(f"{ckpt}/model.safetensors")
+        self.nq, self.nkv, self.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+        self.eps, self.L = cfg["rms_norm_eps"], cfg["num_hidden_layers"]
+        P = lambda name: torch.nn.Parameter(w[name])
+        self.embed = P("model.embed_tokens.weight")
+        self.norm = P("model.norm.weight")
+        self.layers = torch.nn.ModuleList()
+        for i in range(self.L):
+            p = f"model.layers.{i}."
+            l = torch.nn.Module()
+            for short, name in [("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"),
+                                ("o", "self_attn.o_proj"), ("gate", "mlp.gate_proj"), ("up", "mlp.up_proj"),
+                                ("down", "mlp.down_proj")]:
+                setattr(l, short, P(p + name + ".weight"))
+            l.ln1, l.ln2 = P(p + "input_layernorm.weight"), P(p + "post_attention_layernorm.weight")
+            l.qn, l.kn = P(p + "self_attn.q_norm.weight"), P(p + "self_attn.k_norm.weight")
+            self.layers.append(l)
+        D = self.D
+        self.inv_freq = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+
+    def rms(self, x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+    def rope(self, x, pos):  # x [B, heads, T, D]
+        ang = pos[:, None].float() * self.inv_freq[None, :]
+        ang = torch.cat([ang, ang], -1)
+        half = self.D // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * ang.cos() + rot * ang.sin()
+
+    def hidden(self, ids, attn):
+        """ids, attn [B, T] (right-padded) -> final-normed hidden states [B, T, H]."""
+        B, T = ids.shape
+        nq, nkv, D = self.nq, self.nkv, self.D
+        pos = torch.arange(T)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None] & attn.bool()[:, None, None, :]
+        x = self.embed[ids]
+        for l in self.layers:
+            h = self.rms(x, l.ln1)
+            q = self.rms((h @ l.q.t()).view(B, T, nq, D), l.qn).transpose(1, 2)
+            k = self.rms((h @ l.k.t()).view(B, T, nkv, D), l.kn).transpose(1, 2)
+            v = (h @ l.v.t()).view(B, T, nkv, D).transpose(1, 2)
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            k, v = k.repeat_interleave(nq // nkv, 1), v.repeat_interleave(nq // nkv, 1)
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+            s = s.masked_fill(~mask, float("-inf"))
+            a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, nq * D)
+            x = x + a @ l.o.t()
+            h = self.rms(x, l.ln2)
+            x = x + (F.silu(h @ l.gate.t()) * (h @ l.up.t())) @ l.down.t()
+        return self.rms(x, self.norm)
+
+
+def micro_batches(seqs, size):
+    """Runs of consecutive sequences of one phase, at most size each (grpo's micro-batches)."""
+    out = []
+    for i, s in enumerate(seqs):
+        if not out or len(out[-1]) == size or seqs[out[-1][0]]["phase"] != s["phase"]:
+            out.append([])
+        out[-1].append(i)
+    return out
+
+
+def update(model, opt, seqs, temperature, mbs, eps_clip=0.2, beta=0.04, max_norm=1.0):
+    """One GRPO optimizer step over all micro-batches; returns (loss, grad norm)."""
+    opt.zero_grad(set_to_none=True)
+    n_seq = sum(1 for s in seqs if s["target_pos"])
+    total = 0.0
+    for rows in micro_batches(seqs, mbs):
+        L = max(len(seqs[i]["tokens"]) for i in rows)
+        ids = torch.zeros(len(rows), L, dtype=torch.long)
+        attn = torch.zeros(len(rows), L, dtype=torch.long)
+        for r, i in enumerate(rows):
+            t = seqs[i]["tokens"]
+            ids[r, :len(t)] = torch.tensor(t)
+            attn[r, :len(t)] = 1
+        h = model.hidden(ids, attn)
+        loss = 0.0
+        for r, i in enumerate(rows):
+            s = seqs[i]
+            if not s["target_pos"]:
+                continue
+            pos = torch.tensor(s["target_pos"])
+            z = (h[r, pos - 1] @ model.embed.t()) / temperature       # logits at the completion positions only
+            logp = z.log_softmax(-1).gather(-1, ids[r, pos][:, None])[:, 0]
+            ratio = torch.exp(logp - logp.detach())
+            adv = s["advantage"]
+            obj = torch.minimum(ratio * adv, ratio.clamp(1 - eps_clip, 1 + eps_clip) * adv)
+            ref = torch.tensor(s["ref_logprobs"])
+            kl = torch.exp(ref - logp) - (ref - logp) - 1
+            loss = loss - (obj - beta * kl).mean() / n_seq          # seq-mean-token-mean
+        loss.backward()
+        total += float(loss)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    return total, float(norm)
+
+
+def read_go(path):
+    """BenchmarkUpdate* -> {"wall", "cpu", "heap"} from go test -bench output of ./grpo."""
+    go = {}
+    for line in open(path):
+        m = re.match(r"Benchmark(Update\w*?)(-\d+)?\s+\d+\s+(\d+) ns/op(.*)", line)
+        if m:
+            metrics = {unit: float(val) for val, unit in re.findall(r"([\d.e+]+) (\S+)", m.group(4))}
+            go[m.group(1)] = {"wall": int(m.group(3)) / 1e9, "cpu": metrics.get("cpu-s/op"), "heap": metrics.get("peak-heap-MB")}
+    return go
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", required=True, help="checkpoint of mageguard model init --config configs/tiny.yaml")
+    ap.add_argument("--batch", default="grpo/testdata/demo_batch.json.gz")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--go", help="go test -bench output of ./grpo, printed side by side")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    rec = json.load(gzip.open(a.batch))
+    model = Qwen3(a.ckpt)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    loss, norm = update(model, opt, rec["sequences"], rec["temperature"], 16)  # warm-up
+    walls, cpus = [], []
+    for _ in range(a.repeat):
+        w, c = time.perf_counter(), time.process_time()
+        update(model, opt, rec["sequences"], rec["temperature"], 16)
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    wall, cpu = min(walls), min(cpus)
+    print(f"PyTorch {torch.__version__} float32, {torch.get_num_threads()} threads: one GRPO update on {a.batch}"
+          f" ({len(rec['sequences'])} sequences), best of {a.repeat}: {wall:.3f} s ({cpu:.3f} s CPU);"
+          f" first step loss {loss:.6f}, grad norm {norm:.4f}")
+    if a.go:
+        go = read_go(a.go)
+        print(f"{'Go benchmark':<22} {'s/op':>8} {'(cpu)':>8} {'heap MB':>8} | {'Go/PyTorch wall':>15} {'cpu':>6}")
+        for name, g in sorted(go.items()):
+            cpu_s = f"{g['cpu']:>8.3f}" if g["cpu"] is not None else f"{'-':>8}"
+            ratio_cpu = f"{g['cpu'] / cpu:>5.2f}x" if g["cpu"] is not None else f"{'-':>6}"
+            heap = f"{g['heap']:>8.0f}" if g["heap"] is not None else f"{'-':>8}"
+            print(f"{name:<22} {g['wall']:>8.3f} {cpu_s} {heap} | {g['wall'] / wall:>14.2f}x {ratio_cpu}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

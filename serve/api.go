@@ -1,0 +1,385 @@
+package serve
+
+// The API's request bodies, decoded strictly: one JSON object, no unknown
+// field, no key given twice at any depth (JSON parsers disagree on which
+// value wins, so a guard and the tool it guards could read different
+// arguments), every value of its type. Errors name the field by its path
+// ("action.arguments", "tools[2].name").
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/mageguard/mageguard/dataset"
+)
+
+// Decisions of an assess answer.
+const (
+	DecisionAllow = "allow"
+	DecisionBlock = "block"
+)
+
+// CreateRequest is POST /v1/sessions.
+type CreateRequest struct {
+	UserPrompt string // required, not empty
+	Tools      []Tool // optional: the agent's tools; an assessed action must name one of them
+}
+
+// AssessRequest is POST /v1/sessions/{id}/assess.
+type AssessRequest struct {
+	Action       dataset.Action // required: the pending tool call
+	Observation  *string        // the previous action's observation (not at a session's first step)
+	UserMessages []string       // user messages since the last call
+	Step         *int           // optional: the index this step must have (idempotent retries)
+}
+
+// AssessResponse is the answer of an assess call.
+type AssessResponse struct {
+	Decision      string  `json:"decision"`       // "allow" or "block"
+	Score         float64 `json:"score"`          // p(reject) from the judge's decision token
+	Rationale     string  `json:"rationale"`      // the judge's rationale
+	MemoryVersion int     `json:"memory_version"` // the memory version the judge read
+	Tokens        int     `json:"tokens"`         // guard tokens of the step
+	LatencyMS     int64   `json:"latency_ms"`     // from the request's arrival to its decision
+	Step          int     `json:"step"`           // the step's index in the session, from 0
+}
+
+// SessionView is GET /v1/sessions/{id}: the session and its steps.
+type SessionView struct {
+	*Session
+	Steps []Step `json:"steps"`
+}
+
+// ErrorBody is every error answer: {"error": {"code", "message", "field"?}}.
+type ErrorBody struct {
+	Error APIError `json:"error"`
+}
+
+// APIError is an error answer's content.
+type APIError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`            // e.g. "unknown_field", "session_blocked"
+	Message string `json:"message"`         // what is wrong, for a person
+	Field   string `json:"field,omitempty"` // the request field at fault, by path
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// badField is a 400 naming a field.
+func badField(field, code, format string, args ...any) *APIError {
+	return &APIError{Status: 400, Code: code, Field: field, Message: fmt.Sprintf("%s: ", field) + fmt.Sprintf(format, args...)}
+}
+
+// strictObject reads one JSON object from data: no key twice, only the
+// allowed keys, nothing after it. It returns its members' raw values.
+func strictObject(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, badField(orBody(path), "invalid_json", "not valid JSON: %v", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, badField(orBody(path), "invalid_type", "want a JSON object")
+	}
+	members := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, badField(orBody(path), "invalid_json", "not valid JSON: %v", err)
+		}
+		key := tok.(string)
+		field := join(path, key)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, badField(field, "invalid_json", "not valid JSON: %v", err)
+		}
+		if _, dup := members[key]; dup {
+			return nil, badField(field, "duplicate_key", "given twice")
+		}
+		if !slices.Contains(allowed, key) {
+			return nil, badField(field, "unknown_field", "unknown field (allowed: %s)", strings.Join(allowed, ", "))
+		}
+		if err := noDuplicateKeys(raw, field); err != nil {
+			return nil, err
+		}
+		members[key] = raw
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, badField(orBody(path), "invalid_json", "not valid JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badField(orBody(path), "invalid_json", "data after the JSON object")
+	}
+	return members, nil
+}
+
+func orBody(path string) string {
+	if path == "" {
+		return "body"
+	}
+	return path
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// noDuplicateKeys checks a JSON value at any depth for a key given twice.
+func noDuplicateKeys(raw json.RawMessage, path string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return checkValue(dec, path, 0)
+}
+
+// maxDepth bounds the nesting of a request's JSON values.
+const maxDepth = 64
+
+// checkValue reads one JSON value from dec, refusing a key given twice in
+// any object inside it.
+func checkValue(dec *json.Decoder, path string, depth int) error {
+	if depth > maxDepth {
+		return badField(path, "invalid_value", "nested deeper than %d levels", maxDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return badField(path, "invalid_json", "not valid JSON: %v", err)
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil // a scalar
+	}
+	switch d {
+	case '{':
+		keys := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return badField(path, "invalid_json", "not valid JSON: %v", err)
+			}
+			key := k.(string)
+			if keys[key] {
+				return badField(path+"."+key, "duplicate_key", "given twice")
+			}
+			keys[key] = true
+			if err := checkValue(dec, path+"."+key, depth+1); err != nil {
+				return err
+			}
+		}
+	case '[':
+		for i := 0; dec.More(); i++ {
+			if err := checkValue(dec, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return badField(path, "invalid_json", "not valid JSON: %v", err)
+	}
+	return nil
+}
+
+// jsonString decodes a JSON string value.
+func jsonString(raw json.RawMessage, field string) (string, error) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", badField(field, "invalid_type", "want a string")
+	}
+	if !utf8.ValidString(s) {
+		return "", badField(field, "invalid_value", "not valid UTF-8")
+	}
+	return s, nil
+}
+
+// jsonArray decodes a JSON array into its elements' raw values.
+func jsonArray(raw json.RawMessage, field string) ([]json.RawMessage, error) {
+	var items []json.RawMessage
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+		return nil, badField(field, "invalid_type", "want an array")
+	}
+	return items, nil
+}
+
+// ParseCreate decodes a POST /v1/sessions body.
+func ParseCreate(data []byte) (*CreateRequest, error) {
+	m, err := strictObject(data, "", "user_prompt", "tools")
+	if err != nil {
+		return nil, err
+	}
+	var req CreateRequest
+	raw, ok := m["user_prompt"]
+	if !ok {
+		return nil, badField("user_prompt", "missing_field", "required")
+	}
+	if req.UserPrompt, err = jsonString(raw, "user_prompt"); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.UserPrompt) == "" {
+		return nil, badField("user_prompt", "invalid_value", "empty")
+	}
+	req.Tools = []Tool{}
+	if raw, ok := m["tools"]; ok && string(raw) != "null" {
+		items, err := jsonArray(raw, "tools")
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for i, it := range items {
+			tool, err := parseTool(it, "tools["+strconv.Itoa(i)+"]")
+			if err != nil {
+				return nil, err
+			}
+			if seen[tool.Name] {
+				return nil, badField("tools["+strconv.Itoa(i)+"].name", "duplicate_tool", "tool %q declared twice", tool.Name)
+			}
+			seen[tool.Name] = true
+			req.Tools = append(req.Tools, tool)
+		}
+	}
+	return &req, nil
+}
+
+// parseTool reads a tool declaration: {"name", "description"?,
+// "parameters"?} or the OpenAI form {"type": "function", "function": {…}}.
+func parseTool(raw json.RawMessage, path string) (Tool, error) {
+	m, err := strictObject(raw, path, "type", "function", "name", "description", "parameters")
+	if err != nil {
+		return Tool{}, err
+	}
+	if fn, ok := m["function"]; ok {
+		if _, ok := m["name"]; ok {
+			return Tool{}, badField(path+".name", "invalid_value", "give the tool as {name, …} or {type, function}, not both")
+		}
+		if t, ok := m["type"]; !ok || string(t) != `"function"` {
+			return Tool{}, badField(path+".type", "invalid_value", `want "function"`)
+		}
+		path += ".function"
+		if m, err = strictObject(fn, path, "name", "description", "parameters", "strict"); err != nil {
+			return Tool{}, err
+		}
+	} else if _, ok := m["type"]; ok {
+		return Tool{}, badField(path+".type", "invalid_value", `"type" goes with "function"`)
+	}
+	var t Tool
+	raw, ok := m["name"]
+	if !ok {
+		return Tool{}, badField(path+".name", "missing_field", "required")
+	}
+	if t.Name, err = jsonString(raw, path+".name"); err != nil {
+		return Tool{}, err
+	}
+	if t.Name == "" || len(t.Name) > 256 {
+		return Tool{}, badField(path+".name", "invalid_value", "want 1 to 256 bytes")
+	}
+	if raw, ok := m["description"]; ok {
+		if t.Description, err = jsonString(raw, path+".description"); err != nil {
+			return Tool{}, err
+		}
+	}
+	if raw, ok := m["parameters"]; ok {
+		if len(raw) == 0 || raw[0] != '{' {
+			return Tool{}, badField(path+".parameters", "invalid_type", "want a JSON object (a JSON schema)")
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return Tool{}, badField(path+".parameters", "invalid_json", "%v", err)
+		}
+		t.Parameters = buf.Bytes()
+	}
+	return t, nil
+}
+
+// ParseAssess decodes a POST /v1/sessions/{id}/assess body.
+func ParseAssess(data []byte) (*AssessRequest, error) {
+	m, err := strictObject(data, "", "action", "observation", "user_messages", "step")
+	if err != nil {
+		return nil, err
+	}
+	var req AssessRequest
+	raw, ok := m["action"]
+	if !ok {
+		return nil, badField("action", "missing_field", "required")
+	}
+	am, err := strictObject(raw, "action", "name", "arguments")
+	if err != nil {
+		return nil, err
+	}
+	nameRaw, ok := am["name"]
+	if !ok {
+		return nil, badField("action.name", "missing_field", "required")
+	}
+	if req.Action.Name, err = jsonString(nameRaw, "action.name"); err != nil {
+		return nil, err
+	}
+	if req.Action.Name == "" || len(req.Action.Name) > 256 {
+		return nil, badField("action.name", "invalid_value", "want 1 to 256 bytes")
+	}
+	args, ok := am["arguments"]
+	if !ok || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	if args[0] != '{' {
+		return nil, badField("action.arguments", "invalid_type", "want a JSON object")
+	}
+	// Compact, as the dataset reader does: the guard sees the same text
+	// for the same call, however the agent spaced it.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, args); err != nil {
+		return nil, badField("action.arguments", "invalid_json", "%v", err)
+	}
+	req.Action.Arguments = buf.Bytes()
+	if raw, ok := m["observation"]; ok && string(raw) != "null" {
+		obs, err := jsonString(raw, "observation")
+		if err != nil {
+			return nil, err
+		}
+		req.Observation = &obs
+	}
+	if raw, ok := m["user_messages"]; ok && string(raw) != "null" {
+		items, err := jsonArray(raw, "user_messages")
+		if err != nil {
+			return nil, err
+		}
+		for i, it := range items {
+			s, err := jsonString(it, "user_messages["+strconv.Itoa(i)+"]")
+			if err != nil {
+				return nil, err
+			}
+			req.UserMessages = append(req.UserMessages, s)
+		}
+	}
+	if raw, ok := m["step"]; ok && string(raw) != "null" {
+		n, err := strconv.Atoi(string(raw))
+		if err != nil || n < 0 {
+			return nil, badField("step", "invalid_value", "want an integer >= 0")
+		}
+		req.Step = &n
+	}
+	return &req, nil
+}
+
+// ParseEmpty accepts an empty body or an empty JSON object (resume).
+func ParseEmpty(data []byte) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	_, err := strictObject(data, "")
+	return err
+}
+
+// isAPIError returns the *APIError in err, if any.
+func isAPIError(err error) (*APIError, bool) {
+	var e *APIError
+	ok := errors.As(err, &e)
+	return e, ok
+}
