@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash fuzz parquet-flip
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash fuzz parquet-flip learn learn-gamma
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -62,6 +62,22 @@ acceptance-eval:
 # runs/acceptance-sweep.
 acceptance-sweep: build
 	scripts/acceptance-sweep.sh runs/acceptance-sweep
+
+# Proof that training makes a guard (docs/learning.md): synthetic train and
+# held-out files, a tiny model warm-started with SFT, then GRPO; the
+# held-out table of random init, judge-only, SFT and SFT + GRPO. Leaves
+# the guard in $(LEARN_OUT)/guard/, its eval config in
+# $(LEARN_OUT)/guard.yaml and the table in $(LEARN_OUT)/results.md.
+LEARN_OUT ?= runs/learn
+learn: build
+	scripts/learn.sh $(LEARN_OUT)
+
+# The γ experiment (docs/learning.md): GRPO from a myopic warm start with
+# γ = 0 and γ = 0.5 under a tight memory length threshold, 3 seeds each;
+# the table of F1 and recall at gap >= 3 in $(LEARN_GAMMA_OUT)/results.md.
+LEARN_GAMMA_OUT ?= runs/learn-gamma
+learn-gamma: build
+	scripts/learn-gamma.sh $(LEARN_GAMMA_OUT)
 
 # The load test of `mageguard serve` on loopback (not part of `make test`): a
 # tiny checkpoint served, one session alone then SERVE_LOAD_SESSIONS sessions

@@ -15,14 +15,15 @@ import (
 // owns it. `configs/*.yaml` files and `--set section.key=value` overrides
 // address these sections by their yaml keys.
 type Config struct {
-	Model   model.Settings `yaml:"model"`   // the checkpoint or random architecture, backend, tokenizer
-	Rollout rollout.Config `yaml:"rollout"` // prompts, sampling, G, token budgets, structured decoding
-	Rewards rewards.Config `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
-	GRPO    grpo.Config    `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
-	Train   train.Config   `yaml:"train"`   // the training loop: data, steps, checkpoints, logs
-	Sweep   sweep.Config   `yaml:"sweep"`   // grid of config points for `mageguard sweep`
-	Eval    eval.Config    `yaml:"eval"`    // held-out data and decoding of `mageguard eval`
-	Serve   serve.Config   `yaml:"serve"`   // batching, limits and blocking rule of `mageguard serve`
+	Model   model.Settings  `yaml:"model"`   // the checkpoint or random architecture, backend, tokenizer
+	Rollout rollout.Config  `yaml:"rollout"` // prompts, sampling, G, token budgets, structured decoding
+	Rewards rewards.Config  `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
+	GRPO    grpo.Config     `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
+	Train   train.Config    `yaml:"train"`   // the training loop: data, steps, checkpoints, logs
+	SFT     train.SFTConfig `yaml:"sft"`     // the supervised warm start's teacher (`mageguard sft`)
+	Sweep   sweep.Config    `yaml:"sweep"`   // grid of config points for `mageguard sweep`
+	Eval    eval.Config     `yaml:"eval"`    // held-out data and decoding of `mageguard eval`
+	Serve   serve.Config    `yaml:"serve"`   // batching, limits and blocking rule of `mageguard serve`
 }
 
 // Default returns the configuration with every section at its defaults.
@@ -33,6 +34,7 @@ func Default() *Config {
 		Rewards: rewards.DefaultConfig(),
 		GRPO:    grpo.DefaultConfig(),
 		Train:   train.DefaultConfig(),
+		SFT:     train.DefaultSFTConfig(),
 		Sweep:   sweep.DefaultConfig(),
 		Eval:    eval.DefaultConfig(),
 		Serve:   serve.DefaultConfig(),

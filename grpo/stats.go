@@ -31,6 +31,7 @@ type PhaseStats struct {
 	ClipFrac      float64
 	MeanRatio     float64
 	MeanKL        float64
+	Entropy       float64 // mean −log π_θ of the phase's counted tokens
 }
 
 // String renders the stats as one log line.
@@ -57,7 +58,7 @@ type seqDiagnostics struct {
 // of b's sequences and their counted tokens seqTokens (st.Tokens is their total).
 func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics) {
 	var ratio, kl, clip, negLogP float64
-	var phaseSums [NumPhases]struct{ reward, adv, ratio, kl, clip float64 }
+	var phaseSums [NumPhases]struct{ reward, adv, ratio, kl, clip, negLogP float64 }
 	for i := range b.Len() {
 		ratio += seqs.ratio[i]
 		kl += seqs.kl[i]
@@ -77,6 +78,7 @@ func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics) {
 		phaseSums[p].ratio += seqs.ratio[i]
 		phaseSums[p].kl += seqs.kl[i]
 		phaseSums[p].clip += seqs.clipped[i]
+		phaseSums[p].negLogP += seqs.negLogP[i]
 	}
 	tok := float64(st.Tokens)
 	st.MeanRatio, st.MeanKL, st.ClipFrac, st.Entropy = ratio/tok, kl/tok, clip/tok, negLogP/tok
@@ -88,5 +90,6 @@ func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics) {
 		s, tk := float64(ps.Sequences), float64(ps.Tokens)
 		ps.MeanReward, ps.MeanAdvantage = phaseSums[p].reward/s, phaseSums[p].adv/s
 		ps.MeanRatio, ps.MeanKL, ps.ClipFrac = phaseSums[p].ratio/tk, phaseSums[p].kl/tk, phaseSums[p].clip/tk
+		ps.Entropy = phaseSums[p].negLogP / tk
 	}
 }

@@ -85,8 +85,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 				if t > 0 {
 					prev = all[i].Turns[t-1].MemoryOut
 				}
-				p := g.prompts.Memory(prev, viewOf(all[i], i).events(t))
-				calls[k] = g.newCall(p, MemoryRole)
+				calls[k] = g.memoryCall(viewOf(all[i], i), t, prev)
 				reqs[k] = g.request(calls[k], MemoryRole)
 			}
 			if err := g.generate(reqs, calls, s, uint64(2*t), &stats); err != nil {
@@ -106,14 +105,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 		reqs := make([]Request, len(live))
 		calls := make([]*Call, len(live))
 		for k, i := range live {
-			v := viewOf(all[i], i)
-			var p Prompt
-			if g.cfg.Variant == "mage" {
-				p = g.prompts.Judge(turns[k].MemoryOut, v.actions[v.ep.Start+t])
-			} else {
-				p = v.judgeOnly(g.prompts, t)
-			}
-			calls[k] = g.newCall(p, JudgeRole)
+			calls[k] = g.judgeCall(viewOf(all[i], i), t, turns[k].MemoryOut)
 			reqs[k] = g.request(calls[k], JudgeRole)
 		}
 		votes := max(opts.Votes, 1)

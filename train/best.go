@@ -42,7 +42,7 @@ func (b *bestTracker) better(spec string, v float64) bool {
 // evaluate runs the held-out eval into out/eval-STEP/, records its metrics
 // in m, and copies the model to checkpoint-best when the chosen metric is
 // the best so far.
-func (r *run) evaluate(ctx context.Context, step int, m *Metrics) error {
+func (r *run) evaluate(ctx context.Context, step int, m record) error {
 	dir := filepath.Join(r.opts.Out, fmt.Sprintf("eval-%d", step))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -52,7 +52,7 @@ func (r *run) evaluate(ctx context.Context, step int, m *Metrics) error {
 	if err != nil {
 		return fmt.Errorf("step %d: eval: %w", step, err)
 	}
-	m.Eval = metrics
+	m.setEval(metrics)
 	spec := r.opts.Train.BestMetric
 	raw, ok := metrics[strings.TrimPrefix(spec, "-")]
 	if !ok {

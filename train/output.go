@@ -435,23 +435,35 @@ func sortedNames(m map[string][]int) []string {
 	return names
 }
 
-// progress prints one step's summary: an updating line on a terminal,
-// plain lines otherwise.
-func (r *run) progress(m *Metrics) {
+// progress prints one step's summary, with the held-out F1, ASR and BU on
+// eval steps: an updating line on a terminal, plain lines otherwise.
+func (r *run) progress(step int, m record) {
 	T := r.opts.Train.Steps
-	done := m.Step
-	eta := time.Duration(m.Elapsed / float64(max(done-r.firstStep()+1, 1)) * float64(T-done) * float64(time.Second))
-	line := fmt.Sprintf("step %d/%d  reward judge %.3f memory %.3f  acc %.3f  violations %.2f/%.2f  mem %4.0f chars  loss %.4f  kl %.4f  %.0f tok/s  %.1fs (rollout %.1fs, update %.1fs)  ETA %s",
-		m.Step, T, m.RewardJudge, m.RewardMemory, m.AccuracyJudge, m.MemoryViolationRate, m.JudgeViolationRate,
-		m.MemoryChars, m.Loss, m.KL, m.TokensPerSecond, m.Seconds, m.RolloutSeconds, m.UpdateSeconds, eta.Round(time.Second))
+	eta := time.Duration(m.elapsed() / float64(max(step-r.firstStep()+1, 1)) * float64(T-step) * float64(time.Second))
+	line := fmt.Sprintf("step %d/%d  %s  ETA %s", step, T, m.summary(), eta.Round(time.Second))
 	if isTerminal(r.log) {
 		fmt.Fprintf(r.log, "\r\033[K%s", line)
-		if done == T {
+		if step == T {
 			fmt.Fprintln(r.log)
 		}
 		return
 	}
 	fmt.Fprintln(r.log, line)
+}
+
+// evalSummary is the held-out F1, ASR and BU of an eval step for the
+// progress line ("" without an eval).
+func evalSummary(ev map[string]any) string {
+	if ev == nil {
+		return ""
+	}
+	f := func(k string) string {
+		if v, ok := ev[k].(float64); ok {
+			return fmt.Sprintf("%.3f", v)
+		}
+		return "null"
+	}
+	return fmt.Sprintf("  held-out F1 %s ASR %s BU %s", f("f1"), f("asr"), f("bu"))
 }
 
 func (r *run) firstStep() int { return r.resumedFrom + 1 }

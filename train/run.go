@@ -76,6 +76,18 @@ type run struct {
 	best        bestTracker
 	started     time.Time
 	resumedFrom int // steps done before this process started
+
+	// sft, when set, makes the run a supervised warm start (sft.go): its
+	// steps train on a teacher's targets instead of rollouts.
+	sft *sftState
+}
+
+// record is one step's line of metrics.jsonl, GRPO's (Metrics) or SFT's
+// (SFTMetrics).
+type record interface {
+	setEval(metrics map[string]any) // the held-out metrics of an eval step
+	summary() string                // the step's progress line, without step count and ETA
+	elapsed() float64               // seconds since the run (or resume) started
 }
 
 // Run trains: it samples Train.Trajectories trajectories per step, runs G
@@ -84,7 +96,14 @@ type run struct {
 // end. When ctx is cancelled (Ctrl-C) it stops after saving a checkpoint of
 // the last completed step.
 func Run(ctx context.Context, opts Options) (*Result, error) {
-	r := &run{opts: opts, log: opts.Progress, started: time.Now()}
+	return (&run{opts: opts}).loop(ctx)
+}
+
+// loop sets the run up and runs its steps (GRPO, or SFT with r.sft), with
+// metrics, periodic evals, curves and checkpoints.
+func (r *run) loop(ctx context.Context) (*Result, error) {
+	opts := r.opts
+	r.log, r.started = opts.Progress, time.Now()
 	if r.log == nil {
 		r.log = io.Discard
 	}
@@ -117,7 +136,13 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			res.Stopped = true
 			break
 		}
-		m, err := r.step(ctx, step)
+		var m record
+		var err error
+		if r.sft != nil {
+			m, err = r.sftStep(ctx, step)
+		} else {
+			m, err = r.step(ctx, step)
+		}
 		if errors.Is(err, context.Canceled) {
 			res.Stopped = true
 			break
@@ -131,9 +156,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 				return res, err
 			}
 		}
+		r.progress(step, m)
 		if err := r.metrics.write(m); err != nil {
 			return res, err
 		}
+		r.writeCurves()
 		if step == T.Steps || (T.SaveEvery > 0 && step%T.SaveEvery == 0) {
 			dir, err := r.saveCheckpoint(step)
 			if err != nil {
@@ -217,7 +244,7 @@ func (r *run) setup() (int, error) {
 	fmt.Fprintf(r.log, "model: %s, %d parameters\n", r.model.Config().String(), r.model.NumParameters())
 
 	// π_ref: the frozen starting model (rebuilt from model.path / model.seed on resume).
-	if o.GRPO.Beta > 0 {
+	if o.GRPO.Beta > 0 && r.sft == nil {
 		ref := r.model
 		if resumeDir != "" {
 			if ref, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
@@ -231,6 +258,11 @@ func (r *run) setup() (int, error) {
 
 	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, &rollout.ModelGenerator{Model: r.model}); err != nil {
 		return 0, err
+	}
+	if r.sft != nil {
+		if err := r.sftTargets(); err != nil {
+			return 0, err
+		}
 	}
 
 	m := r.model
@@ -265,7 +297,7 @@ func (r *run) setup() (int, error) {
 	if r.metrics, err = openJSONL(filepath.Join(o.Out, "metrics.jsonl"), start); err != nil {
 		return 0, err
 	}
-	if o.Train.LogRollouts {
+	if o.Train.LogRollouts && r.sft == nil {
 		if r.rollouts, err = openJSONL(filepath.Join(o.Out, "rollouts.jsonl"), start); err != nil {
 			return 0, err
 		}

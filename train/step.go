@@ -53,6 +53,15 @@ type Metrics struct {
 	ElidedUserTokens   int `json:"elided_user_tokens"`   // user-message tokens left out
 }
 
+func (m *Metrics) setEval(ev map[string]any) { m.Eval = ev }
+func (m *Metrics) elapsed() float64          { return m.Elapsed }
+
+func (m *Metrics) summary() string {
+	return fmt.Sprintf("reward judge %.3f memory %.3f  acc %.3f  reject %.2f  violations %.2f/%.2f  mem %4.0f chars  loss %.4f  kl %.4f  %.0f tok/s  %.1fs (rollout %.1fs, update %.1fs)%s",
+		m.RewardJudge, m.RewardMemory, m.AccuracyJudge, m.RejectRate, m.MemoryViolationRate, m.JudgeViolationRate,
+		m.MemoryChars, m.Loss, m.KL, m.TokensPerSecond, m.Seconds, m.RolloutSeconds, m.UpdateSeconds, evalSummary(m.Eval))
+}
+
 // step runs one training step: sample, roll out, score, update.
 func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 	o := r.opts
@@ -191,7 +200,6 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 			}
 		}
 	}
-	r.progress(m)
 	return m, nil
 }
 

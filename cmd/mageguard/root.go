@@ -31,6 +31,7 @@ Every command checks the whole configuration before it starts: an unknown
 key or a bad value is an error, even for a command that reads no section.
 Which command reads which sections:
   train           model, rollout, rewards, grpo, train, eval (train.eval_every)
+  sft             model, rollout, grpo, train, sft, eval (train.eval_every)
   eval            model, rollout, eval
   serve           model, rollout, serve
   sweep           all of them, for every point (sweep: the grid)
@@ -63,6 +64,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newTokenizeCmd(),
 		newModelCmd(),
 		newTrainCmd(),
+		newSFTCmd(),
 		newPlanCmd(),
 		newEvalCmd(),
 		newSweepCmd(),

@@ -51,7 +51,7 @@ Without model.path (--model) training starts from a random Qwen3 built from the
 model.* architecture keys and model.seed (what configs/tiny.yaml does).
 
 Writes to --out: config.yaml (the resolved config), metrics.jsonl (a line per
-step), rollouts.jsonl (with train.log_rollouts), checkpoint-STEP/ (Hugging Face
+step), curves.png (the learning curves of metrics.jsonl), rollouts.jsonl (with train.log_rollouts), checkpoint-STEP/ (Hugging Face
 model directories with optimizer.safetensors and trainer_state.json) every
 train.save_every steps and at the end, keeping the newest train.keep_last, and
 checkpoint-best/ by train.best_metric when train.eval_every > 0.
@@ -110,7 +110,8 @@ train.steps=200 to train longer; --config is refused with --resume).`,
 			if res.Stopped {
 				fmt.Fprintf(os.Stderr, "stopped after step %d; resume with: %s train --resume --out %s\n", res.Steps, os.Args[0], out)
 			}
-			fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\n", res.Checkpoint, filepath.Join(out, "metrics.jsonl"))
+			fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\ncurves:     %s\n", res.Checkpoint,
+				filepath.Join(out, "metrics.jsonl"), filepath.Join(out, train.CurvesPNG))
 			return nil
 		},
 	}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mageguard/mageguard/config"
+	"github.com/mageguard/mageguard/train"
+)
+
+func newSFTCmd() *cobra.Command {
+	var data, modelDir, out, teacher string
+	var resume bool
+	cmd := &cobra.Command{
+		Use:   "sft --config FILE [--teacher synth|synth-myopic|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
+		Short: "Supervised warm start of both guard roles from a teacher",
+		Long: `sft trains the guard on a teacher's outputs: cross-entropy on the completion
+tokens of both roles, each memory call and each judge call its own sequence
+(as in GRPO), with the guard loop's own prompts (the previous target memory
+and the turn's events; the target memory and the pending action). Each step
+samples train.trajectories trajectories as train does (train.balance,
+train.max_turns windows, train.seed) and takes one AdamW step (grpo's
+learning_rate, schedule, warm-up, clipping, micro_batch_size) on all their
+turns' calls. grpo.beta, num_iterations, clip_epsilon and scale_rewards do
+not apply. With sft.judge_pairs N, each step also trains on the judge calls
+of N pairs of turns (the label-1 turn and a label-0 turn of an attack run):
+label-1 actions are rare, so a step of a few trajectories otherwise shows the
+judge about one action to reject.
+
+The teacher (sft.teacher, or --teacher):
+  synth          the synthetic world's perfect memory manager and its judge rule
+                 (data synth's trajectories only; memories within
+                 rollout.memory_budget_chars)
+  synth-myopic   a memory of the latest turn only, with the judge's rule on it:
+                 it misses every attack of gap >= 2 (the gamma experiment's start)
+  FILE           JSONL, one line per trajectory turn: {"trajectory_id", "turn",
+                 "memory", "decision", "rationale"}, memory = m_t, the memory
+                 after that turn's memory call; e.g. a stronger model's guard
+                 outputs. Trajectories without lines are left out; one with
+                 lines needs a line for every turn.
+
+Writes to --out what train does: config.yaml, metrics.jsonl (a line per step:
+cross-entropy overall and per role, grad norm, lr, tokens), curves.png,
+checkpoint-STEP/ every train.save_every steps and at the end, and with
+train.eval_every > 0 eval-STEP/ and checkpoint-best/ (by train.best_metric).
+Ctrl-C saves a checkpoint of the last finished step; --resume continues
+from the newest checkpoint with the run's own --out/config.yaml. The
+checkpoint is what train --model starts GRPO from.`,
+		Example: `  mageguard sft --config configs/synth-tiny.yaml --out runs/sft
+  mageguard train --config configs/synth-tiny.yaml --model runs/sft/checkpoint-300 --out runs/grpo
+  mageguard sft --config configs/synth-tiny.yaml --teacher synth-myopic --out runs/sft-myopic
+  mageguard sft --config configs/tiny.yaml --teacher distilled.jsonl --out runs/sft-distilled`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := trainConfig(out, resume)
+			if err != nil {
+				return err
+			}
+			// Flags beat --set and the file.
+			if cmd.Flags().Changed("data") {
+				cfg.Train.Data = data
+			}
+			if cmd.Flags().Changed("model") {
+				cfg.Model.Path = modelDir
+			}
+			if cmd.Flags().Changed("teacher") {
+				cfg.SFT.Teacher = teacher
+			}
+			if err := config.Validate(cfg); err != nil {
+				return err
+			}
+			t, err := train.NewTeacher(cfg.SFT.Teacher, cfg.Rollout.MemoryBudgetChars)
+			if err != nil {
+				return err
+			}
+			resolved, err := config.Marshal(cfg)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			go func() { // a second Ctrl-C kills at once
+				<-ctx.Done()
+				stop()
+			}()
+			res, err := train.SFT(ctx, train.Options{
+				Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
+				Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
+				Evaluate: trainEvalHook(cfg, os.Stderr),
+			}, cfg.SFT, t)
+			if err != nil {
+				return err
+			}
+			if res.Stopped {
+				fmt.Fprintf(os.Stderr, "stopped after step %d; resume with: %s sft --resume --out %s\n", res.Steps, os.Args[0], out)
+			}
+			fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\ncurves:     %s\n", res.Checkpoint,
+				filepath.Join(out, "metrics.jsonl"), filepath.Join(out, train.CurvesPNG))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")
+	cmd.Flags().StringVar(&modelDir, "model", "", "starting checkpoint directory (sets model.path; default: a random model from model.*)")
+	cmd.Flags().StringVar(&out, "out", "runs/sft", "output directory")
+	cmd.Flags().StringVar(&teacher, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
+	cmd.Flags().BoolVar(&resume, "resume", false, "continue from the newest checkpoint in --out")
+	return cmd
+}

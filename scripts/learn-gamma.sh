@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# make learn-gamma (docs/learning.md): the γ experiment in miniature. From
+# the myopic warm start (SFT on a memory that keeps only the latest turn,
+# so the judge misses every attack of gap >= 2), GRPO with a tight memory
+# length threshold, once with γ = 0 (each memory call is rewarded for its
+# own turn's judge only) and once with γ = 0.5 (also for the later turns it
+# influences), over several seeds; then the held-out table: F1 and recall
+# by gap, mean ± spread over the seeds.
+#   OUT/results.md    the table
+# OUT is $1, else $LEARN_GAMMA_OUT, else runs/learn-gamma; every run's
+# output stays in OUT (data/, sft-myopic/, grpo-g<γ>-s<seed>/, eval-*/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-${LEARN_GAMMA_OUT:-runs/learn-gamma}}
+BIN=bin/mageguard
+CFG=configs/synth-learn.yaml
+TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
+EVAL_SEED=${LEARN_EVAL_SEED:-12}
+SEEDS=${LEARN_GAMMA_SEEDS:-1 2 3}
+GAMMAS=${LEARN_GAMMAS:-0 0.5}
+# The memory length threshold L (characters) and λ: a perfect memory is up
+# to 75 characters, one injected id and one allowed id about 40, so under
+# L = 40 a memory must choose what to keep.
+THRESHOLD=${LEARN_GAMMA_THRESHOLD:-40}
+SFT_STEPS=${LEARN_SFT_STEPS:-}
+GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-}
+
+if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft-myopic" ]; then
+	echo "learn-gamma: $OUT holds an earlier run; remove it or set LEARN_GAMMA_OUT" >&2
+	exit 1
+fi
+mkdir -p "$OUT/data"
+exec > >(tee -a "$OUT/learn-gamma.log") 2>&1
+step() { echo; echo "== $(date +%T) $*"; }
+steps() { [ -n "$1" ] && echo "--set train.steps=$1"; true; }
+echo "learn-gamma: $(uptime)"
+start=$(date +%s)
+
+step "data: train --seed $TRAIN_SEED, held-out --seed $EVAL_SEED"
+$BIN data synth --out "$OUT/data/train.jsonl" --seed "$TRAIN_SEED"
+$BIN data synth --out "$OUT/data/eval.jsonl" --n 100 --seed "$EVAL_SEED"
+
+evaluate() { # NAME MODEL
+	step "eval $1"
+	$BIN eval --config "$CFG" --model "$2" --data "$OUT/data/eval.jsonl" --out "$OUT/eval-$1"
+}
+
+step "SFT (myopic synth teacher)"
+# shellcheck disable=SC2046
+$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --teacher synth-myopic $(steps "$SFT_STEPS") \
+	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-myopic"
+myopic=$(ls -d "$OUT"/sft-myopic/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+evaluate sft-myopic "$myopic"
+
+rows=("myopic SFT=$OUT/eval-sft-myopic")
+for g in $GAMMAS; do
+	dirs=()
+	for s in $SEEDS; do
+		run=grpo-g$g-s$s
+		step "GRPO γ = $g, seed $s, length threshold $THRESHOLD"
+		# shellcheck disable=SC2046
+		$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$myopic" $(steps "$GRPO_STEPS") \
+			--set rewards.gamma="$g" --set train.seed="$s" --set rewards.length_threshold="$THRESHOLD" \
+			--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/$run"
+		ckpt=$(ls -d "$OUT/$run"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+		evaluate "$run" "$ckpt"
+		dirs+=("$OUT/eval-$run")
+	done
+	rows+=("GRPO γ = $g=$(IFS=,; echo "${dirs[*]}")")
+done
+
+go run ./scripts/learn-table --out "$OUT/results.md" \
+	--title "Held-out ($OUT/data/eval.jsonl: data synth --n 100 --seed $EVAL_SEED), greedy decoding; GRPO from the myopic SFT with rewards.length_threshold $THRESHOLD" \
+	"${rows[@]}"
+end=$(date +%s)
+{
+	echo
+	echo "make learn-gamma took $((end - start)) s; $(uptime)"
+} >> "$OUT/results.md"
+cat "$OUT/results.md"

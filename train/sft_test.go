@@ -1,0 +1,251 @@
+package train
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/dataset/synth"
+	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rewards"
+	"github.com/mageguard/mageguard/rollout"
+)
+
+// synthMicroOptions is an SFT run small enough for tests: a one-layer
+// Qwen3 of hidden size 8 on the synth tokenizer and prompts, structured
+// decoding, eight synthetic trajectories.
+func synthMicroOptions(t *testing.T) Options {
+	t.Helper()
+	dir := t.TempDir()
+	so := synth.DefaultOptions()
+	so.N, so.Seed = 8, 5
+	trajs, err := synth.Generate(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "synth.jsonl")
+	if err := dataset.WriteAll(data, trajs); err != nil {
+		t.Fatal(err)
+	}
+	ms := model.DefaultSettings()
+	ms.Tokenizer = "../assets/synth-tokenizer"
+	ms.VocabSize, ms.BOSTokenID, ms.EOSTokenIDs = 1304, 1278, []int{1280}
+	ms.HiddenSize, ms.IntermediateSize, ms.NumHiddenLayers = 8, 16, 1
+	ms.NumAttentionHeads, ms.NumKeyValueHeads, ms.HeadDim = 1, 1, 8
+	ms.MaxPositionEmbeddings = 1024
+	ms.Seed = 3
+	rc := rollout.DefaultConfig()
+	rc.PromptVersion = "synth"
+	rc.Structured = true
+	rc.MemoryBudgetChars = 100
+	rc.MaxMemoryTokens, rc.MaxJudgeTokens = 64, 48
+	tc := DefaultConfig()
+	tc.Data = data
+	tc.Trajectories, tc.MaxTurns, tc.Steps, tc.SaveEvery, tc.KeepLast = 3, 8, 1, 0, 0
+	g := grpo.DefaultConfig()
+	g.LearningRate, g.WarmupSteps, g.Beta = 0.01, 0, 0.04 // beta and num_iterations do not apply to SFT
+	g.NumIterations = 2
+	return Options{Model: ms, Rollout: rc, Rewards: rewards.DefaultConfig(), GRPO: g, Train: tc, Out: filepath.Join(dir, "out")}
+}
+
+// sftRun is the part of an SFT run that renders targets: its guard and
+// teacher, without a model.
+func sftRun(t *testing.T, o Options, teacher Teacher) *run {
+	t.Helper()
+	tok, _, err := o.Model.LoadTokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := rollout.NewGuard(o.Rollout, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &run{opts: o, guard: g, tok: tok, sft: &sftState{teacher: teacher}}
+}
+
+// TestSFTLossMask pins what each SFT sequence trains on: a memory call's
+// prompt shows the previous target memory and its completion is the
+// update_memory call of the turn's target memory; a judge call's prompt
+// shows the target memory and the pending action and its completion is
+// the assess_risk call of the right decision. Prompt tokens carry no loss,
+// and the tokens that do are exactly the role's own choices: the memory's
+// text (memory calls), the decision and rationale (judge calls), each
+// with the token that closes its string.
+func TestSFTLossMask(t *testing.T) {
+	o := synthMicroOptions(t)
+	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	trajs, err := dataset.ReadAll(o.Train.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const genPrompt = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+	const closing = `"}}` + "\n</tool_call>"
+	for _, tr := range trajs {
+		seqs, err := r.sftSequences(tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seqs) != 2*len(tr.Turns) {
+			t.Fatalf("%s: %d sequences for %d turns", tr.ID, len(seqs), len(tr.Turns))
+		}
+		b, err := grpo.NewBatch(seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perfect := synth.Teacher{}
+		for i, s := range seqs {
+			turn := i / 2
+			mem, err := perfect.Memory(tr, 0, turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt := r.tok.Decode(toInts(s.Prompt), false)
+			completion := r.tok.Decode(toInts(s.Completion), false)
+			var wantPhase grpo.Phase
+			var wantCompletion, wantCounted string
+			if i%2 == 0 {
+				prev := "(empty)"
+				if turn > 0 {
+					if prev, err = perfect.Memory(tr, 0, turn-1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !strings.Contains(prompt, "Current memory:\n<memory>\n"+prev+"\n</memory>") || !strings.Contains(prompt, "update_memory call.") {
+					t.Errorf("%s turn %d: memory prompt does not show the previous memory %q:\n%s", tr.ID, turn, prev, prompt)
+				}
+				wantPhase = grpo.PhaseMemory
+				wantCompletion = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + mem + closing + "<|im_end|>"
+				wantCounted = mem
+			} else {
+				d, why := synth.Decision(tr, turn)
+				action := rollout.ActionJSON(tr.Turns[turn].Action)
+				if !strings.Contains(prompt, "Memory:\n<memory>\n"+mem+"\n</memory>") || !strings.Contains(prompt, action) {
+					t.Errorf("%s turn %d: judge prompt does not show the memory %q and the action %s:\n%s", tr.ID, turn, mem, action, prompt)
+				}
+				wantPhase = grpo.PhaseJudge
+				wantCompletion = `<tool_call>` + "\n" + `{"name": "assess_risk", "arguments": {"decision": "` + d + `", "rationale": "` + why + closing + "<|im_end|>"
+				wantCounted = d + why
+			}
+			if s.Phase != wantPhase || s.Advantage != 1 {
+				t.Errorf("%s sequence %d: phase %v advantage %v, want %v and 1", tr.ID, i, s.Phase, s.Advantage, wantPhase)
+			}
+			if !strings.HasSuffix(prompt, genPrompt) {
+				t.Errorf("%s sequence %d: the prompt does not end with the generation prompt", tr.ID, i)
+			}
+			if completion != wantCompletion {
+				t.Errorf("%s sequence %d: completion %q, want %q", tr.ID, i, completion, wantCompletion)
+			}
+			// The loss positions: completion tokens only, decoding to the
+			// role's values followed by one closer ('"' and a prefix of the
+			// closing text).
+			var counted []int
+			for k, m := range b.LossMask[i] {
+				if m == 0 {
+					continue
+				}
+				p := int(b.TargetPos[i][k])
+				if p < len(s.Prompt) || p >= len(s.Prompt)+len(s.Completion) {
+					t.Fatalf("%s sequence %d: a loss position %d outside the completion [%d, %d)", tr.ID, i, p, len(s.Prompt), len(s.Prompt)+len(s.Completion))
+				}
+				counted = append(counted, int(b.Tokens[i][p]))
+			}
+			got := r.tok.Decode(counted, false)
+			rest, ok := strings.CutPrefix(got, wantCounted)
+			if !ok || rest == "" || !strings.HasPrefix(closing, rest) {
+				t.Errorf("%s sequence %d: the loss covers %q, want %q and a closer", tr.ID, i, got, wantCounted)
+			}
+		}
+	}
+}
+
+func toInts(ids []int32) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
+
+// TestSFTReportsTheCrossEntropy runs one SFT step and checks its reported
+// loss against the cross-entropy of the step's completion tokens computed
+// from a full forward of the starting model (model.Score's next-token
+// log-probs): overall and per role, in nats per counted token. The run
+// ignores grpo.beta and num_iterations (set to 0.04 and 2 here).
+func TestSFTReportsTheCrossEntropy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	o := synthMicroOptions(t)
+	teacher := SynthTeacher{synth.Teacher{BudgetChars: 100}}
+	if _, err := SFT(context.Background(), o, DefaultSFTConfig(), teacher); err != nil {
+		t.Fatal(err)
+	}
+	lines := readJSONL[SFTMetrics](t, filepath.Join(o.Out, "metrics.jsonl"))
+	if len(lines) != 1 {
+		t.Fatalf("%d metrics lines, want 1", len(lines))
+	}
+	got := lines[0]
+
+	// The step's sequences, scored by the starting model.
+	r := sftRun(t, o, teacher)
+	trajs, err := dataset.ReadAll(o.Train.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	positive := make([]bool, len(trajs))
+	for i, tr := range trajs {
+		positive[i] = tr.IsAttack() && tr.Positives() > 0
+	}
+	backend, err := model.NewBackend(o.Model.BackendConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := o.Model.LoadModel(backend, r.tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum, n [grpo.NumPhases]float64
+	for _, i := range SampleStep(positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, 1) {
+		seqs, err := r.sftSequences(trajs[i], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range seqs {
+			ids := append(toInts(s.Prompt), toInts(s.Completion)...)
+			sc, err := m.Score(&model.ScoreInput{Sequences: [][]int{ids}, MaxNewTokens: 1, NLastLogits: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lp := sc.Sequences[0].NextTokenLogprobs // lp[p-1] = log p(ids[p] | ids[<p])
+			for k := range s.Completion {
+				if s.Forced[k] {
+					continue
+				}
+				sum[s.Phase] -= lp[len(s.Prompt)+k-1]
+				n[s.Phase]++
+			}
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"loss", got.Loss, (sum[0] + sum[1]) / (n[0] + n[1])},
+		{"loss_memory", got.LossMemory, sum[grpo.PhaseMemory] / n[grpo.PhaseMemory]},
+		{"loss_judge", got.LossJudge, sum[grpo.PhaseJudge] / n[grpo.PhaseJudge]},
+	} {
+		if math.Abs(c.got-c.want) > 1e-4*c.want {
+			t.Errorf("%s = %.6f, the starting model's cross-entropy is %.6f", c.name, c.got, c.want)
+		}
+	}
+	if got.CompletionTokens != int(n[0]+n[1]) {
+		t.Errorf("completion_tokens %d, want %d counted tokens", got.CompletionTokens, int(n[0]+n[1]))
+	}
+	if math.Abs(got.Loss-math.Log(1304)) > 0.5 {
+		t.Errorf("a random model's cross-entropy %.3f is far from ln(1304) = %.3f", got.Loss, math.Log(1304))
+	}
+}
