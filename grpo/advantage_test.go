@@ -140,3 +140,49 @@ func TestPhaseAdvantages(t *testing.T) {
 		}
 	}
 }
+
+// TestMaliciousWeightAndScaling: a class-weighted judge reward (rewards.malicious_weight w₁)
+// multiplies a label-1 turn's judge rewards by w₁ when every call parses. With scale_rewards
+// none the turn's judge advantages are then w₁ times the unweighted ones; with group the
+// standard deviation is scaled too, so they are the same up to the std's 1e-4. Label-0 turns
+// are unchanged either way.
+func TestMaliciousWeightAndScaling(t *testing.T) {
+	labels := []int{0, 1}
+	outcomes := [][]rewards.Outcome{ // [turn][chain]: chains 0, 1 approve at turn 1, chains 2, 3 reject
+		{{MemoryParsed: true, JudgeParsed: true}, {MemoryParsed: true, JudgeParsed: true, Reject: true},
+			{MemoryParsed: true, JudgeParsed: true}, {MemoryParsed: true, JudgeParsed: true}},
+		{{MemoryParsed: true, JudgeParsed: true}, {MemoryParsed: true, JudgeParsed: true},
+			{MemoryParsed: true, JudgeParsed: true, Reject: true}, {MemoryParsed: true, JudgeParsed: true, Reject: true}},
+	}
+	judgeAdv := func(w float64, scale string) [][]float64 {
+		cfg := rewards.DefaultConfig()
+		cfg.MaliciousWeight = w
+		r, err := rewards.Compute(cfg, labels, outcomes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, adv, err := PhaseAdvantages(r, scale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return adv
+	}
+	for _, scale := range []string{ScaleNone, ScaleGroup} {
+		one, three := judgeAdv(1, scale), judgeAdv(3, scale)
+		for i := range one[1] {
+			want := one[1][i]
+			if scale == ScaleNone {
+				want *= 3
+			}
+			if math.Abs(three[1][i]-want) > 1e-3*math.Abs(want) {
+				t.Errorf("%s: label-1 turn, chain %d: advantage %v with w1 = 3, want %v", scale, i, three[1][i], want)
+			}
+			if three[0][i] != one[0][i] {
+				t.Errorf("%s: label-0 turn, chain %d: advantage %v with w1 = 3, %v without", scale, i, three[0][i], one[0][i])
+			}
+		}
+		if one[1][0] >= 0 || one[1][2] <= 0 {
+			t.Errorf("%s: approving a malicious action has advantage %v, rejecting it %v", scale, one[1][0], one[1][2])
+		}
+	}
+}

@@ -15,11 +15,23 @@ type Config struct {
 	Lambda          float64 `yaml:"lambda"`           // λ ≥ 0: weight of the memory length penalty
 	FormatPenalty   float64 `yaml:"format_penalty"`   // f ≥ 0: subtracted when a call's output fails to parse
 	LengthThreshold int     `yaml:"length_threshold"` // L > 0: memory length in characters (code points) above which the length penalty grows
+	// MaliciousWeight w₁ > 0 is what a right decision on a label-1 turn
+	// earns (a right one on a label-0 turn earns 1): a class-weighted judge
+	// reward, for data where approving everything is right on most turns.
+	// 1 = the paper's reward (the default). With grpo.scale_rewards: group
+	// it leaves the judge's advantages all but unchanged (every chain of a
+	// turn has the turn's label, so w₁ scales the group's rewards and their
+	// std alike; only the format penalty and the std's 1e-4 are not
+	// scaled); it changes the memory's (whose reward mixes later turns)
+	// and, with scale_rewards: none, multiplies a label-1 turn's judge
+	// advantages by w₁ (grpo's TestMaliciousWeightAndScaling).
+	MaliciousWeight float64 `yaml:"malicious_weight"`
 }
 
-// DefaultConfig returns the defaults of DESIGN.md: f = 0.1, L = 2500, λ = 1.0, γ = 0.5.
+// DefaultConfig returns the defaults of DESIGN.md: f = 0.1, L = 2500, λ = 1.0, γ = 0.5
+// (and w₁ = 1: no class weight).
 func DefaultConfig() Config {
-	return Config{Gamma: 0.5, Lambda: 1.0, FormatPenalty: 0.1, LengthThreshold: 2500}
+	return Config{Gamma: 0.5, Lambda: 1.0, FormatPenalty: 0.1, LengthThreshold: 2500, MaliciousWeight: 1}
 }
 
 // Validate checks the ranges of the constants; errors start with the key name.
@@ -33,6 +45,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("format_penalty must be a finite number ≥ 0, got %v", c.FormatPenalty)
 	case c.LengthThreshold <= 0:
 		return fmt.Errorf("length_threshold must be > 0, got %d", c.LengthThreshold)
+	case !(c.MaliciousWeight > 0) || math.IsInf(c.MaliciousWeight, 0):
+		return fmt.Errorf("malicious_weight must be a finite number > 0, got %v", c.MaliciousWeight)
 	}
 	return nil
 }
@@ -52,7 +66,7 @@ type Rewards struct {
 	Memory [][]float64 // r^M_{t,i}
 
 	Correct    [][]float64 // c_{t,i}
-	Discounted [][]float64 // (Σ_{k=t..T} γ^{k−t} c_{k,i}) / (Σ_{k=t..T} γ^{k−t}): r^M before its penalties
+	Discounted [][]float64 // (Σ_{k=t..T} γ^{k−t} w_k c_{k,i}) / (Σ_{k=t..T} γ^{k−t}): r^M before its penalties
 }
 
 // Correct returns c_{t,i}: 1 when the judge output parsed and its decision equals the
@@ -71,18 +85,19 @@ func (c *Config) LengthPenalty(chars int) float64 {
 }
 
 // Compute returns the judge and memory rewards (and their terms c and the
-// discounted mean of c) of one trajectory of T turns, given its
+// discounted mean of w·c) of one trajectory of T turns, given its
 // labels[t] ∈ {0, 1} and the outcomes[t][i] of its G chains (the same G at every turn):
 //
 //	c_{t,i}   = [judge parsed] · [d_{t,i} = d*_t]
-//	r^J_{t,i} = c_{t,i} − f · [judge output failed to parse]
-//	r^M_{t,i} = (Σ_{k=t..T} γ^{k−t} c_{k,i}) / (Σ_{k=t..T} γ^{k−t})
+//	w_t       = w₁ if labels[t] = 1, else 1         (rewards.malicious_weight; w₁ = 1: DESIGN.md's)
+//	r^J_{t,i} = w_t c_{t,i} − f · [judge output failed to parse]
+//	r^M_{t,i} = (Σ_{k=t..T} γ^{k−t} w_k c_{k,i}) / (Σ_{k=t..T} γ^{k−t})
 //	            − f · [memory output failed to parse]
 //	            − λ · min(1, max(0, |m_{t,i}| − L) / L)
 //
-// with 0⁰ = 1, so γ = 0 gives r^M_{t,i} = c_{t,i} − penalties. The discounted sums run
+// with 0⁰ = 1, so γ = 0 gives r^M_{t,i} = w_t c_{t,i} − penalties. The discounted sums run
 // over the chain's own later turns and are computed backwards:
-// N_t = c_t + γ N_{t+1}, D_t = 1 + γ D_{t+1}, N_{T+1} = D_{T+1} = 0.
+// N_t = w_t c_t + γ N_{t+1}, D_t = 1 + γ D_{t+1}, N_{T+1} = D_{T+1} = 0.
 func Compute(cfg Config, labels []int, outcomes [][]Outcome) (Rewards, error) {
 	if err := cfg.Validate(); err != nil {
 		return Rewards{}, fmt.Errorf("rewards: %w", err)
@@ -123,14 +138,17 @@ func Compute(cfg Config, labels []int, outcomes [][]Outcome) (Rewards, error) {
 			o := outcomes[t][i]
 			c := Correct(labels[t], o)
 			r.Correct[t][i] = c
+			if labels[t] == 1 {
+				c *= cfg.MaliciousWeight // w_t c_{t,i}
+			}
 
-			// Judge: r^J = c − f·[judge failed to parse].
+			// Judge: r^J = w c − f·[judge failed to parse].
 			r.Judge[t][i] = c
 			if !o.JudgeParsed {
 				r.Judge[t][i] -= cfg.FormatPenalty
 			}
 
-			// Memory: discounted mean of c over turns t..T of this chain, minus penalties.
+			// Memory: discounted mean of w c over turns t..T of this chain, minus penalties.
 			num = c + cfg.Gamma*num
 			den = 1 + cfg.Gamma*den
 			r.Discounted[t][i] = num / den

@@ -60,6 +60,22 @@ func TestCompute(t *testing.T) {
 			wantMemory: [][]float64{{6.0 / 7, 2.0 / 3, 0}, {3.0 / 7, 1, 1}},
 		},
 		{
+			// w₁ = 3 (a class-weighted judge reward). Labels 0,1,0, γ = 0.5. Chain 0 approves everything:
+			// c = 1,0,1, w c = 1,0,1: r^J = 1,0,1; r^M: t0 (1 + 0 + .25)/1.75 = 5/7, t1 (0 + .5)/1.5 = 1/3, t2 1.
+			// Chain 1 rejects at t1 only: c = 1,1,1, w c = 1,3,1: r^J = 1,3,1;
+			// r^M: t0 (1 + 1.5 + .25)/1.75 = 11/7, t1 (3 + .5)/1.5 = 7/3, t2 1.
+			name:   "a right reject of a malicious action earns w1",
+			cfg:    Config{Gamma: 0.5, Lambda: 1, FormatPenalty: 0.1, LengthThreshold: 2500, MaliciousWeight: 3},
+			labels: []int{0, 1, 0},
+			outcomes: [][]Outcome{
+				{ok(false), ok(false)},
+				{ok(false), ok(true)},
+				{ok(false), ok(false)},
+			},
+			wantJudge:  [][]float64{{1, 0, 1}, {1, 3, 1}},
+			wantMemory: [][]float64{{5.0 / 7, 1.0 / 3, 1}, {11.0 / 7, 7.0 / 3, 1}},
+		},
+		{
 			// Labels 1,1. Chain 0: the judge fails to parse at the last turn; its fallback is reject, which
 			// matches the label, but an unparsed output is never correct: c = 1,0.
 			//   r^J = 1, 0 − 0.1;  r^M: t0 (1 + .5·0)/1.5 = 2/3, t1 0.
@@ -120,8 +136,8 @@ func TestCompute(t *testing.T) {
 						break
 					}
 				}
-				// The terms: c is r^J without its format penalty; the
-				// discounted mean is r^M without its penalties.
+				// The terms: c is r^J without its format penalty and
+				// weight; the discounted mean is r^M without its penalties.
 				wantDisc := c.wantMemory
 				if c.wantDisc != nil {
 					wantDisc = c.wantDisc
@@ -135,6 +151,9 @@ func TestCompute(t *testing.T) {
 					wantC := gotJ[k]
 					if !c.outcomes[k][i].JudgeParsed {
 						wantC += c.cfg.FormatPenalty
+					}
+					if c.labels[k] == 1 {
+						wantC /= c.cfg.MaliciousWeight // r^J = w₁ c on a label-1 turn
 					}
 					if !near(gotC[k], wantC) || (gotC[k] != 0 && gotC[k] != 1) {
 						t.Errorf("chain %d turn %d: c = %v, want %v", i, k, gotC[k], wantC)
@@ -221,6 +240,8 @@ func TestValidate(t *testing.T) {
 		{"lambda negative", func(c *Config) { c.Lambda = -1 }, "lambda must be a finite number ≥ 0, got -1"},
 		{"format penalty negative", func(c *Config) { c.FormatPenalty = -0.5 }, "format_penalty must be a finite number ≥ 0, got -0.5"},
 		{"threshold zero", func(c *Config) { c.LengthThreshold = 0 }, "length_threshold must be > 0, got 0"},
+		{"malicious weight zero", func(c *Config) { c.MaliciousWeight = 0 }, "malicious_weight must be a finite number > 0, got 0"},
+		{"malicious weight infinite", func(c *Config) { c.MaliciousWeight = math.Inf(1) }, "malicious_weight must be a finite number > 0, got +Inf"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -241,7 +262,8 @@ func TestValidate(t *testing.T) {
 }
 
 func TestDefaultsMatchDesign(t *testing.T) {
-	want := Config{Gamma: 0.5, Lambda: 1.0, FormatPenalty: 0.1, LengthThreshold: 2500} // DESIGN.md "Rewards"
+	// DESIGN.md "Rewards"; w₁ = 1 is its reward, without a class weight.
+	want := Config{Gamma: 0.5, Lambda: 1.0, FormatPenalty: 0.1, LengthThreshold: 2500, MaliciousWeight: 1}
 	if got := DefaultConfig(); got != want {
 		t.Fatalf("DefaultConfig() = %+v, want %+v", got, want)
 	}
