@@ -106,8 +106,16 @@ func BenchmarkForward(b *testing.B) {
 
 // BenchmarkTrainStep: forward + backward + AdamW (GoMLX's optimizer) on the
 // mean negative log-likelihood of a 4 × 256 batch.
-func BenchmarkTrainStep(b *testing.B) {
+func BenchmarkTrainStep(b *testing.B) { benchmarkTrainStep(b, DefaultAttentionBlock) }
+
+// BenchmarkTrainStepPlainAttention: the same step with the plain attention (model.attention_block
+// 0), which holds each layer's [B, heads, T, S] probabilities for the backward instead of
+// recomputing them block by block.
+func BenchmarkTrainStepPlainAttention(b *testing.B) { benchmarkTrainStep(b, 0) }
+
+func benchmarkTrainStep(b *testing.B, block int) {
 	m := newBenchModel(b)
+	m.SetAttentionBlock(block)
 	tokens, mask, target := benchBatchInputs()
 	opt := optimizers.Adam().LearningRate(1e-4).WeightDecay(0.01).Done()
 	e := context.MustNewExec(m.Backend(), m.Context(), func(ctx *context.Context, tok, msk, tgt *Node) *Node {
