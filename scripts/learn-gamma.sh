@@ -66,7 +66,7 @@ for g in $GAMMAS; do
 		evaluate "$run" "$ckpt"
 		dirs+=("$OUT/eval-$run")
 	done
-	rows+=("GRPO γ = $g=$(IFS=,; echo "${dirs[*]}")")
+	rows+=("GRPO, γ $g=$(IFS=,; echo "${dirs[*]}")")
 done
 
 go run ./scripts/learn-table --out "$OUT/results.md" \
