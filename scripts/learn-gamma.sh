@@ -23,7 +23,8 @@ GAMMAS=${LEARN_GAMMAS:-0 0.5}
 # L = 40 a memory must choose what to keep.
 THRESHOLD=${LEARN_GAMMA_THRESHOLD:-40}
 SFT_STEPS=${LEARN_SFT_STEPS:-}
-GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-}
+GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-20}
+GRPO_LR=${LEARN_GRPO_LR:-1e-4}
 
 if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft-myopic" ]; then
 	echo "learn-gamma: $OUT holds an earlier run; remove it or set LEARN_GAMMA_OUT" >&2
@@ -61,6 +62,7 @@ for g in $GAMMAS; do
 		# shellcheck disable=SC2046
 		$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$myopic" $(steps "$GRPO_STEPS") \
 			--set rewards.gamma="$g" --set train.seed="$s" --set rewards.length_threshold="$THRESHOLD" \
+			--set grpo.learning_rate="$GRPO_LR" --set grpo.warmup_steps=0 \
 			--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/$run"
 		ckpt=$(ls -d "$OUT/$run"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
 		evaluate "$run" "$ckpt"

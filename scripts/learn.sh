@@ -19,8 +19,9 @@ CFG=configs/synth-learn.yaml
 # (the tokenizer's corpus), nor the fresh held-out seeds of docs/learning.md.
 TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
 EVAL_SEED=${LEARN_EVAL_SEED:-12}
-SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's
-GRPO_STEPS=${LEARN_GRPO_STEPS:-}
+SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's train.steps
+GRPO_STEPS=${LEARN_GRPO_STEPS:-20}
+GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # GRPO's steps are smaller than the warm start's (3e-3)
 
 if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft" ]; then
 	echo "learn: $OUT holds an earlier run; remove it or set LEARN_OUT" >&2
@@ -58,6 +59,7 @@ evaluate sft "$sft_ckpt"
 step "GRPO from $sft_ckpt"
 # shellcheck disable=SC2046
 $BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$sft_ckpt" $(steps "$GRPO_STEPS") \
+	--set grpo.learning_rate="$GRPO_LR" --set grpo.warmup_steps=0 \
 	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/grpo"
 grpo_ckpt=$(ls -d "$OUT"/grpo/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
 evaluate sft-grpo "$grpo_ckpt"
