@@ -2,11 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"path/filepath"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -79,30 +74,9 @@ checkpoint is what train --model starts GRPO from.`,
 			if err != nil {
 				return err
 			}
-			resolved, err := config.Marshal(cfg)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			go func() { // a second Ctrl-C kills at once
-				<-ctx.Done()
-				stop()
-			}()
-			res, err := train.SFT(ctx, train.Options{
-				Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
-				Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
-				Evaluate: trainEvalHook(cfg, os.Stderr),
-			}, cfg.SFT, t)
-			if err != nil {
-				return err
-			}
-			if res.Stopped {
-				fmt.Fprintf(os.Stderr, "stopped after step %d; resume with: %s sft --resume --out %s\n", res.Steps, os.Args[0], out)
-			}
-			fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\ncurves:     %s\n", res.Checkpoint,
-				filepath.Join(out, "metrics.jsonl"), filepath.Join(out, train.CurvesPNG))
-			return nil
+			return runLoop("sft", cfg, out, resume, func(ctx context.Context, o train.Options) (*train.Result, error) {
+				return train.SFT(ctx, o, cfg.SFT, t)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")

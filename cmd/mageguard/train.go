@@ -89,30 +89,7 @@ train.steps=200 to train longer; --config is refused with --resume).`,
 				}
 				return fmt.Errorf("train: the configuration does not fit the device (mageguard plan):\n%s", b.String())
 			}
-			resolved, err := config.Marshal(cfg)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			go func() { // a second Ctrl-C kills at once
-				<-ctx.Done()
-				stop()
-			}()
-			res, err := train.Run(ctx, train.Options{
-				Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
-				Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
-				Evaluate: trainEvalHook(cfg, os.Stderr),
-			})
-			if err != nil {
-				return err
-			}
-			if res.Stopped {
-				fmt.Fprintf(os.Stderr, "stopped after step %d; resume with: %s train --resume --out %s\n", res.Steps, os.Args[0], out)
-			}
-			fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\ncurves:     %s\n", res.Checkpoint,
-				filepath.Join(out, "metrics.jsonl"), filepath.Join(out, train.CurvesPNG))
-			return nil
+			return runLoop("train", cfg, out, resume, train.Run)
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")
@@ -120,4 +97,35 @@ train.steps=200 to train longer; --config is refused with --resume).`,
 	cmd.Flags().StringVar(&out, "out", "runs/train", "output directory")
 	cmd.Flags().BoolVar(&resume, "resume", false, "continue from the newest checkpoint in --out")
 	return cmd
+}
+
+// runLoop runs a training loop of train (train.Run, or SFT with its teacher)
+// on cfg into out: a first Ctrl-C or SIGTERM stops it after a checkpoint of
+// the last finished step, a second kills at once; then it says where the
+// run wrote and how to resume it (`mageguard NAME --resume`).
+func runLoop(name string, cfg *config.Config, out string, resume bool, loop func(context.Context, train.Options) (*train.Result, error)) error {
+	resolved, err := config.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { // a second Ctrl-C kills at once
+		<-ctx.Done()
+		stop()
+	}()
+	res, err := loop(ctx, train.Options{
+		Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
+		Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
+		Evaluate: trainEvalHook(cfg, os.Stderr),
+	})
+	if err != nil {
+		return err
+	}
+	if res.Stopped {
+		fmt.Fprintf(os.Stderr, "stopped after step %d; resume with: %s %s --resume --out %s\n", res.Steps, os.Args[0], name, out)
+	}
+	fmt.Fprintf(os.Stderr, "checkpoint: %s\nmetrics:    %s\ncurves:     %s\n", res.Checkpoint,
+		filepath.Join(out, "metrics.jsonl"), filepath.Join(out, train.CurvesPNG))
+	return nil
 }
