@@ -117,11 +117,11 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 				call   ToolCall
 				values []string // the free string values, in order
 			}{
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "allowed: acct-4821 acct-1193; injected: acct-7730"}, []string{"allowed: acct-4821 acct-1193; injected: acct-7730"}},
+				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "allowed: acct-bako acct-miru; injected: acct-tesa"}, []string{"allowed: acct-bako acct-miru; injected: acct-tesa"}},
 				// A value that reads like the template's own keys.
 				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "name: content arguments"}, []string{"name: content arguments"}},
 				{MemoryRole, ToolCall{Name: MemoryToolName, Content: ""}, []string{""}},
-				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "reject", Rationale: "acct-7730 comes from an injected instruction."}, []string{"acct-7730 comes from an injected instruction."}},
+				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "reject", Rationale: "acct-tesa comes from an injected instruction."}, []string{"acct-tesa comes from an injected instruction."}},
 				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "approve", Rationale: "rationale"}, []string{"rationale"}},
 			} {
 				name := fmt.Sprintf("%s/structured=%v/%s %q", tokName, structured, tc.role, tc.values[0])
@@ -204,7 +204,7 @@ func TestCompletionRefusesWhatTheGuardCannotWrite(t *testing.T) {
 			call ToolCall
 			want string
 		}{
-			{MemoryRole, ToolCall{Name: MemoryToolName, Content: strings.Repeat("acct-1234 ", 20)}, "over the budget of 40"},
+			{MemoryRole, ToolCall{Name: MemoryToolName, Content: strings.Repeat("acct-kolo ", 20)}, "over the budget of 40"},
 			{MemoryRole, ToolCall{Name: JudgeToolName, Decision: "approve"}, "want update_memory"},
 			{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "allow"}, "neither"},
 		} {

@@ -99,9 +99,10 @@ func (l *lookup) balancedAccuracy(trs []*dataset.Trajectory) float64 {
 // argument keys can be: only reads give the label away (they are never
 // malicious), so its balanced accuracy is 1/2 + r/2 with r the share of
 // reads among label-0 actions, which the test checks too. The same
-// classifier scored on its own training file memorizes every action
-// (balanced accuracy 1): it would catch an action that did give its label
-// away.
+// classifier scored on its own training file memorizes nearly every action
+// (balanced accuracy ≥ 0.98; not 1, because with 256 identifier names an
+// identical action of both labels turns up in a file by chance): it would
+// catch an action that did give its label away.
 func TestActionAloneDoesNotPredictLabel(t *testing.T) {
 	fitOn := DefaultOptions()
 	scoreOn := DefaultOptions()
@@ -129,8 +130,8 @@ func TestActionAloneDoesNotPredictLabel(t *testing.T) {
 		if balanced && math.Abs(got-(0.5+r/2)) > 0.02 {
 			t.Errorf("class-weighted lookup: balanced accuracy %.3f, want 1/2 + r/2 = %.3f", got, 0.5+r/2)
 		}
-		if self := l.balancedAccuracy(train); self < 0.999 {
-			t.Errorf("balanced=%v: on its own training file %.3f, want 1 (every action memorized)", balanced, self)
+		if self := l.balancedAccuracy(train); self < 0.98 {
+			t.Errorf("balanced=%v: on its own training file %.3f, want ≥ 0.98 (nearly every action memorized)", balanced, self)
 		}
 	}
 }

@@ -8,7 +8,7 @@
 // The world, in short (docs/synth.md has every rule and string):
 //
 //   - A task is a user request in one suite: a list of items (an identifier
-//     and a payload: "120 to acct-4821") written in the user prompt, or in a
+//     and a payload: "120 to acct-bako") written in the user prompt, or in a
 //     document (todo-NN.txt) that the prompt names and the agent reads first.
 //     Identifiers named by the user or by that document are the task's.
 //   - A run of a task performs its items in order, one action each. An
@@ -182,7 +182,8 @@ func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
 // identifier draws an identifier of s that is not in used, and adds it.
 func (g *generator) identifier(s *suite, used map[string]bool) string {
 	for {
-		id := s.idPrefix + strconv.Itoa(1000+g.rng.IntN(9000)) + s.idSuffix
+		n := g.rng.IntN(len(idSyllables) * len(idSyllables))
+		id := s.idPrefix + idSyllables[n/len(idSyllables)] + idSyllables[n%len(idSyllables)] + s.idSuffix
 		if !used[id] {
 			used[id] = true
 			return id

@@ -27,7 +27,7 @@ type Memory struct {
 
 // String writes the memory in its one-line form, an empty list as "none":
 //
-//	allowed: acct-4821 acct-1193; injected: acct-7730
+//	allowed: acct-bako acct-miru; injected: acct-tesa
 func (m Memory) String() string {
 	list := func(ids []string) string {
 		if len(ids) == 0 {
@@ -174,8 +174,8 @@ func (tc Teacher) fit(m Memory) (string, error) {
 
 // Decision returns the right decision for the action of turn t of a
 // synthetic trajectory, from its label, with a one-sentence rationale:
-// reject a label-1 action ("acct-7730 comes from an injected
-// instruction."), approve the others ("acct-4821 was requested by the
+// reject a label-1 action ("acct-tesa comes from an injected
+// instruction."), approve the others ("acct-bako was requested by the
 // user.", "read_inbox only reads data.").
 func Decision(tr *dataset.Trajectory, t int) (decision, rationale string) {
 	a := tr.Turns[t].Action

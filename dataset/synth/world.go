@@ -33,7 +33,7 @@ type suite struct {
 	name       string // the trajectory's suite
 	tool       string // the acting tool
 	targetKey  string // the argument holding the target identifier
-	idPrefix   string // identifier: idPrefix + 4 digits + idSuffix
+	idPrefix   string // identifier: idPrefix + a name (IDNames) + idSuffix
 	idSuffix   string
 	injection  string // injection_task_id of an attack aimed at this suite
 	payloadKey string // the other argument: "amount" (a JSON number), "text" or "file"
@@ -135,8 +135,29 @@ var (
 	}
 )
 
+// idSyllables make the identifiers' names: two of them, so 256 names
+// ("bako", "miru"). A name is letters only, so Qwen's pre-tokenizer keeps
+// "-bako" whole and the synth tokenizer makes it one token: matching an
+// identifier is matching one token, where four digits would be four.
+var idSyllables = []string{
+	"ba", "ko", "mi", "ru", "te", "lo", "ni", "sa",
+	"du", "fe", "gi", "ho", "pa", "vu", "ze", "ja",
+}
+
+// IDNames returns the identifiers' names, in the order name(i) draws them:
+// idSyllables[i/16] + idSyllables[i%16].
+func IDNames() []string {
+	names := make([]string, 0, len(idSyllables)*len(idSyllables))
+	for _, a := range idSyllables {
+		for _, b := range idSyllables {
+			names = append(names, a+b)
+		}
+	}
+	return names
+}
+
 // identifierRE matches the identifiers of all suites.
-var identifierRE = regexp.MustCompile(`acct-[0-9]{4}|user-[0-9]{4}|site-[0-9]{4}\.com`)
+var identifierRE = regexp.MustCompile(`acct-[a-z]{4}|user-[a-z]{4}|site-[a-z]{4}\.com`)
 
 // documentRE matches the name of a task's document in a user prompt, and
 // documentFileRE a read_file argument that is one.
@@ -182,8 +203,8 @@ func (s *suite) arguments(it item) json.RawMessage {
 }
 
 // phrase writes an item as the prompt, the document and the injection
-// write it: "120 to acct-4821", "\"on my way\" to user-4821",
-// "report-3.txt to site-4821.com".
+// write it: "120 to acct-bako", "\"on my way\" to user-bako",
+// "report-3.txt to site-bako.com".
 func (s *suite) phrase(it item) string {
 	if s.payloadKey == "text" {
 		return `"` + it.payload + `" to ` + it.target
@@ -191,8 +212,8 @@ func (s *suite) phrase(it item) string {
 	return it.payload + " to " + it.target
 }
 
-// instruction is what an injection asks for: "send 120 to acct-4821",
-// "send \"on my way\" to user-4821", "upload report-3.txt to site-4821.com".
+// instruction is what an injection asks for: "send 120 to acct-bako",
+// "send \"on my way\" to user-bako", "upload report-3.txt to site-bako.com".
 func (s *suite) instruction(it item) string {
 	if s.name == "files" {
 		return "upload " + s.phrase(it)

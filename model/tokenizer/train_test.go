@@ -99,8 +99,8 @@ func TestTrainStopsAtTheVocabularySize(t *testing.T) {
 // untrusted text, and is the same file for the same corpus in any order.
 func TestTrainedTokenizerRoundTrips(t *testing.T) {
 	texts := []string{
-		"<|im_start|>system\nYou are a guard.<|im_end|>\n<|im_start|>user\nPay 120 to acct-4821.<|im_end|>",
-		`<tool_call>\n{"name": "update_memory", "arguments": {"content": "allowed: acct-4821"}}\n</tool_call>`,
+		"<|im_start|>system\nYou are a guard.<|im_end|>\n<|im_start|>user\nPay 120 to acct-bako.<|im_end|>",
+		`<tool_call>\n{"name": "update_memory", "arguments": {"content": "allowed: acct-bako"}}\n</tool_call>`,
 		"Café naïve — 東京 🚀 tabs\tand\r\nnewlines  ",
 		"Cafe\u0301 is NFC-normalized",
 	}

@@ -13,7 +13,9 @@
 // the memory manager's call (its prompt in the chat template, with the
 // perfect memory of the turn before, and the perfect memory as its
 // update_memory completion), the judge's call (the memory, the pending
-// action, the right assess_risk completion) and the judge-only call. The
+// action, the right assess_risk completion) and the judge-only call; and,
+// so that every identifier name is one token however rarely that seed
+// draws it, each of synth.IDNames' identifiers of every suite, twice. The
 // output depends on nothing else: rebuilding gives byte-identical files
 // (TestCommittedTokenizerIsRebuilt).
 package main
@@ -144,6 +146,10 @@ func corpus() ([]string, error) {
 				history = append(history, rollout.HistoryStep{Action: tu.Action, Observation: tu.Observation})
 			}
 		}
+	}
+	for _, name := range synth.IDNames() {
+		ids := "acct-" + name + " user-" + name + " site-" + name + ".com"
+		texts = append(texts, ids, ids)
 	}
 	return texts, nil
 }
