@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/strictjson"
@@ -54,6 +55,12 @@ type Decision struct {
 	MemoryParsed *bool `json:"memory_parsed"`
 	// MemoryChars is the length of the memory the judge saw, in Unicode code points (0 for judge-only).
 	MemoryChars int `json:"memory_chars"`
+	// Memory is the memory the judge saw (m_t), and Rationale the (first)
+	// judge's rationale: what a person reads to see why the guard decided as
+	// it did. Absent for an empty memory or rationale, and in files written
+	// before they were recorded.
+	Memory    string `json:"memory,omitempty"`
+	Rationale string `json:"rationale,omitempty"`
 	// GuardTokens counts the tokens the guard processed this turn: prompt +
 	// generated tokens of every call (memory and judge; all K judge calls with votes).
 	GuardTokens int `json:"guard_tokens"`
@@ -93,6 +100,8 @@ func (d *Decision) fields() []field {
 		{"judge_parsed", &d.JudgeParsed, true, false},
 		{"memory_parsed", &d.MemoryParsed, true, true},
 		{"memory_chars", &d.MemoryChars, true, false},
+		{"memory", &d.Memory, false, false},
+		{"rationale", &d.Rationale, false, false},
 		{"guard_tokens", &d.GuardTokens, true, false},
 		{"prefix_tokens", &d.PrefixTokens, true, false},
 		{"votes", &d.Votes, false, true},
@@ -162,6 +171,8 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "decision": %q with "judge_parsed": false and no votes, want the fallback "reject"`, d.Decision)
 	case d.MemoryChars < 0:
 		return fmt.Errorf(`field "memory_chars": %d, want >= 0`, d.MemoryChars)
+	case d.Memory != "" && utf8.RuneCountInString(d.Memory) != d.MemoryChars:
+		return fmt.Errorf(`field "memory": %d code points, but "memory_chars" is %d`, utf8.RuneCountInString(d.Memory), d.MemoryChars)
 	case d.GuardTokens < 0:
 		return fmt.Errorf(`field "guard_tokens": %d, want >= 0`, d.GuardTokens)
 	case d.PrefixTokens < 0 || d.PrefixTokens > d.GuardTokens:

@@ -29,9 +29,10 @@ func TestReadDecisionsGood(t *testing.T) {
 func TestReadDecisionsGoodCombinations(t *testing.T) {
 	attack := strings.NewReplacer(`"attack":false`, `"attack":true`, `"attack_type":null`, `"attack_type":"important_instructions"`,
 		`"label":0`, `"label":1`).Replace(goodLine)
+	withText := strings.Replace(goodLine, `"memory_chars":12`, `"memory_chars":12,"memory":"allowed: née","rationale":"ok"`, 1)
 	voted := strings.NewReplacer(`"judge_parsed":true`, `"judge_parsed":false`,
 		`"prefix_tokens":40`, `"prefix_tokens":40,"votes":["approve","reject","approve"],"vote_tokens":50`).Replace(goodLine)
-	for _, line := range []string{attack, voted} {
+	for _, line := range []string{attack, voted, withText} {
 		if line == goodLine {
 			t.Fatal("the edit did not apply")
 		}
@@ -68,6 +69,7 @@ func TestReadDecisionsErrorsNameLineAndField(t *testing.T) {
 		{"bad decision", rep(`"approve"`, `"allow"`), `line 1: field "decision": "allow"`},
 		{"bad label", rep(`"label":0`, `"label":2`), `line 1: field "label": 2`},
 		{"negative turn", rep(`"turn":0`, `"turn":-1`), `line 1: field "turn": -1`},
+		{"memory of another length", rep(`"memory_chars":12`, `"memory_chars":12,"memory":"allowed: né"`), `line 1: field "memory": 11 code points, but "memory_chars" is 12`},
 		{"prefix above total", rep(`"prefix_tokens":40`, `"prefix_tokens":101`), `line 1: field "prefix_tokens": 101`},
 		{"votes disagree", rep(`"prefix_tokens":40`, `"prefix_tokens":40,"votes":["reject","reject","approve"]`), `line 1: field "decision": "approve", but the majority`},
 		{"bad vote", rep(`"prefix_tokens":40`, `"prefix_tokens":40,"votes":["approve","maybe"]`), `line 1: field "votes": vote 1 is "maybe"`},

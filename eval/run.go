@@ -171,6 +171,8 @@ func NewDecision(tr *dataset.Trajectory, t *rollout.Turn) Decision {
 		Decision:     t.Decision,
 		JudgeParsed:  t.Judge.Parsed,
 		MemoryChars:  t.MemoryChars(),
+		Memory:       t.MemoryOut,
+		Rationale:    t.Rationale,
 		GuardTokens:  t.GuardTokens(),
 		PrefixTokens: t.PrefixTokens(),
 	}

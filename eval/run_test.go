@@ -297,6 +297,9 @@ func TestEvaluateScripted(t *testing.T) {
 				if d.MemoryChars != wantChars {
 					t.Errorf("%s: memory_chars %d, want %d", where, d.MemoryChars, wantChars)
 				}
+				if wantMem := memoryText(w.memoryFrom); w.memoryFrom != "" && d.Memory != wantMem {
+					t.Errorf("%s: memory %q, want %q", where, d.Memory, wantMem)
+				}
 				var votes string
 				for _, v := range d.Votes {
 					votes += v[:1]
