@@ -36,10 +36,12 @@ type SharedPolicyFn func(ctx *context.Context, prefix, prefixMask, tokens, attnM
 // Phase is the role that produced a completion.
 type Phase uint8
 
-// The two phases of the guard loop.
+// The two phases of the guard loop, and the supervised warm start's
+// language-modelling sequences.
 const (
-	PhaseMemory Phase = iota // the memory manager's update_memory call
-	PhaseJudge               // the judge's assess_risk call
+	PhaseMemory  Phase = iota // the memory manager's update_memory call
+	PhaseJudge                // the judge's assess_risk call
+	PhaseContext              // SFT only: a memory call's prompt after its system prompt, every token a target (sft.context_loss)
 	NumPhases
 )
 
@@ -49,6 +51,8 @@ func (p Phase) String() string {
 		return "memory"
 	case PhaseJudge:
 		return "judge"
+	case PhaseContext:
+		return "context"
 	}
 	return fmt.Sprintf("Phase(%d)", uint8(p))
 }

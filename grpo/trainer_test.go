@@ -570,7 +570,7 @@ func TestUpdateIterations(t *testing.T) {
 		}
 	}
 	// Per-phase diagnostics: randomBatch alternates phases, so each phase has 4 sequences.
-	for p := range NumPhases {
+	for _, p := range []Phase{PhaseMemory, PhaseJudge} {
 		if stats[0].Phase[p].Sequences != 4 {
 			t.Errorf("%s: %d sequences, want 4", p, stats[0].Phase[p].Sequences)
 		}

@@ -35,6 +35,14 @@ type SFTConfig struct {
 	// without pairs a step of a few trajectories shows the judge about one
 	// action to reject; 0 = none.
 	JudgePairs int `yaml:"judge_pairs"`
+	// ContextLoss adds to every memory call a language-modelling sequence:
+	// the same prompt, with every token after the memory manager's system
+	// prompt a target (the previous memory, the action, the observation),
+	// one more sequence in the mean (grpo.PhaseContext). A pretrained model
+	// brings the ability to copy a name it has read; a random tiny one has
+	// to learn it, and the completions alone (a few tokens a call) teach it
+	// slowly. Off by default.
+	ContextLoss bool `yaml:"context_loss"`
 }
 
 // DefaultSFTConfig returns the defaults: the synthetic world's perfect teacher.
@@ -54,12 +62,13 @@ func (c *SFTConfig) Validate() error {
 // SFTMetrics is one line of an SFT run's metrics.jsonl: one step.
 type SFTMetrics struct {
 	Step             int            `json:"step"`
-	Loss             float64        `json:"loss"`        // cross-entropy: mean −log π of the counted completion tokens (nats per token)
-	LossMemory       float64        `json:"loss_memory"` // the same over the memory calls' tokens
-	LossJudge        float64        `json:"loss_judge"`  // the same over the judge calls' tokens
-	GradNorm         float64        `json:"grad_norm"`   // before clipping
+	Loss             float64        `json:"loss"`                   // cross-entropy: mean −log π of the counted completion tokens (nats per token)
+	LossMemory       float64        `json:"loss_memory"`            // the same over the memory calls' tokens
+	LossJudge        float64        `json:"loss_judge"`             // the same over the judge calls' tokens
+	LossContext      float64        `json:"loss_context,omitempty"` // with sft.context_loss: the same over the memory prompts' tokens (not in loss)
+	GradNorm         float64        `json:"grad_norm"`              // before clipping
 	LR               float64        `json:"lr"`
-	Sequences        int            `json:"sequences"`         // memory + judge calls trained on
+	Sequences        int            `json:"sequences"`         // memory + judge calls trained on (+ context sequences)
 	CompletionTokens int            `json:"completion_tokens"` // completion tokens counted in the loss
 	PromptTokens     int            `json:"prompt_tokens"`     // prompt tokens of those calls
 	TokensPerSecond  float64        `json:"tokens_per_s"`      // (prompt + completion tokens) / step seconds
@@ -72,16 +81,21 @@ func (m *SFTMetrics) setEval(ev map[string]any) { m.Eval = ev }
 func (m *SFTMetrics) elapsed() float64          { return m.Elapsed }
 
 func (m *SFTMetrics) summary() string {
-	return fmt.Sprintf("cross-entropy %.4f (memory %.4f, judge %.4f)  grad %.3f  lr %.3g  %d seqs  %.0f tok/s  %.1fs%s",
-		m.Loss, m.LossMemory, m.LossJudge, m.GradNorm, m.LR, m.Sequences, m.TokensPerSecond, m.Seconds, evalSummary(m.Eval))
+	context := ""
+	if m.LossContext > 0 {
+		context = fmt.Sprintf(", context %.4f", m.LossContext)
+	}
+	return fmt.Sprintf("cross-entropy %.4f (memory %.4f, judge %.4f%s)  grad %.3f  lr %.3g  %d seqs  %.0f tok/s  %.1fs%s",
+		m.Loss, m.LossMemory, m.LossJudge, context, m.GradNorm, m.LR, m.Sequences, m.TokensPerSecond, m.Seconds, evalSummary(m.Eval))
 }
 
 // sftState is an SFT run's teacher and its targets, rendered once.
 type sftState struct {
-	teacher    Teacher
-	judgePairs int
-	seqs       [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
-	judge      [][]judgeCall     // per pool trajectory: its judge calls, in turn order
+	teacher     Teacher
+	judgePairs  int
+	contextLoss bool
+	seqs        [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
+	judge       [][]judgeCall     // per pool trajectory: its judge calls, in turn order
 }
 
 // judgeCall is one turn's judge sequence and the turn's label.
@@ -124,7 +138,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs}}
+	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, contextLoss: cfg.ContextLoss}}
 	return r.loop(ctx)
 }
 
@@ -206,6 +220,13 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) ([]grpo
 				return nil, fmt.Errorf("%s: memory: %w", where, err)
 			}
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))
+			if r.sft.contextLoss {
+				sys, _, _ := r.guard.PrefixTokens()
+				if sys < 1 || sys >= len(c.Prompt) {
+					return nil, fmt.Errorf("%s: memory prompt of %d tokens, system prompt of %d", where, len(c.Prompt), sys)
+				}
+				seqs = append(seqs, teacherSequence(c.Prompt[:sys], c.Prompt[sys:], nil, grpo.PhaseContext))
+			}
 		}
 		c := calls.Judge(t, tg.Memory)
 		toks, forced, err := r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
@@ -313,9 +334,13 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
 	last := stats[len(stats)-1]
-	m.Loss, m.GradNorm, m.LR = last.Entropy, last.GradNorm, last.LR
-	m.LossMemory, m.LossJudge = last.Phase[grpo.PhaseMemory].Entropy, last.Phase[grpo.PhaseJudge].Entropy
-	m.Sequences, m.CompletionTokens = last.Sequences, last.Tokens
+	mem, judge, ctxt := last.Phase[grpo.PhaseMemory], last.Phase[grpo.PhaseJudge], last.Phase[grpo.PhaseContext]
+	m.GradNorm, m.LR = last.GradNorm, last.LR
+	m.LossMemory, m.LossJudge, m.LossContext = mem.Entropy, judge.Entropy, ctxt.Entropy
+	// The cross-entropy of the completions: the context sequences' tokens
+	// are reported on their own.
+	m.Loss = (mem.Entropy*float64(mem.Tokens) + judge.Entropy*float64(judge.Tokens)) / float64(mem.Tokens+judge.Tokens)
+	m.Sequences, m.CompletionTokens = last.Sequences, mem.Tokens+judge.Tokens
 	m.Seconds = time.Since(t0).Seconds()
 	m.Elapsed = time.Since(r.started).Seconds()
 	m.TokensPerSecond = float64(m.PromptTokens+m.CompletionTokens) / m.Seconds

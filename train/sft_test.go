@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -160,6 +161,71 @@ func TestSFTLossMask(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSFTContextLoss: with sft.context_loss, each memory call is followed
+// by its language-modelling sequence — the same tokens, split after the
+// memory manager's system prompt, every token after it a target (the
+// previous memory, the events, the generation prompt) — and without it
+// there is none.
+func TestSFTContextLoss(t *testing.T) {
+	o := synthMicroOptions(t)
+	trajs, err := dataset.ReadAll(o.Train.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	withContext := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	withContext.sft.contextLoss = true
+	sys, _, _ := withContext.guard.PrefixTokens()
+	system := withContext.tok.Decode(toInts(mustSeqs(t, plain, trajs[0])[0].Prompt[:sys]), false)
+	if !strings.HasPrefix(system, "<|im_start|>system\n") || !strings.HasSuffix(system, "<|im_end|>\n") {
+		t.Fatalf("the memory manager's system prompt (%d tokens) is not one system message: %q", sys, system)
+	}
+	for _, tr := range trajs {
+		base, seqs := mustSeqs(t, plain, tr), mustSeqs(t, withContext, tr)
+		if len(seqs) != 3*len(tr.Turns) {
+			t.Fatalf("%s: %d sequences for %d turns, want 3 a turn", tr.ID, len(seqs), len(tr.Turns))
+		}
+		b, err := grpo.NewBatch(seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for turn := range tr.Turns {
+			mem, ctx, judge := seqs[3*turn], seqs[3*turn+1], seqs[3*turn+2]
+			if !slices.Equal(mem.Completion, base[2*turn].Completion) || !slices.Equal(judge.Completion, base[2*turn+1].Completion) {
+				t.Errorf("%s turn %d: the memory and judge sequences changed", tr.ID, turn)
+			}
+			if ctx.Phase != grpo.PhaseContext || ctx.Forced != nil || ctx.Advantage != 1 {
+				t.Errorf("%s turn %d: context sequence phase %v forced %v advantage %v", tr.ID, turn, ctx.Phase, ctx.Forced, ctx.Advantage)
+			}
+			if !slices.Equal(slices.Concat(ctx.Prompt, ctx.Completion), mem.Prompt) || len(ctx.Prompt) != sys {
+				t.Errorf("%s turn %d: the context sequence is not the memory prompt split after its %d system tokens", tr.ID, turn, sys)
+			}
+			i := 3*turn + 1
+			n := 0
+			for k, m := range b.LossMask[i] {
+				if m == 1 {
+					if p := int(b.TargetPos[i][k]); p != sys+n {
+						t.Fatalf("%s turn %d: loss position %d, want %d", tr.ID, turn, p, sys+n)
+					}
+					n++
+				}
+			}
+			if n != len(ctx.Completion) {
+				t.Errorf("%s turn %d: %d loss positions, want every one of the %d tokens after the system prompt", tr.ID, turn, n, len(ctx.Completion))
+			}
+		}
+	}
+}
+
+func mustSeqs(t *testing.T, r *run, tr *dataset.Trajectory) []grpo.Sequence {
+	t.Helper()
+	seqs, err := r.sftSequences(tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seqs
 }
 
 func toInts(ids []int32) []int {
