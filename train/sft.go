@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -43,6 +44,11 @@ type SFTConfig struct {
 	// to learn it, and the completions alone (a few tokens a call) teach it
 	// slowly. Off by default.
 	ContextLoss bool `yaml:"context_loss"`
+	// ContextRepeat writes a context sequence's text twice: the second copy
+	// is predictable token for token from the first, the dense copying
+	// signal that makes small transformers form induction heads. Needs
+	// context_loss; off by default.
+	ContextRepeat bool `yaml:"context_repeat"`
 }
 
 // DefaultSFTConfig returns the defaults: the synthetic world's perfect teacher.
@@ -52,6 +58,9 @@ func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: TeacherSynth} }
 func (c *SFTConfig) Validate() error {
 	if c.Teacher == "" {
 		return fmt.Errorf("teacher must be %s, %s or a teacher file", TeacherSynth, TeacherSynthMyopic)
+	}
+	if c.ContextRepeat && !c.ContextLoss {
+		return errors.New("context_repeat needs context_loss: true")
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
@@ -91,11 +100,12 @@ func (m *SFTMetrics) summary() string {
 
 // sftState is an SFT run's teacher and its targets, rendered once.
 type sftState struct {
-	teacher     Teacher
-	judgePairs  int
-	contextLoss bool
-	seqs        [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
-	judge       [][]judgeCall     // per pool trajectory: its judge calls, in turn order
+	teacher       Teacher
+	judgePairs    int
+	contextLoss   bool
+	contextRepeat bool
+	seqs          [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
+	judge         [][]judgeCall     // per pool trajectory: its judge calls, in turn order
 }
 
 // judgeCall is one turn's judge sequence and the turn's label.
@@ -138,7 +148,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, contextLoss: cfg.ContextLoss}}
+	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
 	return r.loop(ctx)
 }
 
@@ -225,7 +235,11 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) ([]grpo
 				if sys < 1 || sys >= len(c.Prompt) {
 					return nil, fmt.Errorf("%s: memory prompt of %d tokens, system prompt of %d", where, len(c.Prompt), sys)
 				}
-				seqs = append(seqs, teacherSequence(c.Prompt[:sys], c.Prompt[sys:], nil, grpo.PhaseContext))
+				text := c.Prompt[sys:]
+				if r.sft.contextRepeat {
+					text = slices.Concat(text, text)
+				}
+				seqs = append(seqs, teacherSequence(c.Prompt[:sys], text, nil, grpo.PhaseContext))
 			}
 		}
 		c := calls.Judge(t, tg.Memory)

@@ -219,6 +219,28 @@ func TestSFTContextLoss(t *testing.T) {
 	}
 }
 
+// TestSFTContextRepeat: with sft.context_repeat, the context sequence's
+// text is written twice.
+func TestSFTContextRepeat(t *testing.T) {
+	o := synthMicroOptions(t)
+	trajs, err := dataset.ReadAll(o.Train.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	r.sft.contextLoss, r.sft.contextRepeat = true, true
+	seqs := mustSeqs(t, r, trajs[0])
+	mem, ctx := seqs[0], seqs[1]
+	text := mem.Prompt[len(ctx.Prompt):]
+	if ctx.Phase != grpo.PhaseContext || !slices.Equal(ctx.Completion, slices.Concat(text, text)) {
+		t.Errorf("context sequence %v of %d tokens, want the %d tokens after the system prompt twice", ctx.Phase, len(ctx.Completion), len(text))
+	}
+	c := SFTConfig{Teacher: TeacherSynth, ContextRepeat: true}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "context_repeat needs context_loss") {
+		t.Errorf("context_repeat without context_loss: %v", err)
+	}
+}
+
 func mustSeqs(t *testing.T, r *run, tr *dataset.Trajectory) []grpo.Sequence {
 	t.Helper()
 	seqs, err := r.sftSequences(tr, nil)
