@@ -23,7 +23,7 @@ model.safetensors or shards with model.safetensors.index.json, tokenizer files).
 The model section of the configuration picks the backend (model.backend: go or
 xla, model.plugin, model.parallelism) and the in-memory dtype (model.dtype).`,
 	}
-	cmd.AddCommand(newModelInitCmd(), newModelConvertCmd(), newModelScoreCmd(), newModelGenerateCmd(), newModelInspectCmd(), newModelBenchCmd())
+	cmd.AddCommand(newModelInitCmd(), newModelPretrainCmd(), newModelConvertCmd(), newModelScoreCmd(), newModelGenerateCmd(), newModelInspectCmd(), newModelBenchCmd())
 	return cmd
 }
 
