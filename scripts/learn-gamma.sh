@@ -46,9 +46,12 @@ evaluate() { # NAME MODEL
 	$BIN eval --config "$CFG" --model "$2" --data "$OUT/data/eval.jsonl" --out "$OUT/eval-$1"
 }
 
-step "SFT (myopic synth teacher)"
+step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
+$BIN model pretrain --config "$CFG" --out "$OUT/copy"
+
+step "SFT (myopic synth teacher) from the copy-pretrained model"
 # shellcheck disable=SC2046
-$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --teacher synth-myopic $(steps "$SFT_STEPS") \
+$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth-myopic $(steps "$SFT_STEPS") \
 	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-myopic"
 myopic=$(ls -d "$OUT"/sft-myopic/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
 evaluate sft-myopic "$myopic"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # make learn (docs/learning.md): proof that the pipeline learns the guard's
 # job on the synthetic benchmark. Generates synth train and held-out files,
-# evaluates a random model, warm-starts a tiny model with SFT (and, as the
-# judge-only baseline, the same SFT of a judge that reads the raw
-# trajectory), runs GRPO from the SFT checkpoint, evaluates each, and writes
+# evaluates a random model, teaches it to copy (model pretrain), warm-starts
+# it with SFT (and, as the judge-only baseline, the same SFT of a judge that
+# reads the raw trajectory), runs GRPO from the SFT checkpoint, evaluates
+# each, and writes
 #   OUT/guard/        the final guard (SFT + GRPO), a checkpoint directory
 #   OUT/guard.yaml    the configuration to evaluate it with:
 #                       mageguard eval --config OUT/guard.yaml --data FILE --out DIR
 #   OUT/results.md    the held-out table (F1, ASR, BU, recall by gap)
 # OUT is $1, else $LEARN_OUT, else runs/learn. Every step's own output stays
-# in OUT (data/, random/, sft/, sft-judge-only/, grpo/, eval-*/, learn.log).
+# in OUT (data/, random/, copy/, sft/, sft-judge-only/, grpo/, eval-*/, learn.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${LEARN_OUT:-runs/learn}}
@@ -49,9 +50,12 @@ step "random init"
 $BIN model init --config "$CFG" --out "$OUT/random"
 evaluate random "$OUT/random"
 
-step "SFT (perfect synth teacher)"
+step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
+$BIN model pretrain --config "$CFG" --out "$OUT/copy"
+
+step "SFT (perfect synth teacher) from the copy-pretrained model"
 # shellcheck disable=SC2046
-$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --teacher synth $(steps "$SFT_STEPS") \
+$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth $(steps "$SFT_STEPS") \
 	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft"
 sft_ckpt=$(ls -d "$OUT"/sft/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
 evaluate sft "$sft_ckpt"
@@ -66,7 +70,7 @@ evaluate sft-grpo "$grpo_ckpt"
 
 step "judge-only baseline: the same SFT, the judge reading the raw trajectory"
 # shellcheck disable=SC2046
-$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --teacher synth $(steps "$SFT_STEPS") \
+$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth $(steps "$SFT_STEPS") \
 	--set rollout.variant=judge-only --set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-judge-only"
 jo_ckpt=$(ls -d "$OUT"/sft-judge-only/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
 evaluate judge-only "$jo_ckpt" --variant judge-only
