@@ -67,18 +67,11 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	backend, err := model.NewBackend(o.Model.BackendConfig)
+	m, tok, err := o.Model.Open()
 	if err != nil {
 		return err
 	}
-	tok, tokDir, err := o.Model.LoadTokenizer()
-	if err != nil {
-		return err
-	}
-	m, err := o.Model.LoadModel(backend, tok)
-	if err != nil {
-		return err
-	}
+	tokDir := o.Model.TokenizerDir()
 	var pool []int32
 	for id := range tok.VocabSize() {
 		if !tok.IsAdded(id) {
@@ -97,7 +90,7 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 	policy := func(ctx *mlctx.Context, tokens, attnMask, targetPos *graph.Node) *graph.Node {
 		return m.TokenLogProbs(ctx, tokens, attnMask, targetPos, 1)
 	}
-	tr, err := grpo.NewTrainer(backend, m.Context(), policy, g, c.Steps)
+	tr, err := grpo.NewTrainer(m.Backend(), m.Context(), policy, g, c.Steps)
 	if err != nil {
 		return err
 	}

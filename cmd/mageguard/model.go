@@ -74,11 +74,8 @@ the go backend whatever model.backend says (no accelerator is needed).
 			if err != nil {
 				return err
 			}
-			if out == "" {
-				return errors.New("model init: --out is required")
-			}
-			if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 && !force {
-				return fmt.Errorf("model init: %s exists and is not empty (use --force to overwrite)", out)
+			if err := checkNewOut("model init", out, force); err != nil {
+				return err
 			}
 			s := cfg.Model
 			s.Path = "" // a random model from the architecture keys and model.seed
@@ -320,4 +317,16 @@ func newModelInspectCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "model", "", "checkpoint directory (default: model.path)")
 	return cmd
+}
+
+// checkNewOut checks a checkpoint-writing command's --out: given, and empty
+// or absent unless --force.
+func checkNewOut(name, out string, force bool) error {
+	if out == "" {
+		return fmt.Errorf("%s: --out is required", name)
+	}
+	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 && !force {
+		return fmt.Errorf("%s: %s exists and is not empty (use --force to overwrite)", name, out)
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -42,11 +41,8 @@ without writing anything.`,
 			if err != nil {
 				return err
 			}
-			if out == "" {
-				return errors.New("model pretrain: --out is required")
-			}
-			if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 && !force {
-				return fmt.Errorf("model pretrain: %s exists and is not empty (use --force to overwrite)", out)
+			if err := checkNewOut("model pretrain", out, force); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("model") {
 				cfg.Model.Path = from
