@@ -36,6 +36,15 @@ type SFTConfig struct {
 	// without pairs a step of a few trajectories shows the judge about one
 	// action to reject; 0 = none.
 	JudgePairs int `yaml:"judge_pairs"`
+	// MemoryChanges adds to every step that many memory calls (a fresh
+	// draw each step, distinct while the pool lasts) among those whose
+	// target changes the memory: the target differs from the previous
+	// memory (at a window's first turn, from the empty one). Most memory
+	// calls copy the memory unchanged; the few that add an identifier —
+	// the prompt's, a document's, an injected instruction's — are what a
+	// memory manager must learn to write, and an injection's is one call of
+	// a run. 0 = none.
+	MemoryChanges int `yaml:"memory_changes"`
 	// ContextLoss adds to every memory call a language-modelling sequence:
 	// the same prompt, with every token after the memory manager's system
 	// prompt a target (the previous memory, the action, the observation),
@@ -64,6 +73,9 @@ func (c *SFTConfig) Validate() error {
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
+	}
+	if c.MemoryChanges < 0 {
+		return fmt.Errorf("memory_changes must be >= 0, got %d", c.MemoryChanges)
 	}
 	return nil
 }
@@ -102,11 +114,16 @@ func (m *SFTMetrics) summary() string {
 type sftState struct {
 	teacher       Teacher
 	judgePairs    int
+	memoryChanges int
 	contextLoss   bool
 	contextRepeat bool
 	seqs          [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
 	judge         [][]judgeCall     // per pool trajectory: its judge calls, in turn order
+	changes       []seqRef          // the memory calls whose target changes the memory
 }
+
+// seqRef is one sequence of a pool trajectory: r.sft.seqs[traj][seq].
+type seqRef struct{ traj, seq int }
 
 // judgeCall is one turn's judge sequence and the turn's label.
 type judgeCall struct {
@@ -148,7 +165,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
+	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
 	return r.loop(ctx)
 }
 
@@ -161,7 +178,7 @@ func (r *run) sftTargets() error {
 	var stats rollout.Stats
 	skipped := 0
 	for i, tr := range r.pool {
-		seqs, err := r.sftSequences(tr, &stats)
+		seqs, changes, err := r.sftSequences(tr, &stats)
 		if errors.Is(err, ErrNotTaught) {
 			skipped++
 			continue
@@ -178,6 +195,9 @@ func (r *run) sftTargets() error {
 		s, _ := r.window(tr)
 		for t := range judge {
 			judge[t].label = tr.Turns[s+t].Label
+		}
+		for _, k := range changes {
+			r.sft.changes = append(r.sft.changes, seqRef{traj: len(pool), seq: k})
 		}
 		pool = append(pool, tr)
 		positive = append(positive, r.positive[i])
@@ -206,18 +226,19 @@ func (r *run) sftTargets() error {
 	return nil
 }
 
-// sftSequences returns the memory and judge sequences of tr's window.
-func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) ([]grpo.Sequence, error) {
+// sftSequences returns the memory and judge sequences of tr's window, and
+// the indices among them of the memory calls whose target changes the
+// memory (SFTConfig.MemoryChanges).
+func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs []grpo.Sequence, changes []int, err error) {
 	s, e := r.window(tr)
 	targets, err := r.sft.teacher.Targets(tr, s, e)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(targets) != e-s {
-		return nil, fmt.Errorf("teacher %s: %d targets for the %d turns of trajectory %s", r.sft.teacher, len(targets), e-s, tr.ID)
+		return nil, nil, fmt.Errorf("teacher %s: %d targets for the %d turns of trajectory %s", r.sft.teacher, len(targets), e-s, tr.ID)
 	}
 	calls := r.guard.EpisodeCalls(&rollout.Episode{Traj: tr, Start: s, End: e}, stats)
-	var seqs []grpo.Sequence
 	prev := ""
 	for t, tg := range targets {
 		where := fmt.Sprintf("trajectory %s turn %d", tr.ID, s+t)
@@ -227,13 +248,16 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) ([]grpo
 		if c := calls.Memory(t, prev); c != nil {
 			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: tg.Memory})
 			if err != nil {
-				return nil, fmt.Errorf("%s: memory: %w", where, err)
+				return nil, nil, fmt.Errorf("%s: memory: %w", where, err)
+			}
+			if tg.Memory != prev {
+				changes = append(changes, len(seqs))
 			}
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))
 			if r.sft.contextLoss {
 				sys, _, _ := r.guard.PrefixTokens()
 				if sys < 1 || sys >= len(c.Prompt) {
-					return nil, fmt.Errorf("%s: memory prompt of %d tokens, system prompt of %d", where, len(c.Prompt), sys)
+					return nil, nil, fmt.Errorf("%s: memory prompt of %d tokens, system prompt of %d", where, len(c.Prompt), sys)
 				}
 				text := c.Prompt[sys:]
 				if r.sft.contextRepeat {
@@ -245,12 +269,12 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) ([]grpo
 		c := calls.Judge(t, tg.Memory)
 		toks, forced, err := r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
 		if err != nil {
-			return nil, fmt.Errorf("%s: decision/rationale: %w", where, err)
+			return nil, nil, fmt.Errorf("%s: decision/rationale: %w", where, err)
 		}
 		seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseJudge))
 		prev = tg.Memory
 	}
-	return seqs, nil
+	return seqs, changes, nil
 }
 
 // window is the turns [start, end) of tr that train runs on (rollout.Window).
@@ -299,6 +323,27 @@ func (r *run) judgePairs(step, n int) []grpo.Sequence {
 	return out
 }
 
+// memoryChanges returns the step's extra memory calls
+// (SFTConfig.MemoryChanges): n of the memory calls whose target changes the
+// memory, drawn from (seed, step) alone, distinct while the pool lasts.
+func (r *run) memoryChanges(step, n int) []grpo.Sequence {
+	pool := r.sft.changes
+	if n == 0 || len(pool) == 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x3c5e))
+	var out []grpo.Sequence
+	for len(out) < n {
+		for _, k := range rng.Perm(len(pool)) {
+			if len(out) == n {
+				break
+			}
+			out = append(out, r.sft.seqs[pool[k].traj][pool[k].seq])
+		}
+	}
+	return out
+}
+
 // teacherSequence is one teacher-forced call with advantage 1 (see SFT).
 func teacherSequence(prompt, completion []int, forced []bool, phase grpo.Phase) grpo.Sequence {
 	s := grpo.Sequence{Phase: phase, Advantage: 1, Forced: forced}
@@ -326,6 +371,7 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 		seqs = append(seqs, r.sft.seqs[i]...)
 	}
 	seqs = append(seqs, r.judgePairs(step, r.sft.judgePairs)...)
+	seqs = append(seqs, r.memoryChanges(step, r.sft.memoryChanges)...)
 	// By phase and length, as in GRPO (less padding; the loss is a sum
 	// over sequences, so order is free).
 	sort.SliceStable(seqs, func(a, b int) bool {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"io"
 	"math"
 	"path/filepath"
 	"slices"
@@ -86,9 +87,27 @@ func TestSFTLossMask(t *testing.T) {
 	const genPrompt = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 	const closing = `"}}` + "\n</tool_call>"
 	for _, tr := range trajs {
-		seqs, err := r.sftSequences(tr, nil)
+		seqs, changes, err := r.sftSequences(tr, nil)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The memory calls that change the memory: sequence 2t where the
+		// perfect memory of turn t is not that of turn t−1 (the empty one
+		// at t = 0: every prompt names an identifier).
+		var wantChanges []int
+		prevMem := ""
+		for turn := range tr.Turns {
+			mem, err := synth.Teacher{}.Memory(tr, 0, turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mem != prevMem {
+				wantChanges = append(wantChanges, 2*turn)
+			}
+			prevMem = mem
+		}
+		if !slices.Equal(changes, wantChanges) || len(changes) == 0 || changes[0] != 0 {
+			t.Errorf("%s: memory changes at sequences %v, want %v (from 0)", tr.ID, changes, wantChanges)
 		}
 		if len(seqs) != 2*len(tr.Turns) {
 			t.Fatalf("%s: %d sequences for %d turns", tr.ID, len(seqs), len(tr.Turns))
@@ -243,7 +262,7 @@ func TestSFTContextRepeat(t *testing.T) {
 
 func mustSeqs(t *testing.T, r *run, tr *dataset.Trajectory) []grpo.Sequence {
 	t.Helper()
-	seqs, err := r.sftSequences(tr, nil)
+	seqs, _, err := r.sftSequences(tr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +317,7 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	}
 	var sum, n [grpo.NumPhases]float64
 	for _, i := range SampleStep(positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, 1) {
-		seqs, err := r.sftSequences(trajs[i], nil)
+		seqs, _, err := r.sftSequences(trajs[i], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,5 +354,66 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	}
 	if math.Abs(got.Loss-math.Log(1631)) > 0.5 {
 		t.Errorf("a random model's cross-entropy %.3f is far from ln(1631) = %.3f", got.Loss, math.Log(1631))
+	}
+}
+
+// TestSFTMemoryChanges pins sft.memory_changes' draw: memory calls whose
+// target changes the memory only (TestSFTLossMask pins which those are),
+// distinct while the pool lasts, every one of them once the draw is as
+// large as the pool, and the same for the same step.
+func TestSFTMemoryChanges(t *testing.T) {
+	o := synthMicroOptions(t)
+	trajs, err := dataset.ReadAll(o.Train.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	r.log = io.Discard
+	r.pool, r.positive = trajs, make([]bool, len(trajs))
+	if err := r.sftTargets(); err != nil {
+		t.Fatal(err)
+	}
+	// The pool, by the identity of each sequence's prompt.
+	key := func(s grpo.Sequence) *int32 { return &s.Prompt[0] }
+	pool := map[*int32]bool{}
+	for i, calls := range r.sft.seqs {
+		_, changes, err := r.sftSequences(trajs[i], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range changes {
+			pool[key(calls[k])] = true
+		}
+	}
+	if len(pool) != len(r.sft.changes) || len(pool) < len(trajs) {
+		t.Fatalf("%d changing memory calls in the pool, %d recorded, %d trajectories", len(pool), len(r.sft.changes), len(trajs))
+	}
+	if got := r.memoryChanges(1, 0); got != nil {
+		t.Errorf("memory_changes 0 drew %d calls", len(got))
+	}
+	for _, n := range []int{1, 5, len(pool), 2*len(pool) + 1} {
+		got := r.memoryChanges(7, n)
+		if len(got) != n {
+			t.Fatalf("n=%d: drew %d", n, len(got))
+		}
+		seen := map[*int32]int{}
+		for _, s := range got {
+			if s.Phase != grpo.PhaseMemory || !pool[key(s)] {
+				t.Fatalf("n=%d: drew a %v call that does not change the memory", n, s.Phase)
+			}
+			seen[key(s)]++
+		}
+		if n <= len(pool) && len(seen) != n {
+			t.Errorf("n=%d: %d distinct calls, want all distinct", n, len(seen))
+		}
+		if n >= len(pool) && len(seen) != len(pool) {
+			t.Errorf("n=%d: %d of the %d calls drawn", n, len(seen), len(pool))
+		}
+		again := r.memoryChanges(7, n)
+		for i := range got {
+			if key(got[i]) != key(again[i]) {
+				t.Fatalf("n=%d: step 7 drew differently twice", n)
+			}
+		}
 	}
 }

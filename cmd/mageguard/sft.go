@@ -26,7 +26,9 @@ turns' calls. grpo.beta, num_iterations, clip_epsilon and scale_rewards do
 not apply. With sft.judge_pairs N, each step also trains on the judge calls
 of N pairs of turns (the label-1 turn and a label-0 turn of an attack run):
 label-1 actions are rare, so a step of a few trajectories otherwise shows the
-judge about one action to reject.
+judge about one action to reject. With sft.memory_changes N, each step also
+trains on N memory calls whose target changes the memory (the few that add an
+identifier; most calls copy the memory unchanged).
 
 The teacher (sft.teacher, or --teacher):
   synth          the synthetic world's perfect memory manager and its judge rule
