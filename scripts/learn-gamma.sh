@@ -16,6 +16,10 @@ BIN=bin/mageguard
 CFG=configs/synth-learn.yaml
 TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
 EVAL_SEED=${LEARN_EVAL_SEED:-12}
+# Train trajectories: many more than a run sees (a 500-step SFT of 2 a step
+# sees 1,000), so the tiny model cannot memorise which names a trajectory
+# holds; on 400 its memory manager did (docs/learning.md).
+TRAIN_N=${LEARN_TRAIN_N:-4000}
 SEEDS=${LEARN_GAMMA_SEEDS:-1 2 3}
 GAMMAS=${LEARN_GAMMAS:-0 0.5}
 # The memory length threshold L (characters) and λ: a perfect memory is up
@@ -37,8 +41,8 @@ steps() { [ -n "$1" ] && echo "--set train.steps=$1"; true; }
 echo "learn-gamma: $(uptime)"
 start=$(date +%s)
 
-step "data: train --seed $TRAIN_SEED, held-out --seed $EVAL_SEED"
-$BIN data synth --out "$OUT/data/train.jsonl" --seed "$TRAIN_SEED"
+step "data: train --n $TRAIN_N --seed $TRAIN_SEED, held-out --seed $EVAL_SEED"
+$BIN data synth --out "$OUT/data/train.jsonl" --n "$TRAIN_N" --seed "$TRAIN_SEED"
 $BIN data synth --out "$OUT/data/eval.jsonl" --n 100 --seed "$EVAL_SEED"
 
 evaluate() { # NAME MODEL

@@ -20,6 +20,10 @@ CFG=configs/synth-learn.yaml
 # (the tokenizer's corpus), nor the fresh held-out seeds of docs/learning.md.
 TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
 EVAL_SEED=${LEARN_EVAL_SEED:-12}
+# Train trajectories: many more than a run sees (a 500-step SFT of 2 a step
+# sees 1,000), so the tiny model cannot memorise which names a trajectory
+# holds; on 400 its memory manager did (docs/learning.md).
+TRAIN_N=${LEARN_TRAIN_N:-4000}
 SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's train.steps
 GRPO_STEPS=${LEARN_GRPO_STEPS:-20}
 GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # GRPO's steps are smaller than the warm start's (3e-3)
@@ -35,8 +39,8 @@ steps() { [ -n "$1" ] && echo "--set train.steps=$1"; true; }
 echo "learn: $(uptime)"
 start=$(date +%s)
 
-step "data: train --seed $TRAIN_SEED, held-out --seed $EVAL_SEED (data synth defaults otherwise)"
-$BIN data synth --out "$OUT/data/train.jsonl" --seed "$TRAIN_SEED"
+step "data: train --n $TRAIN_N --seed $TRAIN_SEED, held-out --seed $EVAL_SEED (data synth defaults otherwise)"
+$BIN data synth --out "$OUT/data/train.jsonl" --n "$TRAIN_N" --seed "$TRAIN_SEED"
 $BIN data synth --out "$OUT/data/eval.jsonl" --n 100 --seed "$EVAL_SEED"
 
 evaluate() { # NAME MODEL [extra flags]: the held-out eval of a checkpoint into OUT/eval-NAME

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
 )
 
@@ -45,6 +46,18 @@ type SFTConfig struct {
 	// memory manager must learn to write, and an injection's is one call of
 	// a run. 0 = none.
 	MemoryChanges int `yaml:"memory_changes"`
+	// OwnMemories trains the calls of each step's trajectories on the
+	// memories the model writes itself (DAgger-style): the step first runs
+	// the guard loop greedily with the current weights; each memory call's
+	// prompt shows the model's own previous memory and its target is what
+	// the teacher would write from it (Corrector.NextMemory), each judge
+	// call's prompt shows the memory the model wrote and its target is the
+	// teacher's call on that memory (Corrector.JudgeOn). Teacher forcing
+	// alone trains on the teacher's memories, which the model never reads
+	// at eval. Needs a teacher that can correct (synth, synth-myopic); no
+	// effect on the judge-only variant, which keeps no memory; the extra
+	// judge pairs and memory changes stay the teacher's. Off by default.
+	OwnMemories bool `yaml:"own_memories"`
 	// ContextLoss adds to every memory call a language-modelling sequence:
 	// the same prompt, with every token after the memory manager's system
 	// prompt a target (the previous memory, the action, the observation),
@@ -83,11 +96,13 @@ func (c *SFTConfig) Validate() error {
 // SFTMetrics is one line of an SFT run's metrics.jsonl: one step.
 type SFTMetrics struct {
 	Step             int            `json:"step"`
-	Loss             float64        `json:"loss"`                   // cross-entropy: mean −log π of the counted completion tokens (nats per token)
-	LossMemory       float64        `json:"loss_memory"`            // the same over the memory calls' tokens
-	LossJudge        float64        `json:"loss_judge"`             // the same over the judge calls' tokens
-	LossContext      float64        `json:"loss_context,omitempty"` // with sft.context_loss: the same over the memory prompts' tokens (not in loss)
-	GradNorm         float64        `json:"grad_norm"`              // before clipping
+	Loss             float64        `json:"loss"`                       // cross-entropy: mean −log π of the counted completion tokens (nats per token)
+	LossMemory       float64        `json:"loss_memory"`                // the same over the memory calls' tokens
+	LossJudge        float64        `json:"loss_judge"`                 // the same over the judge calls' tokens
+	LossContext      float64        `json:"loss_context,omitempty"`     // with sft.context_loss: the same over the memory prompts' tokens (not in loss)
+	OwnMemoryRight   *float64       `json:"own_memory_right,omitempty"` // with sft.own_memories: share of the model's memories that were the teacher's correction of the memory shown
+	OwnJudgeRight    *float64       `json:"own_judge_right,omitempty"`  // with sft.own_memories: share of the model's decisions that were the teacher's on the memory it wrote
+	GradNorm         float64        `json:"grad_norm"`                  // before clipping
 	LR               float64        `json:"lr"`
 	Sequences        int            `json:"sequences"`         // memory + judge calls trained on (+ context sequences)
 	CompletionTokens int            `json:"completion_tokens"` // completion tokens counted in the loss
@@ -106,6 +121,9 @@ func (m *SFTMetrics) summary() string {
 	if m.LossContext > 0 {
 		context = fmt.Sprintf(", context %.4f", m.LossContext)
 	}
+	if m.OwnMemoryRight != nil && m.OwnJudgeRight != nil {
+		context += fmt.Sprintf("; own memories right %.2f, decisions %.2f", *m.OwnMemoryRight, *m.OwnJudgeRight)
+	}
 	return fmt.Sprintf("cross-entropy %.4f (memory %.4f, judge %.4f%s)  grad %.3f  lr %.3g  %d seqs  %.0f tok/s  %.1fs%s",
 		m.Loss, m.LossMemory, m.LossJudge, context, m.GradNorm, m.LR, m.Sequences, m.TokensPerSecond, m.Seconds, evalSummary(m.Eval))
 }
@@ -115,6 +133,7 @@ type sftState struct {
 	teacher       Teacher
 	judgePairs    int
 	memoryChanges int
+	ownMemories   bool
 	contextLoss   bool
 	contextRepeat bool
 	seqs          [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
@@ -165,7 +184,10 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
+	if _, ok := teacher.(Corrector); cfg.OwnMemories && !ok {
+		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", teacher, TeacherSynth, TeacherSynthMyopic)
+	}
+	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage", contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
 	return r.loop(ctx)
 }
 
@@ -344,6 +366,65 @@ func (r *run) memoryChanges(step, n int) []grpo.Sequence {
 	return out
 }
 
+// ownSequences renders the memory and judge calls of pool trajectories idx
+// on the model's own memories (SFTConfig.OwnMemories): the guard loop runs
+// greedily with the current weights, as eval runs it; each memory call is
+// trained on the teacher's correction of the memory it was shown, each
+// judge call on the teacher's call on the memory the model wrote. It also
+// returns the share of the model's memories, and of its decisions, that
+// already were those targets.
+func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight, judgeRight float64, err error) {
+	corr := r.sft.teacher.(Corrector)
+	eps := make([]*rollout.Episode, len(idx))
+	for k, i := range idx {
+		s, e := r.window(r.pool[i])
+		eps[k] = &rollout.Episode{Traj: r.pool[i], Start: s, End: e}
+	}
+	chains, _, err := r.guard.Run(eps, rollout.RunOptions{Chains: 1, Sampling: rollout.Sampling{
+		Greedy: true, Temperature: 1, TopP: 1, Seed: seed.Mix(r.opts.Train.Seed, uint64(step)),
+	}})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	n := 0
+	for _, ch := range chains {
+		ep, tr := ch.Episode, ch.Episode.Traj
+		calls := r.guard.EpisodeCalls(ep, nil)
+		prev := ""
+		for t, tu := range ch.Turns {
+			where := fmt.Sprintf("trajectory %s turn %d", tr.ID, ep.Start+t)
+			target, err := corr.NextMemory(tr, ep.Start, ep.Start+t, prev)
+			if err != nil {
+				return nil, 0, 0, fmt.Errorf("%s: %w", where, err)
+			}
+			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: target})
+			if err != nil {
+				return nil, 0, 0, fmt.Errorf("%s: memory: %w", where, err)
+			}
+			seqs = append(seqs, teacherSequence(calls.Memory(t, prev).Prompt, toks, forced, grpo.PhaseMemory))
+			own := tu.MemoryOut
+			d, why := corr.JudgeOn(tr, ep.Start+t, own)
+			toks, forced, err = r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: why})
+			if err != nil {
+				return nil, 0, 0, fmt.Errorf("%s: decision/rationale: %w", where, err)
+			}
+			seqs = append(seqs, teacherSequence(calls.Judge(t, own).Prompt, toks, forced, grpo.PhaseJudge))
+			if own == target {
+				memRight++
+			}
+			if tu.Decision == d {
+				judgeRight++
+			}
+			n++
+			prev = own
+		}
+	}
+	if n > 0 {
+		memRight, judgeRight = memRight/float64(n), judgeRight/float64(n)
+	}
+	return seqs, memRight, judgeRight, nil
+}
+
 // teacherSequence is one teacher-forced call with advantage 1 (see SFT).
 func teacherSequence(prompt, completion []int, forced []bool, phase grpo.Phase) grpo.Sequence {
 	s := grpo.Sequence{Phase: phase, Advantage: 1, Forced: forced}
@@ -366,9 +447,23 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	m := &SFTMetrics{Step: step}
 	var seqs []grpo.Sequence
-	for _, i := range SampleStep(r.positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, step) {
-		seqs = append(seqs, r.sft.seqs[i]...)
+	idx := SampleStep(r.positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, step)
+	if r.sft.ownMemories {
+		own, memRight, judgeRight, err := r.ownSequences(idx, step)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: own memories: %w", step, err)
+		}
+		seqs = append(seqs, own...)
+		m.OwnMemoryRight, m.OwnJudgeRight = &memRight, &judgeRight
+	} else {
+		for _, i := range idx {
+			seqs = append(seqs, r.sft.seqs[i]...)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	seqs = append(seqs, r.judgePairs(step, r.sft.judgePairs)...)
 	seqs = append(seqs, r.memoryChanges(step, r.sft.memoryChanges)...)
@@ -381,7 +476,6 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 		}
 		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
 	})
-	m := &SFTMetrics{Step: step}
 	for _, s := range seqs {
 		m.PromptTokens += len(s.Prompt)
 	}

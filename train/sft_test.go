@@ -417,3 +417,100 @@ func TestSFTMemoryChanges(t *testing.T) {
 		}
 	}
 }
+
+// lazyMemory is a Generator standing in for a model that never updates
+// its memory: every memory call writes the memory it was shown ("allowed:
+// none; injected: none" for the first), every judge call approves.
+type lazyMemory struct{ tok interface{ Encode(string) []int } }
+
+const lazyEmpty = "allowed: none; injected: none"
+
+func (g lazyMemory) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
+	var out []rollout.Completion
+	for _, req := range reqs {
+		text := `<tool_call>` + "\n" + `{"name": "assess_risk", "arguments": {"decision": "approve", "rationale": "ok."}}` + "\n</tool_call>"
+		if req.MaxNew == 64 { // rollout.max_memory_tokens of synthMicroOptions (the judge's is 48)
+			text = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + lazyEmpty + `"}}` + "\n</tool_call>"
+		}
+		ids := append(g.tok.Encode(text), 1607) // <|im_end|>
+		out = append(out, rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
+	}
+	return out, nil
+}
+
+// TestSFTOwnMemories pins sft.own_memories: the calls of a step's
+// trajectories are rendered on the memories the model wrote (here a model
+// that never updates its memory), each memory call's target the teacher's
+// correction of the memory it showed, each judge call's the rule on the
+// memory the model wrote; and the shares reported.
+func TestSFTOwnMemories(t *testing.T) {
+	o := synthMicroOptions(t)
+	trajs, err := dataset.ReadAll(o.Train.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	teacher := SynthTeacher{synth.Teacher{BudgetChars: 100}}
+	r := sftRun(t, o, teacher)
+	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, lazyMemory{r.tok}); err != nil {
+		t.Fatal(err)
+	}
+	r.pool = trajs
+	idx := []int{0, 3, 5}
+	seqs, memRight, judgeRight, err := r.ownSequences(idx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var right, calls, want int
+	k := 0
+	for _, i := range idx {
+		tr := trajs[i]
+		ec := r.guard.EpisodeCalls(&rollout.Episode{Traj: tr, Start: 0, End: len(tr.Turns)}, nil)
+		for turn := range tr.Turns {
+			shown := lazyEmpty
+			if turn == 0 {
+				shown = ""
+			}
+			target, err := teacher.Next(tr, 0, turn, shown)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if turn == 0 {
+				if perfect, _ := teacher.Memory(tr, 0, 0); target != perfect {
+					t.Fatalf("%s: first target %q, the perfect memory is %q", tr.ID, target, perfect)
+				}
+			}
+			if target == lazyEmpty {
+				right++
+			}
+			mem, judge := seqs[k], seqs[k+1]
+			k += 2
+			if mem.Phase != grpo.PhaseMemory || !slices.Equal(toInts(mem.Prompt), ec.Memory(turn, shown).Prompt) {
+				t.Fatalf("%s turn %d: the memory call does not show the model's own memory %q", tr.ID, turn, shown)
+			}
+			if got := r.tok.Decode(toInts(mem.Completion), false); !strings.Contains(got, `"content": "`+target+`"`) {
+				t.Errorf("%s turn %d: memory target %q, want the correction %q", tr.ID, turn, got, target)
+			}
+			d, why := synth.Judge(lazyEmpty, tr.Turns[turn].Action)
+			if d == rollout.DecisionApprove {
+				want++
+			}
+			if judge.Phase != grpo.PhaseJudge || !slices.Equal(toInts(judge.Prompt), ec.Judge(turn, lazyEmpty).Prompt) {
+				t.Fatalf("%s turn %d: the judge call does not show the memory the model wrote", tr.ID, turn)
+			}
+			if got := r.tok.Decode(toInts(judge.Completion), false); !strings.Contains(got, `"decision": "`+d+`", "rationale": "`+why+`"`) {
+				t.Errorf("%s turn %d: judge target %q, want %s %q", tr.ID, turn, got, d, why)
+			}
+			calls++
+		}
+	}
+	if k != len(seqs) {
+		t.Fatalf("%d sequences, want %d", len(seqs), k)
+	}
+	if memRight != float64(right)/float64(calls) || judgeRight != float64(want)/float64(calls) || right == 0 || right == calls {
+		t.Errorf("own memories right %v, decisions %v; want %d/%d and %d/%d", memRight, judgeRight, right, calls, want, calls)
+	}
+	// A teacher that cannot correct is refused.
+	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: "f", OwnMemories: true}, &FileTeacher{}); err == nil || !strings.Contains(err.Error(), "sft.own_memories") {
+		t.Errorf("own_memories with a file teacher: %v", err)
+	}
+}

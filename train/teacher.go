@@ -27,6 +27,21 @@ type Teacher interface {
 	String() string
 }
 
+// A Corrector is a Teacher that can also say what a model should have
+// written from the memories it wrote itself (sft.own_memories): the expert
+// of DAgger-style training. A model trained only on the teacher's memories
+// reads its own at eval, and its mistakes compound turn after turn.
+type Corrector interface {
+	Teacher
+	// NextMemory returns what the memory call of turn t of the window that
+	// starts at start should write when the memory it shows is prev ("" at
+	// t = start).
+	NextMemory(tr *dataset.Trajectory, start, t int, prev string) (string, error)
+	// JudgeOn returns the right judge call for the action of turn t of tr
+	// when the memory the judge reads is memory.
+	JudgeOn(tr *dataset.Trajectory, t int, memory string) (decision, rationale string)
+}
+
 // Target is what the guard should write at one turn: the memory m_t the
 // memory call writes (the judge of the turn reads it, and the memory call
 // of the next turn shows it as the previous memory), and the judge's call.
@@ -74,6 +89,18 @@ func (st SynthTeacher) Targets(tr *dataset.Trajectory, start, end int) ([]Target
 		out[i] = Target{Memory: m, Decision: d, Rationale: why}
 	}
 	return out, nil
+}
+
+// NextMemory implements Corrector: the world's rules applied to the memory
+// shown (synth.Teacher.Next).
+func (st SynthTeacher) NextMemory(tr *dataset.Trajectory, start, t int, prev string) (string, error) {
+	return st.Next(tr, start, t, prev)
+}
+
+// JudgeOn implements Corrector: the world's judge rule on memory
+// (synth.Judge), consistent with the memory the judge reads.
+func (st SynthTeacher) JudgeOn(tr *dataset.Trajectory, t int, memory string) (decision, rationale string) {
+	return synth.Judge(memory, tr.Turns[t].Action)
 }
 
 func (st SynthTeacher) String() string {

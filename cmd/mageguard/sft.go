@@ -28,7 +28,11 @@ of N pairs of turns (the label-1 turn and a label-0 turn of an attack run):
 label-1 actions are rare, so a step of a few trajectories otherwise shows the
 judge about one action to reject. With sft.memory_changes N, each step also
 trains on N memory calls whose target changes the memory (the few that add an
-identifier; most calls copy the memory unchanged).
+identifier; most calls copy the memory unchanged). With sft.own_memories, a
+step's trajectories are trained on the memories the model writes itself: the
+guard loop runs greedily first, each memory call's target is what the teacher
+would write from the memory it showed, each judge call's the teacher's call on
+the memory the model wrote (synth teachers only).
 
 The teacher (sft.teacher, or --teacher):
   synth          the synthetic world's perfect memory manager and its judge rule

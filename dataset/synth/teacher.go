@@ -149,6 +149,49 @@ func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, er
 	return out, nil
 }
 
+// Next returns what the memory call of turn t of the window that starts at
+// start should write when the memory it shows is prev (m_{t−1} as a memory
+// manager wrote it; "" at t = start): prev read leniently (ParseMemory),
+// each identifier once in the first role it is listed in, updated with the
+// call's events and fitted to the budget. A myopic teacher ignores prev. It
+// is the teacher's correction of a model's own memory chain: a supervised
+// warm start on the memories a model writes (sft.own_memories) trains each
+// call on what it should have written from what it was shown. From the
+// teacher's own memories it gives Memories' (TestNextFollowsMemories).
+func (tc Teacher) Next(tr *dataset.Trajectory, start, t int, prev string) (string, error) {
+	if tr.Source != Source {
+		return "", fmt.Errorf("%w: trajectory %s", ErrNotSynth, tr.ID)
+	}
+	if start < 0 || t < start || t >= len(tr.Turns) {
+		return "", fmt.Errorf("synth teacher: trajectory %s: turn %d of a window from %d of %d turns", tr.ID, t, start, len(tr.Turns))
+	}
+	var m Memory
+	if !tc.Myopic && t > start {
+		p := ParseMemory(prev)
+		for _, id := range p.Allowed {
+			if !m.knows(id) {
+				m.Allowed = append(m.Allowed, id)
+			}
+		}
+		for _, id := range p.Injected {
+			if !m.knows(id) {
+				m.Injected = append(m.Injected, id)
+			}
+		}
+	}
+	if t == start {
+		m.readPrompt(tr.UserPrompt)
+	}
+	if t > 0 {
+		m.readTurn(&tr.Turns[t-1])
+	}
+	text, err := tc.fit(m)
+	if err != nil {
+		return "", fmt.Errorf("synth teacher: trajectory %s turn %d: %w", tr.ID, t, err)
+	}
+	return text, nil
+}
+
 // Memory returns m_t of the window that starts at start (see Memories).
 func (tc Teacher) Memory(tr *dataset.Trajectory, start, t int) (string, error) {
 	ms, err := tc.Memories(tr, start, t+1)

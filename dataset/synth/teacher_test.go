@@ -156,6 +156,74 @@ func TestPerfectMemoryIsMarkov(t *testing.T) {
 	}
 }
 
+// TestNextFollowsMemories: chained on its own outputs, Next gives the
+// memories Memories gives, for the perfect and the myopic teacher, with and
+// without a budget that binds, for windows from several turns.
+func TestNextFollowsMemories(t *testing.T) {
+	for name, o := range optionSets() {
+		for _, tc := range []Teacher{{}, {Myopic: true}, {BudgetChars: 45}} {
+			for _, tr := range generate(t, o) {
+				for _, start := range []int{0, 1, len(tr.Turns) / 2} {
+					ms, err := tc.Memories(tr, start, len(tr.Turns))
+					if err != nil {
+						t.Fatal(err)
+					}
+					prev := "ignored at the window's first turn"
+					for i, want := range ms {
+						got, err := tc.Next(tr, start, start+i, prev)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if got != want {
+							t.Fatalf("%s %+v %s window from %d, turn %d: Next(%q) = %q, Memories gives %q", name, tc, tr.ID, start, start+i, prev, got, want)
+						}
+						prev = got
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestNextCorrectsAModelsMemory: from a memory a model wrote — duplicated,
+// misplaced or invented identifiers, stray text — Next keeps each
+// identifier once in its first role and adds the call's events; a myopic
+// teacher ignores it.
+func TestNextCorrectsAModelsMemory(t *testing.T) {
+	tr := handTrajectory()
+	for _, tc := range []struct {
+		teacher Teacher
+		turn    int
+		prev    string
+		want    string
+	}{
+		// Turn 1 reads the document: bako and miru allowed, tesa injected.
+		{Teacher{}, 1, "allowed: none; injected: none", "allowed: acct-bako acct-miru; injected: acct-tesa"},
+		{Teacher{}, 1, "allowed: acct-gigi acct-gigi; injected: acct-bako", "allowed: acct-gigi acct-miru; injected: acct-bako acct-tesa"},
+		{Teacher{}, 1, "garbage", "allowed: acct-bako acct-miru; injected: acct-tesa"},
+		{Teacher{}, 2, "allowed: acct-bako; injected: acct-bako acct-tesa", "allowed: acct-bako; injected: acct-tesa"},
+		// Turn 3 reads the inbox: zeja injected.
+		{Teacher{}, 3, "allowed: acct-miru; injected: none", "allowed: acct-miru; injected: acct-zeja"},
+		{Teacher{Myopic: true}, 3, "allowed: acct-miru; injected: acct-tesa", "allowed: none; injected: acct-zeja"},
+		// The window's first turn reads the user's prompt (no identifiers here) and the turn before.
+		{Teacher{}, 0, "allowed: acct-gigi; injected: none", "allowed: none; injected: none"},
+	} {
+		got, err := tc.teacher.Next(tr, 0, tc.turn, tc.prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("%+v turn %d from %q: %q, want %q", tc.teacher, tc.turn, tc.prev, got, tc.want)
+		}
+	}
+	if _, err := (Teacher{}).Next(tr, 0, len(tr.Turns), ""); err == nil {
+		t.Error("a turn past the end: no error")
+	}
+	if _, err := (Teacher{}).Next(tr, 2, 1, ""); err == nil {
+		t.Error("a turn before the window: no error")
+	}
+}
+
 // TestPerfectMemoryJudgeGetsEveryLabel: the rule judge, reading only the
 // perfect memory and the pending action, is right on every action of every
 // option set, and agrees with Decision word for word; and the memory stays
