@@ -421,7 +421,9 @@ func TestSFTMemoryChanges(t *testing.T) {
 // lazyMemory is a Generator standing in for a model that never updates
 // its memory: every memory call writes the memory it was shown ("allowed:
 // none; injected: none" for the first), every judge call approves.
-type lazyMemory struct{ tok interface{ Encode(string) []int } }
+type lazyMemory struct {
+	tok interface{ Encode(string) []int }
+}
 
 const lazyEmpty = "allowed: none; injected: none"
 
@@ -512,5 +514,53 @@ func TestSFTOwnMemories(t *testing.T) {
 	// A teacher that cannot correct is refused.
 	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: "f", OwnMemories: true}, &FileTeacher{}); err == nil || !strings.Contains(err.Error(), "sft.own_memories") {
 		t.Errorf("own_memories with a file teacher: %v", err)
+	}
+}
+
+// TestSFTDecisionPairs pins sft.decision_pairs: pairs of judge calls of
+// one attack run, the malicious action's (reject) and a benign one's
+// (approve), each cut after its decision so that the decision is the one
+// token in the loss.
+func TestSFTDecisionPairs(t *testing.T) {
+	o := synthMicroOptions(t)
+	trajs, err := dataset.ReadAll(o.Train.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	r.log = io.Discard
+	r.pool, r.positive = trajs, make([]bool, len(trajs))
+	if err := r.sftTargets(); err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := r.decisionPairs(3, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 10 {
+		t.Fatalf("%d sequences for 5 pairs", len(seqs))
+	}
+	b, err := grpo.NewBatch(seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const head = "<tool_call>\n" + `{"name": "assess_risk", "arguments": {"decision": "`
+	for i, s := range seqs {
+		text := r.tok.Decode(toInts(s.Completion), false)
+		want := []string{"reject", "approve"}[i%2]
+		if s.Phase != grpo.PhaseJudge || !strings.HasPrefix(text, head) || len(text) == len(head) || !strings.HasPrefix(want, text[len(head):]) {
+			t.Errorf("pair %d call %d: completion %q, want %q and a prefix of %q", i/2, i%2, text, head, want)
+		}
+		counted := 0
+		for _, m := range b.LossMask[i] {
+			counted += int(m)
+		}
+		if counted != 1 {
+			t.Errorf("pair %d call %d: %d tokens in the loss, want the decision alone", i/2, i%2, counted)
+		}
+	}
+	o.Rollout.Structured = false
+	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: TeacherSynth, DecisionPairs: 1}, SynthTeacher{}); err == nil || !strings.Contains(err.Error(), "rollout.structured") {
+		t.Errorf("decision_pairs without structured decoding: %v", err)
 	}
 }
