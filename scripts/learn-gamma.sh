@@ -20,6 +20,8 @@ EVAL_SEED=${LEARN_EVAL_SEED:-12}
 # sees 1,000), so the tiny model cannot memorise which names a trajectory
 # holds; on 400 its memory manager did (docs/learning.md).
 TRAIN_N=${LEARN_TRAIN_N:-4000}
+EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
+COPY_STEPS=${LEARN_COPY_STEPS:-300}  # steps of the copying task (model pretrain)
 SEEDS=${LEARN_GAMMA_SEEDS:-1 2 3}
 GAMMAS=${LEARN_GAMMAS:-0 0.5}
 # The memory length threshold L (characters) and λ: a perfect memory is up
@@ -43,7 +45,7 @@ start=$(date +%s)
 
 step "data: train --n $TRAIN_N --seed $TRAIN_SEED, held-out --seed $EVAL_SEED"
 $BIN data synth --out "$OUT/data/train.jsonl" --n "$TRAIN_N" --seed "$TRAIN_SEED"
-$BIN data synth --out "$OUT/data/eval.jsonl" --n 100 --seed "$EVAL_SEED"
+$BIN data synth --out "$OUT/data/eval.jsonl" --n "$EVAL_N" --seed "$EVAL_SEED"
 
 evaluate() { # NAME MODEL
 	step "eval $1"
@@ -51,7 +53,7 @@ evaluate() { # NAME MODEL
 }
 
 step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
-$BIN model pretrain --config "$CFG" --out "$OUT/copy"
+$BIN model pretrain --config "$CFG" --steps "$COPY_STEPS" --out "$OUT/copy"
 
 step "SFT (myopic synth teacher) from the copy-pretrained model"
 # shellcheck disable=SC2046
@@ -79,7 +81,7 @@ for g in $GAMMAS; do
 done
 
 go run ./scripts/learn-table --out "$OUT/results.md" \
-	--title "Held-out ($OUT/data/eval.jsonl: data synth --n 100 --seed $EVAL_SEED), greedy decoding; GRPO from the myopic SFT with rewards.length_threshold $THRESHOLD" \
+	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding; GRPO from the myopic SFT with rewards.length_threshold $THRESHOLD" \
 	"${rows[@]}"
 end=$(date +%s)
 {

@@ -10,7 +10,7 @@
 #                       mageguard eval --config OUT/guard.yaml --data FILE --out DIR
 #   OUT/results.md    the held-out table (F1, ASR, BU, recall by gap)
 # OUT is $1, else $LEARN_OUT, else runs/learn. Every step's own output stays
-# in OUT (data/, random/, copy/, sft/, sft-judge-only/, grpo/, eval-*/, learn.log).
+# in OUT (data/, random/, copy/, sft/, sft-own/, sft-judge-only/, grpo/, eval-*/, learn.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${LEARN_OUT:-runs/learn}}
@@ -24,7 +24,10 @@ EVAL_SEED=${LEARN_EVAL_SEED:-12}
 # sees 1,000), so the tiny model cannot memorise which names a trajectory
 # holds; on 400 its memory manager did (docs/learning.md).
 TRAIN_N=${LEARN_TRAIN_N:-4000}
+EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
+COPY_STEPS=${LEARN_COPY_STEPS:-300}  # steps of the copying task (model pretrain)
 SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's train.steps
+OWN_STEPS=${LEARN_OWN_STEPS:-100}   # then SFT on the model's own memories (sft.own_memories); 0 = skip
 GRPO_STEPS=${LEARN_GRPO_STEPS:-20}
 GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # GRPO's steps are smaller than the warm start's (3e-3)
 
@@ -41,7 +44,7 @@ start=$(date +%s)
 
 step "data: train --n $TRAIN_N --seed $TRAIN_SEED, held-out --seed $EVAL_SEED (data synth defaults otherwise)"
 $BIN data synth --out "$OUT/data/train.jsonl" --n "$TRAIN_N" --seed "$TRAIN_SEED"
-$BIN data synth --out "$OUT/data/eval.jsonl" --n 100 --seed "$EVAL_SEED"
+$BIN data synth --out "$OUT/data/eval.jsonl" --n "$EVAL_N" --seed "$EVAL_SEED"
 
 evaluate() { # NAME MODEL [extra flags]: the held-out eval of a checkpoint into OUT/eval-NAME
 	local name=$1 model=$2
@@ -55,13 +58,19 @@ $BIN model init --config "$CFG" --out "$OUT/random"
 evaluate random "$OUT/random"
 
 step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
-$BIN model pretrain --config "$CFG" --out "$OUT/copy"
+$BIN model pretrain --config "$CFG" --steps "$COPY_STEPS" --out "$OUT/copy"
 
 step "SFT (perfect synth teacher) from the copy-pretrained model"
 # shellcheck disable=SC2046
 $BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth $(steps "$SFT_STEPS") \
 	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft"
 sft_ckpt=$(ls -d "$OUT"/sft/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+if [ "$OWN_STEPS" -gt 0 ]; then
+	step "SFT on the model's own memories (sft.own_memories) from $sft_ckpt"
+	$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$sft_ckpt" --teacher synth --set train.steps="$OWN_STEPS" \
+		--set sft.own_memories=true --set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-own"
+	sft_ckpt=$(ls -d "$OUT"/sft-own/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+fi
 evaluate sft "$sft_ckpt"
 
 step "GRPO from $sft_ckpt"
@@ -85,7 +94,7 @@ cp -r "$grpo_ckpt" "$OUT/guard"
 $BIN config --config "$CFG" --set model.path="$OUT/guard" --set eval.data="$OUT/data/eval.jsonl" > "$OUT/guard.yaml"
 
 go run ./scripts/learn-table --out "$OUT/results.md" \
-	--title "Held-out ($OUT/data/eval.jsonl: data synth --n 100 --seed $EVAL_SEED), greedy decoding" \
+	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding" \
 	"random init=$OUT/eval-random" \
 	"judge-only (SFT)=$OUT/eval-judge-only" \
 	"SFT=$OUT/eval-sft" \

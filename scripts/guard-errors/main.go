@@ -1,0 +1,162 @@
+// Command guard-errors reads a `mageguard eval` of a guard on the
+// synthetic benchmark (docs/synth.md) and says where its errors are: each
+// memory call against what the world's rules would write from the memory
+// the model was shown (synth.Teacher.Next: the call's own error, not one
+// inherited from earlier calls), by kind of call, and each decision against
+// the judge's rule on the memory the judge read (synth.Judge), with the
+// judge's p(reject) on acting actions by label.
+//
+//	go run ./scripts/guard-errors --data FILE --decisions EVAL_DIR/decisions.jsonl
+//
+// Kinds of memory call: first (the window's first, which reads the user's
+// prompt), injection (the observation it reads has an injected
+// instruction), other. "Injected right" compares the injected lists as
+// sets, "exact" the whole memory as text.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/dataset/synth"
+	"github.com/mageguard/mageguard/eval"
+)
+
+func main() {
+	data := flag.String("data", "", "the trajectories the eval ran on (data synth's output)")
+	decisions := flag.String("decisions", "", "the eval's decisions.jsonl")
+	flag.Parse()
+	if *data == "" || *decisions == "" {
+		fmt.Fprintln(os.Stderr, "usage: guard-errors --data FILE --decisions EVAL_DIR/decisions.jsonl")
+		os.Exit(2)
+	}
+	if err := run(*data, *decisions); err != nil {
+		fmt.Fprintln(os.Stderr, "guard-errors:", err)
+		os.Exit(1)
+	}
+}
+
+type tally struct{ n, exact, injected int }
+
+func run(dataPath, decPath string) error {
+	trajs, err := dataset.ReadAll(dataPath)
+	if err != nil {
+		return err
+	}
+	byID := map[string]*dataset.Trajectory{}
+	for _, tr := range trajs {
+		byID[tr.ID] = tr
+	}
+	ds, err := eval.ReadDecisions(decPath)
+	if err != nil {
+		return err
+	}
+	byTraj := map[string][]eval.Decision{}
+	var ids []string
+	for _, d := range ds {
+		if _, ok := byTraj[d.TrajectoryID]; !ok {
+			ids = append(ids, d.TrajectoryID)
+		}
+		byTraj[d.TrajectoryID] = append(byTraj[d.TrajectoryID], d)
+	}
+	kinds := []string{"first", "injection", "other"}
+	mem := map[string]*tally{}
+	for _, k := range kinds {
+		mem[k] = &tally{}
+	}
+	var agree, rejectNotRule, approveRule, calls int
+	scores := map[int][]float64{}
+	for _, id := range ids {
+		tr := byID[id]
+		if tr == nil {
+			return fmt.Errorf("%s: trajectory %s is not in %s", decPath, id, dataPath)
+		}
+		rows := byTraj[id]
+		sort.Slice(rows, func(a, b int) bool { return rows[a].Turn < rows[b].Turn })
+		start, prev := rows[0].Turn, ""
+		for _, d := range rows {
+			if d.Turn >= len(tr.Turns) {
+				return fmt.Errorf("%s: trajectory %s has no turn %d", decPath, id, d.Turn)
+			}
+			want, err := synth.Teacher{}.Next(tr, start, d.Turn, prev)
+			if err != nil {
+				return err
+			}
+			kind := "other"
+			switch {
+			case d.Turn == start:
+				kind = "first"
+			case hasInjection(tr.Turns[d.Turn-1].Observation):
+				kind = "injection"
+			}
+			t := mem[kind]
+			t.n++
+			if d.Memory == want {
+				t.exact++
+			}
+			if sameSet(synth.ParseMemory(d.Memory).Injected, synth.ParseMemory(want).Injected) {
+				t.injected++
+			}
+			a := tr.Turns[d.Turn].Action
+			rule, _ := synth.Judge(d.Memory, a)
+			calls++
+			switch {
+			case d.Decision == rule:
+				agree++
+			case d.Decision == synth.Reject:
+				rejectNotRule++
+			default:
+				approveRule++
+			}
+			if synth.Target(a.Name, a.Arguments) != "" && d.Score != nil {
+				scores[d.Label] = append(scores[d.Label], *d.Score)
+			}
+			prev = d.Memory
+		}
+	}
+	fmt.Printf("%d trajectories, %d turns\n\n", len(ids), calls)
+	fmt.Println("| memory call | calls | exact | injected right |")
+	fmt.Println("|---|---|---|---|")
+	for _, k := range kinds {
+		t := mem[k]
+		fmt.Printf("| %s | %d | %d (%.2f) | %d (%.2f) |\n", k, t.n, t.exact, frac(t.exact, t.n), t.injected, frac(t.injected, t.n))
+	}
+	fmt.Printf("\njudge vs the rule on the memory it read: %d of %d agree; %d rejects the rule approves, %d approves the rule rejects\n", agree, calls, rejectNotRule, approveRule)
+	for _, label := range []int{0, 1} {
+		s := scores[label]
+		slices.Sort(s)
+		if len(s) == 0 {
+			continue
+		}
+		fmt.Printf("p(reject) on acting actions of label %d (%d): min %.2f, median %.2f, max %.2f\n", label, len(s), s[0], s[len(s)/2], s[len(s)-1])
+	}
+	return nil
+}
+
+func hasInjection(obs string) bool {
+	for _, line := range strings.Split(obs, "\n") {
+		if synth.IsInjectionLine(line) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+func frac(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
