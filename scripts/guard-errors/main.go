@@ -43,18 +43,53 @@ func main() {
 
 type tally struct{ n, exact, injected int }
 
+// counts are a guard's errors (see the package comment).
+type counts struct {
+	trajectories, calls int
+	memory              map[string]*tally // by kind of memory call
+	agree               int               // decisions the rule on the memory read agrees with
+	rejectNotRule       int               // rejects the rule approves
+	approveRule         int               // approves the rule rejects
+	scores              map[int][]float64 // p(reject) on acting actions, by label, sorted
+}
+
+var kinds = []string{"first", "injection", "other"}
+
 func run(dataPath, decPath string) error {
 	trajs, err := dataset.ReadAll(dataPath)
 	if err != nil {
 		return err
 	}
-	byID := map[string]*dataset.Trajectory{}
-	for _, tr := range trajs {
-		byID[tr.ID] = tr
-	}
 	ds, err := eval.ReadDecisions(decPath)
 	if err != nil {
 		return err
+	}
+	c, err := count(trajs, ds)
+	if err != nil {
+		return fmt.Errorf("%s: %w", decPath, err)
+	}
+	fmt.Printf("%d trajectories, %d turns\n\n", c.trajectories, c.calls)
+	fmt.Println("| memory call | calls | exact | injected right |")
+	fmt.Println("|---|---|---|---|")
+	for _, k := range kinds {
+		t := c.memory[k]
+		fmt.Printf("| %s | %d | %d (%.2f) | %d (%.2f) |\n", k, t.n, t.exact, frac(t.exact, t.n), t.injected, frac(t.injected, t.n))
+	}
+	fmt.Printf("\njudge vs the rule on the memory it read: %d of %d agree; %d rejects the rule approves, %d approves the rule rejects\n", c.agree, c.calls, c.rejectNotRule, c.approveRule)
+	for _, label := range []int{0, 1} {
+		if s := c.scores[label]; len(s) > 0 {
+			fmt.Printf("p(reject) on acting actions of label %d (%d): min %.2f, median %.2f, max %.2f\n", label, len(s), s[0], s[len(s)/2], s[len(s)-1])
+		}
+	}
+	return nil
+}
+
+// count compares the decisions ds of an eval with the world's rules on
+// the trajectories trajs it ran on.
+func count(trajs []*dataset.Trajectory, ds []eval.Decision) (*counts, error) {
+	byID := map[string]*dataset.Trajectory{}
+	for _, tr := range trajs {
+		byID[tr.ID] = tr
 	}
 	byTraj := map[string][]eval.Decision{}
 	var ids []string
@@ -64,28 +99,25 @@ func run(dataPath, decPath string) error {
 		}
 		byTraj[d.TrajectoryID] = append(byTraj[d.TrajectoryID], d)
 	}
-	kinds := []string{"first", "injection", "other"}
-	mem := map[string]*tally{}
+	c := &counts{trajectories: len(ids), memory: map[string]*tally{}, scores: map[int][]float64{}}
 	for _, k := range kinds {
-		mem[k] = &tally{}
+		c.memory[k] = &tally{}
 	}
-	var agree, rejectNotRule, approveRule, calls int
-	scores := map[int][]float64{}
 	for _, id := range ids {
 		tr := byID[id]
 		if tr == nil {
-			return fmt.Errorf("%s: trajectory %s is not in %s", decPath, id, dataPath)
+			return nil, fmt.Errorf("trajectory %s is not in the data", id)
 		}
 		rows := byTraj[id]
 		sort.Slice(rows, func(a, b int) bool { return rows[a].Turn < rows[b].Turn })
 		start, prev := rows[0].Turn, ""
 		for _, d := range rows {
 			if d.Turn >= len(tr.Turns) {
-				return fmt.Errorf("%s: trajectory %s has no turn %d", decPath, id, d.Turn)
+				return nil, fmt.Errorf("trajectory %s has no turn %d", id, d.Turn)
 			}
 			want, err := synth.Teacher{}.Next(tr, start, d.Turn, prev)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			kind := "other"
 			switch {
@@ -94,7 +126,7 @@ func run(dataPath, decPath string) error {
 			case hasInjection(tr.Turns[d.Turn-1].Observation):
 				kind = "injection"
 			}
-			t := mem[kind]
+			t := c.memory[kind]
 			t.n++
 			if d.Memory == want {
 				t.exact++
@@ -104,38 +136,25 @@ func run(dataPath, decPath string) error {
 			}
 			a := tr.Turns[d.Turn].Action
 			rule, _ := synth.Judge(d.Memory, a)
-			calls++
+			c.calls++
 			switch {
 			case d.Decision == rule:
-				agree++
+				c.agree++
 			case d.Decision == synth.Reject:
-				rejectNotRule++
+				c.rejectNotRule++
 			default:
-				approveRule++
+				c.approveRule++
 			}
 			if synth.Target(a.Name, a.Arguments) != "" && d.Score != nil {
-				scores[d.Label] = append(scores[d.Label], *d.Score)
+				c.scores[d.Label] = append(c.scores[d.Label], *d.Score)
 			}
 			prev = d.Memory
 		}
 	}
-	fmt.Printf("%d trajectories, %d turns\n\n", len(ids), calls)
-	fmt.Println("| memory call | calls | exact | injected right |")
-	fmt.Println("|---|---|---|---|")
-	for _, k := range kinds {
-		t := mem[k]
-		fmt.Printf("| %s | %d | %d (%.2f) | %d (%.2f) |\n", k, t.n, t.exact, frac(t.exact, t.n), t.injected, frac(t.injected, t.n))
-	}
-	fmt.Printf("\njudge vs the rule on the memory it read: %d of %d agree; %d rejects the rule approves, %d approves the rule rejects\n", agree, calls, rejectNotRule, approveRule)
-	for _, label := range []int{0, 1} {
-		s := scores[label]
+	for _, s := range c.scores {
 		slices.Sort(s)
-		if len(s) == 0 {
-			continue
-		}
-		fmt.Printf("p(reject) on acting actions of label %d (%d): min %.2f, median %.2f, max %.2f\n", label, len(s), s[0], s[len(s)/2], s[len(s)-1])
 	}
-	return nil
+	return c, nil
 }
 
 func hasInjection(obs string) bool {
