@@ -20,19 +20,38 @@ import (
 
 // CopyConfig is the copying task of `mageguard model pretrain`.
 type CopyConfig struct {
+	Task   string // TaskCopy (the default; "" too) or TaskLookup
 	Steps  int    // optimizer steps
 	Batch  int    // sequences a step
 	Length int    // random tokens a sequence, written twice
 	Seed   uint64 // the token draws
 }
 
+// The tasks of `mageguard model pretrain --task`.
+const (
+	// TaskCopy: Length random tokens written twice, the loss on the second
+	// copy — the memory manager's skill of writing down a name it read.
+	TaskCopy = "copy"
+	// TaskLookup: two short lists of distinct random tokens, each after its
+	// own marker token; then Length random tokens among which a query
+	// token, from one of the lists, follows a third marker; then an ask
+	// token, and the loss on one token: the marker of the list the query is
+	// in — the judge's skill of finding the pending action's target in the
+	// memory and seeing which list holds it (a two-hop lookup).
+	TaskLookup = "lookup"
+)
+
 // DefaultCopyConfig returns the defaults: 300 steps of 32 sequences of 20
 // tokens (configs/synth-learn.yaml's model copies after ~150: docs/learning.md).
-func DefaultCopyConfig() CopyConfig { return CopyConfig{Steps: 300, Batch: 32, Length: 20, Seed: 1} }
+func DefaultCopyConfig() CopyConfig {
+	return CopyConfig{Task: TaskCopy, Steps: 300, Batch: 32, Length: 20, Seed: 1}
+}
 
 // Validate checks the values; errors name the flag.
 func (c CopyConfig) Validate() error {
 	switch {
+	case c.Task != "" && c.Task != TaskCopy && c.Task != TaskLookup:
+		return fmt.Errorf("--task must be %s or %s, got %q", TaskCopy, TaskLookup, c.Task)
 	case c.Steps < 1:
 		return fmt.Errorf("--steps must be >= 1, got %d", c.Steps)
 	case c.Batch < 1:
@@ -78,8 +97,8 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 			pool = append(pool, int32(id))
 		}
 	}
-	if len(pool) < 2 {
-		return fmt.Errorf("the tokenizer %s has %d ids that are not added tokens, want >= 2", tokDir, len(pool))
+	if len(pool) < 16 {
+		return fmt.Errorf("the tokenizer %s has %d ids that are not added tokens, want >= 16", tokDir, len(pool))
 	}
 	start := int32(0)
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
@@ -100,7 +119,11 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 			return fmt.Errorf("stopped at step %d of %d, nothing written: %w", step-1, c.Steps, err)
 		}
 		t0 := time.Now()
-		b, err := grpo.NewBatch(copySequences(rng, pool, start, c.Batch, c.Length))
+		seqs := copySequences(rng, pool, start, c.Batch, c.Length)
+		if c.Task == TaskLookup {
+			seqs = lookupSequences(rng, pool, start, c.Batch, c.Length)
+		}
+		b, err := grpo.NewBatch(seqs)
 		if err != nil {
 			return err
 		}
@@ -129,6 +152,46 @@ func copySequences(rng *rand.Rand, pool []int32, start int32, n, length int) []g
 			x[k] = pool[rng.IntN(len(pool))]
 		}
 		seqs[i] = grpo.Sequence{Prompt: append([]int32{start}, x...), Completion: x, Advantage: 1, Phase: grpo.PhaseContext}
+	}
+	return seqs
+}
+
+// lookupSequences draws n sequences of the lookup task (TaskLookup). The
+// four marker tokens are pool's first four ids (list A, list B, query,
+// ask); list tokens, filler and query come from the rest, every list token
+// distinct and absent from the filler. The completion is one token: the
+// marker of the query's list.
+func lookupSequences(rng *rand.Rand, pool []int32, start int32, n, length int) []grpo.Sequence {
+	markA, markB, markQ, ask := pool[0], pool[1], pool[2], pool[3]
+	rest := pool[4:]
+	seqs := make([]grpo.Sequence, n)
+	for i := range seqs {
+		na, nb := 1+rng.IntN(4), 1+rng.IntN(4)
+		perm := rng.Perm(len(rest))
+		lists := make([]int32, na+nb)
+		for k := range lists {
+			lists[k] = rest[perm[k]]
+		}
+		a, b := lists[:na], lists[na:]
+		inA := rng.IntN(2) == 0
+		q, answer := b[rng.IntN(nb)], markB
+		if inA {
+			q, answer = a[rng.IntN(na)], markA
+		}
+		filler := make([]int32, length)
+		for k := range filler {
+			filler[k] = rest[perm[na+nb+rng.IntN(len(rest)-na-nb)]]
+		}
+		at := rng.IntN(length + 1)
+		prompt := []int32{start, markA}
+		prompt = append(prompt, a...)
+		prompt = append(prompt, markB)
+		prompt = append(prompt, b...)
+		prompt = append(prompt, filler[:at]...)
+		prompt = append(prompt, markQ, q)
+		prompt = append(prompt, filler[at:]...)
+		prompt = append(prompt, ask)
+		seqs[i] = grpo.Sequence{Prompt: prompt, Completion: []int32{answer}, Advantage: 1, Phase: grpo.PhaseContext}
 	}
 	return seqs
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mageguard/mageguard/model"
@@ -26,6 +27,69 @@ func TestCopySequences(t *testing.T) {
 				t.Fatalf("token %d is not in the pool %v", id, pool)
 			}
 		}
+	}
+}
+
+// TestLookupSequences: a lookup sequence is the start token, marker A and
+// 1–4 list tokens, marker B and 1–4 list tokens, then (without filler) the
+// query marker, the query and the ask token; its one completion token is
+// the marker of the list the query is in. With filler, the query still
+// follows the query marker and appears exactly twice (the filler holds no
+// list token), and both lists are asked about.
+func TestLookupSequences(t *testing.T) {
+	pool := make([]int32, 40)
+	for i := range pool {
+		pool[i] = int32(100 + i)
+	}
+	markA, markB, markQ, ask := pool[0], pool[1], pool[2], pool[3]
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, s := range lookupSequences(rng, pool, 99, 100, 0) {
+		p := s.Prompt
+		ib, iq := slices.Index(p, markB), slices.Index(p, markQ)
+		if p[0] != 99 || p[1] != markA || ib < 3 || ib > 6 || iq < ib+2 || iq > ib+5 || iq != len(p)-3 || p[len(p)-1] != ask || len(s.Completion) != 1 {
+			t.Fatalf("sequence %v | %v: not start, A, 1-4 tokens, B, 1-4 tokens, query marker, query, ask", p, s.Completion)
+		}
+		a, b, q := p[2:ib], p[ib+1:iq], p[iq+1]
+		lists := slices.Concat(a, b)
+		slices.Sort(lists)
+		if len(slices.Compact(lists)) != len(a)+len(b) {
+			t.Fatalf("sequence %v: list tokens repeat", p)
+		}
+		want := markB
+		if slices.Contains(a, q) {
+			want = markA
+		} else if !slices.Contains(b, q) {
+			t.Fatalf("sequence %v: the query is in neither list", p)
+		}
+		if s.Completion[0] != want {
+			t.Fatalf("sequence %v: answer %d, want %d", p, s.Completion[0], want)
+		}
+	}
+	answers := map[int32]int{}
+	for _, s := range lookupSequences(rng, pool, 99, 200, 6) {
+		p := s.Prompt
+		ib, iq := slices.Index(p, markB), slices.Index(p, markQ)
+		q := p[iq+1]
+		n := 0
+		for _, id := range p {
+			if id == q {
+				n++
+			}
+		}
+		want := markB
+		if slices.Contains(p[2:ib], q) {
+			want = markA
+		}
+		if n != 2 || s.Completion[0] != want || p[len(p)-1] != ask {
+			t.Fatalf("sequence %v | %v: query %d appears %d times, answer want %d", p, s.Completion, q, n, want)
+		}
+		answers[want]++
+	}
+	if answers[markA] < 60 || answers[markB] < 60 {
+		t.Errorf("answers %v: both lists should be asked about about half the time", answers)
+	}
+	if err := (CopyConfig{Task: "recall", Steps: 1, Batch: 1, Length: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "--task") {
+		t.Errorf("an unknown task: %v", err)
 	}
 }
 
