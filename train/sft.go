@@ -332,21 +332,8 @@ func (r *run) window(tr *dataset.Trajectory) (start, end int) {
 // label-0 turn, both drawn at random.
 func (r *run) judgePairs(step, n int) []grpo.Sequence {
 	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x7a1f))
-	var runs []int
-	for i, calls := range r.sft.judge {
-		for _, c := range calls {
-			if c.label == 1 {
-				runs = append(runs, i)
-				break
-			}
-		}
-	}
 	var out []grpo.Sequence
-	for k := 0; k < n && len(runs) > 0; k++ {
-		if k%len(runs) == 0 {
-			rng.Shuffle(len(runs), func(a, b int) { runs[a], runs[b] = runs[b], runs[a] })
-		}
-		i := runs[k%len(runs)]
+	r.forPairRuns(rng, n, func(i int) error {
 		var pos, neg []int
 		for _, c := range r.sft.judge[i] {
 			if c.label == 1 {
@@ -359,17 +346,15 @@ func (r *run) judgePairs(step, n int) []grpo.Sequence {
 		if len(neg) > 0 {
 			out = append(out, r.sft.seqs[i][neg[rng.IntN(len(neg))]])
 		}
-	}
+		return nil
+	})
 	return out
 }
 
-// decisionPairs returns the step's decision-only judge calls
-// (SFTConfig.DecisionPairs): for each of n attack runs with a label-1
-// action, drawn from (seed, step) alone, the judge call of a label-1 turn
-// and of a label-0 turn (of the same tool when the run has one), each cut
-// after its decision token: the first token the grammar does not force.
-func (r *run) decisionPairs(step, n int) ([]grpo.Sequence, error) {
-	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x5d9b))
+// forPairRuns calls visit with n pool trajectories for a step's pairs:
+// attack runs with a label-1 judge call, shuffled with rng, every one
+// once before any repeats. It stops at visit's first error.
+func (r *run) forPairRuns(rng *rand.Rand, n int, visit func(i int) error) error {
 	var runs []int
 	for i, calls := range r.sft.judge {
 		for _, c := range calls {
@@ -379,12 +364,26 @@ func (r *run) decisionPairs(step, n int) ([]grpo.Sequence, error) {
 			}
 		}
 	}
-	var out []grpo.Sequence
 	for k := 0; k < n && len(runs) > 0; k++ {
 		if k%len(runs) == 0 {
 			rng.Shuffle(len(runs), func(a, b int) { runs[a], runs[b] = runs[b], runs[a] })
 		}
-		i := runs[k%len(runs)]
+		if err := visit(runs[k%len(runs)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decisionPairs returns the step's decision-only judge calls
+// (SFTConfig.DecisionPairs): for each of n attack runs with a label-1
+// action, drawn from (seed, step) alone, the judge call of a label-1 turn
+// and of a label-0 turn (of the same tool when the run has one), each cut
+// after its decision token: the first token the grammar does not force.
+func (r *run) decisionPairs(step, n int) ([]grpo.Sequence, error) {
+	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x5d9b))
+	var out []grpo.Sequence
+	err := r.forPairRuns(rng, n, func(i int) error {
 		var pos, same, neg []judgeCall
 		for _, c := range r.sft.judge[i] {
 			if c.label == 1 {
@@ -409,12 +408,13 @@ func (r *run) decisionPairs(step, n int) ([]grpo.Sequence, error) {
 		for _, c := range picks {
 			s, err := decisionOnly(r.sft.seqs[i][c.seq])
 			if err != nil {
-				return nil, fmt.Errorf("trajectory %s: %w", r.pool[i].ID, err)
+				return fmt.Errorf("trajectory %s: %w", r.pool[i].ID, err)
 			}
 			out = append(out, s)
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // decisionOnly cuts a judge sequence after its decision token, the first

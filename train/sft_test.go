@@ -357,12 +357,10 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	}
 }
 
-// TestSFTMemoryChanges pins sft.memory_changes' draw: memory calls whose
-// target changes the memory only (TestSFTLossMask pins which those are),
-// distinct while the pool lasts, every one of them once the draw is as
-// large as the pool, and the same for the same step.
-func TestSFTMemoryChanges(t *testing.T) {
-	o := synthMicroOptions(t)
+// sftPooled is sftRun with the perfect synth teacher and the targets of
+// every trajectory of o's data rendered (sftTargets), as a run's pool.
+func sftPooled(t *testing.T, o Options) (*run, []*dataset.Trajectory) {
+	t.Helper()
 	trajs, err := dataset.ReadAll(o.Train.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -373,6 +371,16 @@ func TestSFTMemoryChanges(t *testing.T) {
 	if err := r.sftTargets(); err != nil {
 		t.Fatal(err)
 	}
+	return r, trajs
+}
+
+// TestSFTMemoryChanges pins sft.memory_changes' draw: memory calls whose
+// target changes the memory only (TestSFTLossMask pins which those are),
+// distinct while the pool lasts, every one of them once the draw is as
+// large as the pool, and the same for the same step.
+func TestSFTMemoryChanges(t *testing.T) {
+	o := synthMicroOptions(t)
+	r, trajs := sftPooled(t, o)
 	// The pool, by the identity of each sequence's prompt.
 	key := func(s grpo.Sequence) *int32 { return &s.Prompt[0] }
 	pool := map[*int32]bool{}
@@ -523,16 +531,7 @@ func TestSFTOwnMemories(t *testing.T) {
 // token in the loss.
 func TestSFTDecisionPairs(t *testing.T) {
 	o := synthMicroOptions(t)
-	trajs, err := dataset.ReadAll(o.Train.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
-	r.log = io.Discard
-	r.pool, r.positive = trajs, make([]bool, len(trajs))
-	if err := r.sftTargets(); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := sftPooled(t, o)
 	seqs, err := r.decisionPairs(3, 5)
 	if err != nil {
 		t.Fatal(err)

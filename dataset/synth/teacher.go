@@ -134,19 +134,31 @@ func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, er
 		if tc.Myopic {
 			m = Memory{}
 		}
-		if t == start {
-			m.readPrompt(tr.UserPrompt)
-		}
-		if t > 0 {
-			m.readTurn(&tr.Turns[t-1])
-		}
-		text, err := tc.fit(m)
+		text, err := tc.call(tr, start, t, &m)
 		if err != nil {
-			return nil, fmt.Errorf("synth teacher: trajectory %s turn %d: %w", tr.ID, t, err)
+			return nil, err
 		}
 		out = append(out, text)
 	}
 	return out, nil
+}
+
+// call updates m with the events the memory call of turn t of the window
+// from start shows (the user's prompt at the window's first turn, the
+// previous action and its observation after turn 0) and writes it within
+// the budget.
+func (tc Teacher) call(tr *dataset.Trajectory, start, t int, m *Memory) (string, error) {
+	if t == start {
+		m.readPrompt(tr.UserPrompt)
+	}
+	if t > 0 {
+		m.readTurn(&tr.Turns[t-1])
+	}
+	text, err := tc.fit(*m)
+	if err != nil {
+		return "", fmt.Errorf("synth teacher: trajectory %s turn %d: %w", tr.ID, t, err)
+	}
+	return text, nil
 }
 
 // Next returns what the memory call of turn t of the window that starts at
@@ -179,17 +191,7 @@ func (tc Teacher) Next(tr *dataset.Trajectory, start, t int, prev string) (strin
 			}
 		}
 	}
-	if t == start {
-		m.readPrompt(tr.UserPrompt)
-	}
-	if t > 0 {
-		m.readTurn(&tr.Turns[t-1])
-	}
-	text, err := tc.fit(m)
-	if err != nil {
-		return "", fmt.Errorf("synth teacher: trajectory %s turn %d: %w", tr.ID, t, err)
-	}
-	return text, nil
+	return tc.call(tr, start, t, &m)
 }
 
 // Memory returns m_t of the window that starts at start (see Memories).
