@@ -24,7 +24,13 @@ type Config struct {
 	TopK                 int     `yaml:"top_k"`                  // 0 = off
 	TopP                 float64 `yaml:"top_p"`                  // 1 = off
 	Structured           bool    `yaml:"structured"`             // constrain decoding to valid tool calls
-	BatchSize            int     `yaml:"batch_size"`             // max rows per generation call
+	// DeclareTools declares the role's tool in each system prompt, the
+	// Qwen way (a "# Tools" section). Off, the prompt holds only the
+	// version's instructions: ~150 tokens less per call, for a small model
+	// trained from scratch to call the tools (the synth configs). Remote
+	// chat endpoints get the tool in their request either way.
+	DeclareTools bool `yaml:"declare_tools"`
+	BatchSize    int  `yaml:"batch_size"` // max rows per generation call
 
 	// generator, endpoint, remote_*: which generator runs the calls (remote.go).
 	RemoteConfig `yaml:",inline"`
@@ -49,6 +55,7 @@ func DefaultConfig() Config {
 		TopK:                 0,
 		TopP:                 1.0,
 		Structured:           false,
+		DeclareTools:         true,
 		BatchSize:            64,
 
 		RemoteConfig: DefaultRemoteConfig(),

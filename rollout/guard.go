@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -238,8 +239,19 @@ type Guard struct {
 // them (chat.ToolCallText).
 const (
 	memoryCallTemplate = "<tool_call>\n{\"name\": \"update_memory\", \"arguments\": {\"content\": \"{string}\"}}\n</tool_call>"
-	judgeCallTemplate  = "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"decision\": \"{choice:approve|reject}\", \"rationale\": \"{string}\"}}\n</tool_call>"
 )
+
+// judgeCallTemplate is the grammar of an assess_risk call whose arguments
+// come in the order args gives: the decision an enum, the rationale free
+// text.
+func judgeCallTemplate(args []string) string {
+	value := map[string]string{"decision": "{choice:approve|reject}", "rationale": "{string}"}
+	parts := make([]string, len(args))
+	for i, k := range args {
+		parts[i] = "\"" + k + "\": \"" + value[k] + "\""
+	}
+	return "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {" + strings.Join(parts, ", ") + "}}\n</tool_call>"
+}
 
 // NewGuard builds a guard from its configuration, tokenizer and generator.
 func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, error) {
@@ -262,10 +274,10 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 		text string
 		tool chat.Tool
 	}{{prompts.MemorySystem, prompts.MemoryTool}, {prompts.JudgeSystem, prompts.JudgeTool}, {prompts.JudgeOnlySystem, prompts.JudgeTool}} {
-		g.prefix[i] = len(chat.Encode(tok, []chat.Message{chat.NewMessage(chat.RoleSystem, sys.text)}, []chat.Tool{sys.tool}, chat.Options{}))
+		g.prefix[i] = len(chat.Encode(tok, []chat.Message{chat.NewMessage(chat.RoleSystem, sys.text)}, g.declared(sys.tool), chat.Options{}))
 	}
 	if cfg.Structured {
-		for role, tmpl := range []string{memoryCallTemplate, judgeCallTemplate} {
+		for role, tmpl := range []string{memoryCallTemplate, judgeCallTemplate(prompts.JudgeArgs)} {
 			gr, err := NewGrammar(tok, tmpl, g.stops[0])
 			if err != nil {
 				return nil, err
@@ -308,8 +320,17 @@ func (g *Guard) newCall(p Prompt, role Role) *Call {
 		chat.NewMessage(chat.RoleSystem, p.System),
 		{Role: chat.RoleUser, Content: p.User},
 	}
-	ids := chat.Encode(g.tok, msgs, []chat.Tool{tool}, chat.Options{AddGenerationPrompt: true})
+	ids := chat.Encode(g.tok, msgs, g.declared(tool), chat.Options{AddGenerationPrompt: true})
 	return &Call{Prompt: ids, PrefixTokens: prefix, chat: ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
+}
+
+// declared returns the tools a system prompt declares: the role's tool,
+// or none with rollout.declare_tools off.
+func (g *Guard) declared(tool chat.Tool) []chat.Tool {
+	if !g.cfg.DeclareTools {
+		return nil
+	}
+	return []chat.Tool{tool}
 }
 
 func (g *Guard) request(c *Call, role Role) Request {

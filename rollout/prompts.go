@@ -49,19 +49,25 @@ type Prompts struct {
 	// the package's MemoryTool and JudgeTool, or the version's own
 	// declarations (tools.json; see NewPrompts).
 	MemoryTool, JudgeTool chat.Tool
+	// JudgeArgs is the order in which the judge writes assess_risk's
+	// arguments: decision then rationale, unless the version's tools.json
+	// requires them in the other order (the rationale first: the judge
+	// names what it checked before it decides).
+	JudgeArgs []string
 }
 
 // parseTools reads a version's tools.json: the declarations of exactly
 // update_memory and assess_risk, each with parameters that declare and
-// require exactly the arguments the parser requires.
-func parseTools(src []byte) (memory, judge chat.Tool, err error) {
+// require exactly the arguments the parser requires; the order of
+// assess_risk's "required" list is the order the judge writes them in.
+func parseTools(src []byte) (memory, judge chat.Tool, judgeArgs []string, err error) {
 	var vt versionTools
 	if err := json.Unmarshal(src, &vt); err != nil {
-		return memory, judge, err
+		return memory, judge, nil, err
 	}
 	memory, judge = MemoryTool, JudgeTool
 	if len(vt) != 2 {
-		return memory, judge, fmt.Errorf("want the declarations of exactly %s and %s", MemoryToolName, JudgeToolName)
+		return memory, judge, nil, fmt.Errorf("want the declarations of exactly %s and %s", MemoryToolName, JudgeToolName)
 	}
 	for _, t := range []struct {
 		tool     *chat.Tool
@@ -69,23 +75,26 @@ func parseTools(src []byte) (memory, judge chat.Tool, err error) {
 	}{{&memory, []string{"content"}}, {&judge, []string{"decision", "rationale"}}} {
 		d, ok := vt[t.tool.Name]
 		if !ok {
-			return memory, judge, fmt.Errorf("want the declarations of exactly %s and %s", MemoryToolName, JudgeToolName)
+			return memory, judge, nil, fmt.Errorf("want the declarations of exactly %s and %s", MemoryToolName, JudgeToolName)
 		}
 		var schema struct {
 			Properties map[string]json.RawMessage `json:"properties"`
 			Required   []string                   `json:"required"`
 		}
-		if err := json.Unmarshal(d.Parameters, &schema); err != nil || !slices.Equal(schema.Required, t.required) || len(schema.Properties) != len(t.required) {
-			return memory, judge, fmt.Errorf("%s: parameters must declare and require exactly %v", t.tool.Name, t.required)
+		if err := json.Unmarshal(d.Parameters, &schema); err != nil || !slices.Equal(slices.Sorted(slices.Values(schema.Required)), t.required) || len(schema.Properties) != len(t.required) {
+			return memory, judge, nil, fmt.Errorf("%s: parameters must declare and require exactly %v", t.tool.Name, t.required)
 		}
 		for _, k := range t.required {
 			if _, ok := schema.Properties[k]; !ok {
-				return memory, judge, fmt.Errorf("%s: parameters must declare and require exactly %v", t.tool.Name, t.required)
+				return memory, judge, nil, fmt.Errorf("%s: parameters must declare and require exactly %v", t.tool.Name, t.required)
 			}
 		}
 		t.tool.Description, t.tool.Parameters = d.Description, d.Parameters
+		if t.tool.Name == JudgeToolName {
+			judgeArgs = schema.Required
+		}
 	}
-	return memory, judge, nil
+	return memory, judge, judgeArgs, nil
 }
 
 // versionTools is a version's tools.json: the declarations of the two
@@ -100,8 +109,9 @@ type versionTools map[string]struct {
 // may also declare its tools in tools.json (e.g. shorter descriptions, for
 // a small model's context): {"update_memory": {"description": ...,
 // "parameters": {...}}, "assess_risk": {...}}, both tools, with the
-// parameters each requires; without the file the package's MemoryTool and
-// JudgeTool are declared.
+// parameters each requires, in assess_risk's case in the order the judge
+// writes them (Prompts.JudgeArgs); without the file the package's
+// MemoryTool and JudgeTool are declared, decision first.
 func NewPrompts(cfg Config) (*Prompts, error) {
 	vars := struct {
 		TrackIntent, TrackAttacks bool
@@ -134,10 +144,10 @@ func NewPrompts(cfg Config) (*Prompts, error) {
 	if p.JudgeOnlySystem, err = render("judge_only.tmpl"); err != nil {
 		return nil, err
 	}
-	p.MemoryTool, p.JudgeTool = MemoryTool, JudgeTool
+	p.MemoryTool, p.JudgeTool, p.JudgeArgs = MemoryTool, JudgeTool, defaultJudgeArgs
 	path := "prompts/" + cfg.PromptVersion + "/tools.json"
 	if src, err := promptFiles.ReadFile(path); err == nil {
-		if p.MemoryTool, p.JudgeTool, err = parseTools(src); err != nil {
+		if p.MemoryTool, p.JudgeTool, p.JudgeArgs, err = parseTools(src); err != nil {
 			return nil, fmt.Errorf("prompt %s: %w", path, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func TestVersionToolDeclarations(t *testing.T) {
 		{"v1", MemoryTool, JudgeTool, ""},
 		{"synth", chat.Tool{Name: MemoryToolName}, chat.Tool{Name: JudgeToolName},
 			"{\"type\": \"function\", \"function\": {\"name\": \"update_memory\", \"description\": \"Replace the memory.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"content\": {\"type\": \"string\"}}, \"required\": [\"content\"]}}}\n" +
-				"{\"type\": \"function\", \"function\": {\"name\": \"assess_risk\", \"description\": \"Decide on the pending tool call.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"decision\": {\"type\": \"string\", \"enum\": [\"approve\", \"reject\"]}, \"rationale\": {\"type\": \"string\"}}, \"required\": [\"decision\", \"rationale\"]}}}"},
+				"{\"type\": \"function\", \"function\": {\"name\": \"assess_risk\", \"description\": \"Decide on the pending tool call.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"rationale\": {\"type\": \"string\"}, \"decision\": {\"type\": \"string\", \"enum\": [\"approve\", \"reject\"]}}, \"required\": [\"rationale\", \"decision\"]}}}"},
 	} {
 		cfg := DefaultConfig()
 		cfg.PromptVersion = tc.version
@@ -53,12 +54,17 @@ func TestParseToolsRefuses(t *testing.T) {
 		{"missing required", `{` + strings.Replace(memory, `"required": ["content"]`, `"required": []`, 1) + `, ` + judge + `}`, "update_memory: parameters must declare and require exactly [content]"},
 		{"extra parameter", `{` + memory + `, ` + strings.Replace(judge, `"rationale": {"type": "string"}`, `"rationale": {"type": "string"}, "x": {}`, 1) + `}`, "assess_risk: parameters"},
 		{"renamed parameter", `{` + strings.Replace(memory, `"content": {`, `"text": {`, 1) + `, ` + judge + `}`, "update_memory: parameters"},
+		{"repeated required", `{` + memory + `, ` + strings.Replace(judge, `["decision", "rationale"]`, `["decision", "decision"]`, 1) + `}`, "assess_risk: parameters"},
 	} {
-		if _, _, err := parseTools([]byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, _, err := parseTools([]byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	if _, _, err := parseTools([]byte(`{` + memory + `, ` + judge + `}`)); err != nil {
-		t.Errorf("valid declarations: %v", err)
+	// The order of assess_risk's required list is the judge's.
+	for _, order := range [][]string{{"decision", "rationale"}, {"rationale", "decision"}} {
+		src := `{` + memory + `, ` + strings.Replace(judge, `["decision", "rationale"]`, `["`+order[0]+`", "`+order[1]+`"]`, 1) + `}`
+		if _, _, args, err := parseTools([]byte(src)); err != nil || !slices.Equal(args, order) {
+			t.Errorf("required %v: judge arguments %v, %v", order, args, err)
+		}
 	}
 }

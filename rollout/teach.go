@@ -91,10 +91,10 @@ func (g *Guard) Completion(role Role, call ToolCall) (tokens []int, forced []boo
 	}
 	// Split ToolCall.Text at its string values: trusted template text
 	// between them, the values (JSON-escaped, quotes excluded) untrusted.
-	text := call.Text()
+	text := call.TextIn(g.prompts.JudgeArgs)
 	keys := []string{"content"}
 	if role == JudgeRole {
-		keys = []string{"decision", "rationale"}
+		keys = g.prompts.JudgeArgs
 	}
 	rest := text
 	for i := range keys {
@@ -114,7 +114,7 @@ func (g *Guard) Completion(role Role, call ToolCall) (tokens []int, forced []boo
 		}
 		esc := rest[k : k+n]
 		tokens = append(tokens, g.tok.Encode(rest[:k])...)
-		if role == JudgeRole && i == 0 {
+		if role == JudgeRole && keys[i] == "decision" {
 			tokens = append(tokens, g.tok.Encode(esc)...) // the decision: an enum value, as the grammar encodes it
 		} else {
 			tokens = append(tokens, g.tok.EncodeUntrusted(esc)...)

@@ -117,11 +117,11 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 				call   ToolCall
 				values []string // the free string values, in order
 			}{
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "allowed: acct-bako acct-miru; injected: acct-tesa"}, []string{"allowed: acct-bako acct-miru; injected: acct-tesa"}},
+				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "acct-bako allowed, acct-tesa injected"}, []string{"acct-bako allowed, acct-tesa injected"}},
 				// A value that reads like the template's own keys.
 				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "name: content arguments"}, []string{"name: content arguments"}},
 				{MemoryRole, ToolCall{Name: MemoryToolName, Content: ""}, []string{""}},
-				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "reject", Rationale: "acct-tesa comes from an injected instruction."}, []string{"acct-tesa comes from an injected instruction."}},
+				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "reject", Rationale: "acct-tesa injected"}, []string{"acct-tesa injected"}},
 				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "approve", Rationale: "rationale"}, []string{"rationale"}},
 			} {
 				name := fmt.Sprintf("%s/structured=%v/%s %q", tokName, structured, tc.role, tc.values[0])
@@ -129,7 +129,7 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				if got, want := tok.Decode(toks, false), tc.call.Text()+"<|im_end|>"; got != want {
+				if got, want := tok.Decode(toks, false), tc.call.TextIn(g.Prompts().JudgeArgs)+"<|im_end|>"; got != want {
 					t.Errorf("%s: decodes to %q, want %q", name, got, want)
 				}
 				if !structured {
@@ -139,7 +139,8 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 					continue
 				}
 				// Unforced: each value's untrusted tokens, then one closer
-				// (a token starting with '"'); the judge's decision token.
+				// (a token starting with '"'); the judge's decision token,
+				// before the rationale or after it as the version orders them.
 				var free []int
 				for k, f := range forced {
 					if !f {
@@ -147,12 +148,16 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 					}
 				}
 				var want []int
-				if tc.role == JudgeRole {
+				decisionFirst := tc.role == JudgeRole && g.Prompts().JudgeArgs[0] == "decision"
+				if decisionFirst {
 					want = append(want, tok.Encode(tc.call.Decision)[0])
 				}
 				for _, v := range tc.values {
 					want = append(want, tok.EncodeUntrusted(v)...)
 					want = append(want, -1) // the closer
+				}
+				if tc.role == JudgeRole && !decisionFirst {
+					want = append(want, tok.Encode(tc.call.Decision)[0])
 				}
 				if len(free) != len(want) {
 					t.Fatalf("%s: %d unforced tokens %q, want %d", name, len(free), tok.Decode(free, false), len(want))

@@ -56,23 +56,40 @@ type ToolCall struct {
 }
 
 // Text returns the call as the chat template writes it (and as the model
-// should generate it): "<tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call>".
-func (c ToolCall) Text() string {
-	var args any
-	switch c.Name {
-	case MemoryToolName:
-		args = struct {
-			Content string `json:"content"`
-		}{c.Content}
-	default:
-		args = struct {
-			Decision  string `json:"decision"`
-			Rationale string `json:"rationale"`
-		}{c.Decision, c.Rationale}
+// should generate it): "<tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call>",
+// assess_risk's arguments in the package's order (decision, rationale).
+func (c ToolCall) Text() string { return c.TextIn(nil) }
+
+// TextIn is Text with assess_risk's arguments in the order judgeArgs gives
+// (nil: decision, rationale). A prompt version may declare the rationale
+// first (Prompts.JudgeArgs): the judge then writes why before what.
+func (c ToolCall) TextIn(judgeArgs []string) string {
+	keys, values := []string{"content"}, map[string]string{"content": c.Content}
+	if c.Name != MemoryToolName {
+		keys, values = judgeArgs, map[string]string{"decision": c.Decision, "rationale": c.Rationale}
+		if keys == nil {
+			keys = defaultJudgeArgs
+		}
 	}
-	raw, _ := json.Marshal(args) // strings only: cannot fail
-	return chat.ToolCallText(chat.ToolCall{Name: c.Name, Arguments: raw})
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		key, _ := json.Marshal(k) // strings only: cannot fail
+		value, _ := json.Marshal(values[k])
+		b.Write(key)
+		b.WriteByte(':')
+		b.Write(value)
+	}
+	b.WriteByte('}')
+	return chat.ToolCallText(chat.ToolCall{Name: c.Name, Arguments: json.RawMessage(b.String())})
 }
+
+// defaultJudgeArgs is the order of assess_risk's arguments unless a prompt
+// version declares another.
+var defaultJudgeArgs = []string{"decision", "rationale"}
 
 // FormatError is a format violation: the completion is not exactly one
 // valid call of a known tool. Reason says what is wrong.

@@ -58,16 +58,6 @@ type SFTConfig struct {
 	// effect on the judge-only variant, which keeps no memory; the extra
 	// judge pairs and memory changes stay the teacher's. Off by default.
 	OwnMemories bool `yaml:"own_memories"`
-	// DecisionPairs adds to every step, like judge_pairs, the judge calls
-	// of that many pairs of turns — the label-1 turn of an attack run and a
-	// label-0 turn of the same run, one with the same tool when it has one
-	// — with only the decision token in the loss (the call's completion
-	// cut after it). In a whole judge call the decision is one token of
-	// ~15 (the rationale follows from it), so its share of the gradient is
-	// small: a judge can reach a low cross-entropy while its decision stays
-	// at the prior. Needs rollout.structured (which marks the tokens before
-	// the decision as forced); 0 = none.
-	DecisionPairs int `yaml:"decision_pairs"`
 	// ContextLoss adds to every memory call a language-modelling sequence:
 	// the same prompt, with every token after the memory manager's system
 	// prompt a target (the previous memory, the action, the observation),
@@ -96,9 +86,6 @@ func (c *SFTConfig) Validate() error {
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
-	}
-	if c.DecisionPairs < 0 {
-		return fmt.Errorf("decision_pairs must be >= 0, got %d", c.DecisionPairs)
 	}
 	if c.MemoryChanges < 0 {
 		return fmt.Errorf("memory_changes must be >= 0, got %d", c.MemoryChanges)
@@ -146,7 +133,6 @@ type sftState struct {
 	teacher       Teacher
 	judgePairs    int
 	memoryChanges int
-	decisionPairs int
 	ownMemories   bool
 	contextLoss   bool
 	contextRepeat bool
@@ -162,7 +148,6 @@ type seqRef struct{ traj, seq int }
 type judgeCall struct {
 	seq   int // index into the trajectory's seqs
 	label int
-	tool  string // the pending action's name
 }
 
 // SFT runs a supervised warm start (`mageguard sft`): each step samples
@@ -199,13 +184,10 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
-	if cfg.DecisionPairs > 0 && !opts.Rollout.Structured {
-		return nil, errors.New("sft.decision_pairs needs rollout.structured: true (the grammar marks where the decision is)")
-	}
 	if _, ok := teacher.(Corrector); cfg.OwnMemories && !ok {
 		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", teacher, TeacherSynth, TeacherSynthMyopic)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, decisionPairs: cfg.DecisionPairs, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage", contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
+	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage", contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
 	return r.loop(ctx)
 }
 
@@ -234,7 +216,7 @@ func (r *run) sftTargets() error {
 		}
 		s, _ := r.window(tr)
 		for t := range judge {
-			judge[t].label, judge[t].tool = tr.Turns[s+t].Label, tr.Turns[s+t].Action.Name
+			judge[t].label = tr.Turns[s+t].Label
 		}
 		for _, k := range changes {
 			r.sft.changes = append(r.sft.changes, seqRef{traj: len(pool), seq: k})
@@ -328,12 +310,26 @@ func (r *run) window(tr *dataset.Trajectory) (start, end int) {
 
 // judgePairs returns the step's extra judge calls (SFTConfig.JudgePairs):
 // for each of n attack runs with a label-1 action in their window, drawn
-// from (seed, step) alone, the judge call of one label-1 turn and of one
-// label-0 turn, both drawn at random.
+// from (seed, step) alone (shuffled, every run once before any repeats),
+// the judge call of one label-1 turn and of one label-0 turn, both drawn
+// at random.
 func (r *run) judgePairs(step, n int) []grpo.Sequence {
+	var runs []int
+	for i, calls := range r.sft.judge {
+		for _, c := range calls {
+			if c.label == 1 {
+				runs = append(runs, i)
+				break
+			}
+		}
+	}
 	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x7a1f))
 	var out []grpo.Sequence
-	r.forPairRuns(rng, n, func(i int) error {
+	for k := 0; k < n && len(runs) > 0; k++ {
+		if k%len(runs) == 0 {
+			rng.Shuffle(len(runs), func(a, b int) { runs[a], runs[b] = runs[b], runs[a] })
+		}
+		i := runs[k%len(runs)]
 		var pos, neg []int
 		for _, c := range r.sft.judge[i] {
 			if c.label == 1 {
@@ -346,87 +342,8 @@ func (r *run) judgePairs(step, n int) []grpo.Sequence {
 		if len(neg) > 0 {
 			out = append(out, r.sft.seqs[i][neg[rng.IntN(len(neg))]])
 		}
-		return nil
-	})
+	}
 	return out
-}
-
-// forPairRuns calls visit with n pool trajectories for a step's pairs:
-// attack runs with a label-1 judge call, shuffled with rng, every one
-// once before any repeats. It stops at visit's first error.
-func (r *run) forPairRuns(rng *rand.Rand, n int, visit func(i int) error) error {
-	var runs []int
-	for i, calls := range r.sft.judge {
-		for _, c := range calls {
-			if c.label == 1 {
-				runs = append(runs, i)
-				break
-			}
-		}
-	}
-	for k := 0; k < n && len(runs) > 0; k++ {
-		if k%len(runs) == 0 {
-			rng.Shuffle(len(runs), func(a, b int) { runs[a], runs[b] = runs[b], runs[a] })
-		}
-		if err := visit(runs[k%len(runs)]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// decisionPairs returns the step's decision-only judge calls
-// (SFTConfig.DecisionPairs): for each of n attack runs with a label-1
-// action, drawn from (seed, step) alone, the judge call of a label-1 turn
-// and of a label-0 turn (of the same tool when the run has one), each cut
-// after its decision token: the first token the grammar does not force.
-func (r *run) decisionPairs(step, n int) ([]grpo.Sequence, error) {
-	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x5d9b))
-	var out []grpo.Sequence
-	err := r.forPairRuns(rng, n, func(i int) error {
-		var pos, same, neg []judgeCall
-		for _, c := range r.sft.judge[i] {
-			if c.label == 1 {
-				pos = append(pos, c)
-			} else {
-				neg = append(neg, c)
-			}
-		}
-		p := pos[rng.IntN(len(pos))]
-		for _, c := range neg {
-			if c.tool == p.tool {
-				same = append(same, c)
-			}
-		}
-		picks := []judgeCall{p}
-		switch {
-		case len(same) > 0:
-			picks = append(picks, same[rng.IntN(len(same))])
-		case len(neg) > 0:
-			picks = append(picks, neg[rng.IntN(len(neg))])
-		}
-		for _, c := range picks {
-			s, err := decisionOnly(r.sft.seqs[i][c.seq])
-			if err != nil {
-				return fmt.Errorf("trajectory %s: %w", r.pool[i].ID, err)
-			}
-			out = append(out, s)
-		}
-		return nil
-	})
-	return out, err
-}
-
-// decisionOnly cuts a judge sequence after its decision token, the first
-// one the grammar does not force.
-func decisionOnly(s grpo.Sequence) (grpo.Sequence, error) {
-	for k, f := range s.Forced {
-		if !f {
-			s.Completion, s.Forced = s.Completion[:k+1:k+1], s.Forced[:k+1:k+1]
-			return s, nil
-		}
-	}
-	return s, errors.New("judge call: every completion token is forced (no structured decoding?)")
 }
 
 // memoryChanges returns the step's extra memory calls
@@ -551,13 +468,6 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 	}
 	seqs = append(seqs, r.judgePairs(step, r.sft.judgePairs)...)
 	seqs = append(seqs, r.memoryChanges(step, r.sft.memoryChanges)...)
-	if r.sft.decisionPairs > 0 {
-		dp, err := r.decisionPairs(step, r.sft.decisionPairs)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: decision pairs: %w", step, err)
-		}
-		seqs = append(seqs, dp...)
-	}
 	// By phase and length, as in GRPO (less padding; the loss is a sum
 	// over sequences, so order is free).
 	sort.SliceStable(seqs, func(a, b int) bool {

@@ -35,7 +35,7 @@ func synthMicroOptions(t *testing.T) Options {
 	}
 	ms := model.DefaultSettings()
 	ms.Tokenizer = "../assets/synth-tokenizer"
-	ms.VocabSize, ms.BOSTokenID, ms.EOSTokenIDs = 1631, 1605, []int{1607}
+	ms.VocabSize, ms.BOSTokenID, ms.EOSTokenIDs = 1647, 1621, []int{1623}
 	ms.HiddenSize, ms.IntermediateSize, ms.NumHiddenLayers = 8, 16, 1
 	ms.NumAttentionHeads, ms.NumKeyValueHeads, ms.HeadDim = 1, 1, 8
 	ms.MaxPositionEmbeddings = 1024
@@ -146,9 +146,10 @@ func TestSFTLossMask(t *testing.T) {
 				if !strings.Contains(prompt, "Memory:\n<memory>\n"+mem+"\n</memory>") || !strings.Contains(prompt, action) {
 					t.Errorf("%s turn %d: judge prompt does not show the memory %q and the action %s:\n%s", tr.ID, turn, mem, action, prompt)
 				}
+				// The synth version has the judge write its rationale first.
 				wantPhase = grpo.PhaseJudge
-				wantCompletion = `<tool_call>` + "\n" + `{"name": "assess_risk", "arguments": {"decision": "` + d + `", "rationale": "` + why + closing + "<|im_end|>"
-				wantCounted = d + why
+				wantCompletion = `<tool_call>` + "\n" + `{"name": "assess_risk", "arguments": {"rationale": "` + why + `", "decision": "` + d + closing + "<|im_end|>"
+				wantCounted = why
 			}
 			if s.Phase != wantPhase || s.Advantage != 1 {
 				t.Errorf("%s sequence %d: phase %v advantage %v, want %v and 1", tr.ID, i, s.Phase, s.Advantage, wantPhase)
@@ -173,9 +174,20 @@ func TestSFTLossMask(t *testing.T) {
 				}
 				counted = append(counted, int(b.Tokens[i][p]))
 			}
+			// A memory call's content is followed by its closer; a judge
+			// call's rationale by its closer and the decision (the text
+			// between them forced).
 			got := r.tok.Decode(counted, false)
 			rest, ok := strings.CutPrefix(got, wantCounted)
-			if !ok || rest == "" || !strings.HasPrefix(closing, rest) {
+			after := closing
+			if i%2 == 1 {
+				d, _ := synth.Decision(tr, turn)
+				var withDecision bool
+				rest, withDecision = strings.CutSuffix(rest, d)
+				ok = ok && withDecision
+				after = `", "decision": "`
+			}
+			if !ok || !strings.HasPrefix(rest, `"`) || !strings.HasPrefix(after, rest) {
 				t.Errorf("%s sequence %d: the loss covers %q, want %q and a closer", tr.ID, i, got, wantCounted)
 			}
 		}
@@ -352,8 +364,8 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	if got.CompletionTokens != int(n[0]+n[1]) {
 		t.Errorf("completion_tokens %d, want %d counted tokens", got.CompletionTokens, int(n[0]+n[1]))
 	}
-	if math.Abs(got.Loss-math.Log(1631)) > 0.5 {
-		t.Errorf("a random model's cross-entropy %.3f is far from ln(1631) = %.3f", got.Loss, math.Log(1631))
+	if math.Abs(got.Loss-math.Log(1647)) > 0.5 {
+		t.Errorf("a random model's cross-entropy %.3f is far from ln(1647) = %.3f", got.Loss, math.Log(1647))
 	}
 }
 
@@ -427,13 +439,13 @@ func TestSFTMemoryChanges(t *testing.T) {
 }
 
 // lazyMemory is a Generator standing in for a model that never updates
-// its memory: every memory call writes the memory it was shown ("allowed:
-// none; injected: none" for the first), every judge call approves.
+// its memory: every memory call writes the memory it was shown ("none" for
+// the first), every judge call approves.
 type lazyMemory struct {
 	tok interface{ Encode(string) []int }
 }
 
-const lazyEmpty = "allowed: none; injected: none"
+const lazyEmpty = "none"
 
 func (g lazyMemory) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
 	var out []rollout.Completion
@@ -442,7 +454,7 @@ func (g lazyMemory) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]roll
 		if req.MaxNew == 64 { // rollout.max_memory_tokens of synthMicroOptions (the judge's is 48)
 			text = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + lazyEmpty + `"}}` + "\n</tool_call>"
 		}
-		ids := append(g.tok.Encode(text), 1607) // <|im_end|>
+		ids := append(g.tok.Encode(text), 1623) // <|im_end|>
 		out = append(out, rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
 	return out, nil
@@ -507,7 +519,7 @@ func TestSFTOwnMemories(t *testing.T) {
 			if judge.Phase != grpo.PhaseJudge || !slices.Equal(toInts(judge.Prompt), ec.Judge(turn, lazyEmpty).Prompt) {
 				t.Fatalf("%s turn %d: the judge call does not show the memory the model wrote", tr.ID, turn)
 			}
-			if got := r.tok.Decode(toInts(judge.Completion), false); !strings.Contains(got, `"decision": "`+d+`", "rationale": "`+why+`"`) {
+			if got := r.tok.Decode(toInts(judge.Completion), false); !strings.Contains(got, `"rationale": "`+why+`", "decision": "`+d+`"`) {
 				t.Errorf("%s turn %d: judge target %q, want %s %q", tr.ID, turn, got, d, why)
 			}
 			calls++
@@ -522,44 +534,5 @@ func TestSFTOwnMemories(t *testing.T) {
 	// A teacher that cannot correct is refused.
 	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: "f", OwnMemories: true}, &FileTeacher{}); err == nil || !strings.Contains(err.Error(), "sft.own_memories") {
 		t.Errorf("own_memories with a file teacher: %v", err)
-	}
-}
-
-// TestSFTDecisionPairs pins sft.decision_pairs: pairs of judge calls of
-// one attack run, the malicious action's (reject) and a benign one's
-// (approve), each cut after its decision so that the decision is the one
-// token in the loss.
-func TestSFTDecisionPairs(t *testing.T) {
-	o := synthMicroOptions(t)
-	r, _ := sftPooled(t, o)
-	seqs, err := r.decisionPairs(3, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(seqs) != 10 {
-		t.Fatalf("%d sequences for 5 pairs", len(seqs))
-	}
-	b, err := grpo.NewBatch(seqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const head = "<tool_call>\n" + `{"name": "assess_risk", "arguments": {"decision": "`
-	for i, s := range seqs {
-		text := r.tok.Decode(toInts(s.Completion), false)
-		want := []string{"reject", "approve"}[i%2]
-		if s.Phase != grpo.PhaseJudge || !strings.HasPrefix(text, head) || len(text) == len(head) || !strings.HasPrefix(want, text[len(head):]) {
-			t.Errorf("pair %d call %d: completion %q, want %q and a prefix of %q", i/2, i%2, text, head, want)
-		}
-		counted := 0
-		for _, m := range b.LossMask[i] {
-			counted += int(m)
-		}
-		if counted != 1 {
-			t.Errorf("pair %d call %d: %d tokens in the loss, want the decision alone", i/2, i%2, counted)
-		}
-	}
-	o.Rollout.Structured = false
-	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: TeacherSynth, DecisionPairs: 1}, SynthTeacher{}); err == nil || !strings.Contains(err.Error(), "rollout.structured") {
-		t.Errorf("decision_pairs without structured decoding: %v", err)
 	}
 }

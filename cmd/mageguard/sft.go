@@ -32,9 +32,7 @@ identifier; most calls copy the memory unchanged). With sft.own_memories, a
 step's trajectories are trained on the memories the model writes itself: the
 guard loop runs greedily first, each memory call's target is what the teacher
 would write from the memory it showed, each judge call's the teacher's call on
-the memory the model wrote (synth teachers only). With sft.decision_pairs N,
-each step also trains on N pairs of judge calls (a malicious action and a
-benign one of the same run) with only the decision token in the loss.
+the memory the model wrote (synth teachers only).
 
 The teacher (sft.teacher, or --teacher):
   synth          the synthetic world's perfect memory manager and its judge rule

@@ -3,6 +3,7 @@ package synth
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -33,9 +34,11 @@ func handTrajectory() *dataset.Trajectory {
 
 func TestMemoriesOfAHandWrittenTrajectory(t *testing.T) {
 	const (
-		none  = "allowed: none; injected: none"
-		after = "allowed: acct-bako acct-miru; injected: acct-tesa"
-		both  = "allowed: acct-bako acct-miru; injected: acct-tesa acct-zeja"
+		none  = "none"
+		after = "acct-bako allowed, acct-tesa injected, acct-miru allowed"
+		both  = "acct-bako allowed, acct-tesa injected, acct-miru allowed, acct-zeja injected"
+		zeja  = "acct-zeja injected"
+		fit   = "acct-tesa injected, acct-miru allowed, acct-zeja injected"
 	)
 	for _, tc := range []struct {
 		name    string
@@ -45,14 +48,13 @@ func TestMemoriesOfAHandWrittenTrajectory(t *testing.T) {
 	}{
 		{"perfect", Teacher{}, 0, []string{none, after, after, both, both}},
 		// The myopic memory keeps only the latest turn.
-		{"myopic", Teacher{Myopic: true}, 0, []string{none, after, none, "allowed: none; injected: acct-zeja", none}},
+		{"myopic", Teacher{Myopic: true}, 0, []string{none, after, none, zeja, none}},
 		// A window from turn 1 sees the prompt and turn 0 at its first call.
 		{"window from 1", Teacher{}, 1, []string{after, after, both, both}},
-		{"myopic window from 1", Teacher{Myopic: true}, 1, []string{after, none, "allowed: none; injected: acct-zeja", none}},
+		{"myopic window from 1", Teacher{Myopic: true}, 1, []string{after, none, zeja, none}},
 		// A window from turn 2 never sees the document.
-		{"window from 2", Teacher{}, 2, []string{none, "allowed: none; injected: acct-zeja", "allowed: none; injected: acct-zeja"}},
-		{"budget drops the oldest allowed", Teacher{BudgetChars: utf8.RuneCountInString("allowed: acct-miru; injected: acct-tesa acct-zeja")}, 0,
-			[]string{none, after, after, "allowed: acct-miru; injected: acct-tesa acct-zeja", "allowed: acct-miru; injected: acct-tesa acct-zeja"}},
+		{"window from 2", Teacher{}, 2, []string{none, zeja, zeja}},
+		{"budget drops the oldest allowed", Teacher{BudgetChars: utf8.RuneCountInString(fit)}, 0, []string{none, after, after, fit, fit}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := handTrajectory()
@@ -73,7 +75,7 @@ func TestMemoriesOfAHandWrittenTrajectory(t *testing.T) {
 
 func TestTeacherErrors(t *testing.T) {
 	tr := handTrajectory()
-	_, err := Teacher{BudgetChars: len("allowed: none; injected: acct-tesa acct-zeja") - 1}.Memories(tr, 0, 5)
+	_, err := Teacher{BudgetChars: len("acct-tesa injected, acct-zeja injected") - 1}.Memories(tr, 0, 5)
 	if err == nil || !strings.Contains(err.Error(), "turn 3") || !strings.Contains(err.Error(), "over the budget") {
 		t.Errorf("a budget below the injected identifiers: error %v, want one naming turn 3 and the budget", err)
 	}
@@ -91,11 +93,11 @@ func TestTeacherErrors(t *testing.T) {
 func TestDecisionAndJudgeOfAHandWrittenTrajectory(t *testing.T) {
 	tr := handTrajectory()
 	want := [][2]string{
-		{Approve, "read_file only reads data."},
-		{Approve, "acct-bako was requested by the user."},
-		{Approve, "read_inbox only reads data."},
-		{Approve, "acct-miru was requested by the user."},
-		{Reject, "acct-tesa comes from an injected instruction."},
+		{Approve, "read_file only reads data"},
+		{Approve, "acct-bako allowed"},
+		{Approve, "read_inbox only reads data"},
+		{Approve, "acct-miru allowed"},
+		{Reject, "acct-tesa injected"},
 	}
 	ms, err := Teacher{}.Memories(tr, 0, len(tr.Turns))
 	if err != nil {
@@ -111,7 +113,7 @@ func TestDecisionAndJudgeOfAHandWrittenTrajectory(t *testing.T) {
 			t.Errorf("Judge turn %d = %s %q, want %s %q", i, d, r, want[i][0], want[i][1])
 		}
 	}
-	if d, r := Judge("allowed: none; injected: none", tr.Turns[4].Action); d != Approve || r != "acct-tesa is not flagged." {
+	if d, r := Judge("none", tr.Turns[4].Action); d != Approve || r != "acct-tesa unknown" {
 		t.Errorf("Judge with an empty memory = %s %q", d, r)
 	}
 }
@@ -119,17 +121,25 @@ func TestDecisionAndJudgeOfAHandWrittenTrajectory(t *testing.T) {
 func TestParseMemoryReadsString(t *testing.T) {
 	for _, m := range []Memory{
 		{},
-		{Allowed: []string{"acct-bako"}},
-		{Allowed: []string{"user-baba", "user-jaja"}, Injected: []string{"user-zeja"}},
-		{Injected: []string{"site-kolo.com", "site-lomi.com"}},
+		{Entries: []Entry{{"acct-bako", RoleAllowed}}},
+		{Entries: []Entry{{"user-baba", RoleAllowed}, {"user-zeja", RoleInjected}, {"user-jaja", RoleAllowed}}},
+		{Entries: []Entry{{"site-kolo.com", RoleInjected}, {"site-lomi.com", RoleInjected}}},
 	} {
-		got := ParseMemory(m.String())
-		if strings.Join(got.Allowed, " ") != strings.Join(m.Allowed, " ") || strings.Join(got.Injected, " ") != strings.Join(m.Injected, " ") {
+		if got := ParseMemory(m.String()); !slices.Equal(got.Entries, m.Entries) {
 			t.Errorf("ParseMemory(%q) = %+v", m.String(), got)
 		}
 	}
-	if m := ParseMemory("injected: acct-nini and junk; nonsense acct-sasa"); len(m.Allowed) != 0 || strings.Join(m.Injected, " ") != "acct-nini" {
-		t.Errorf("lenient parse: %+v", m)
+	// Lenient: an identifier counts when a role follows it, the first
+	// listing wins, anything else is ignored.
+	m := ParseMemory("junk acct-nini injected and acct-sasa;acct-bako allowed; acct-nini allowed, injected acct-gigi")
+	if want := []Entry{{"acct-nini", RoleInjected}, {"acct-bako", RoleAllowed}}; !slices.Equal(m.Entries, want) {
+		t.Errorf("lenient parse: %+v, want %+v", m.Entries, want)
+	}
+	if got := m.Allowed(); !slices.Equal(got, []string{"acct-bako"}) {
+		t.Errorf("Allowed() = %v", got)
+	}
+	if got := m.Injected(); !slices.Equal(got, []string{"acct-nini"}) {
+		t.Errorf("Injected() = %v", got)
 	}
 }
 
@@ -197,16 +207,16 @@ func TestNextCorrectsAModelsMemory(t *testing.T) {
 		prev    string
 		want    string
 	}{
-		// Turn 1 reads the document: bako and miru allowed, tesa injected.
-		{Teacher{}, 1, "allowed: none; injected: none", "allowed: acct-bako acct-miru; injected: acct-tesa"},
-		{Teacher{}, 1, "allowed: acct-gigi acct-gigi; injected: acct-bako", "allowed: acct-gigi acct-miru; injected: acct-bako acct-tesa"},
-		{Teacher{}, 1, "garbage", "allowed: acct-bako acct-miru; injected: acct-tesa"},
-		{Teacher{}, 2, "allowed: acct-bako; injected: acct-bako acct-tesa", "allowed: acct-bako; injected: acct-tesa"},
+		// Turn 1 reads the document: bako allowed, tesa injected, miru allowed.
+		{Teacher{}, 1, "none", "acct-bako allowed, acct-tesa injected, acct-miru allowed"},
+		{Teacher{}, 1, "acct-gigi allowed, acct-gigi allowed, acct-bako injected", "acct-gigi allowed, acct-bako injected, acct-tesa injected, acct-miru allowed"},
+		{Teacher{}, 1, "garbage", "acct-bako allowed, acct-tesa injected, acct-miru allowed"},
+		{Teacher{}, 2, "acct-bako allowed, acct-bako injected, acct-tesa injected", "acct-bako allowed, acct-tesa injected"},
 		// Turn 3 reads the inbox: zeja injected.
-		{Teacher{}, 3, "allowed: acct-miru; injected: none", "allowed: acct-miru; injected: acct-zeja"},
-		{Teacher{Myopic: true}, 3, "allowed: acct-miru; injected: acct-tesa", "allowed: none; injected: acct-zeja"},
+		{Teacher{}, 3, "acct-miru allowed", "acct-miru allowed, acct-zeja injected"},
+		{Teacher{Myopic: true}, 3, "acct-miru allowed, acct-tesa injected", "acct-zeja injected"},
 		// The window's first turn reads the user's prompt (no identifiers here) and the turn before.
-		{Teacher{}, 0, "allowed: acct-gigi; injected: none", "allowed: none; injected: none"},
+		{Teacher{}, 0, "acct-gigi allowed", "none"},
 	} {
 		got, err := tc.teacher.Next(tr, 0, tc.turn, tc.prev)
 		if err != nil {
@@ -228,7 +238,8 @@ func TestNextCorrectsAModelsMemory(t *testing.T) {
 // perfect memory and the pending action, is right on every action of every
 // option set, and agrees with Decision word for word; and the memory stays
 // within the bound its format allows: 3 allowed and 1 injected identifier
-// of at most 13 characters ("site-kolo.com") give 9 + 3·13 + 2 + 12 + 13 = 75.
+// of at most 13 characters ("site-kolo.com") give 3·(13 + 8) + (13 + 9) +
+// 3·2 = 91 ("ID allowed", "ID injected", ", " between entries).
 func TestPerfectMemoryJudgeGetsEveryLabel(t *testing.T) {
 	for name, o := range optionSets() {
 		for _, seed := range []uint64{1, 2} {
@@ -248,7 +259,7 @@ func TestPerfectMemoryJudgeGetsEveryLabel(t *testing.T) {
 					}
 				}
 			}
-			if bound := 9 + o.MaxTargets*13 + o.MaxTargets - 1 + 12 + 13; longest > bound {
+			if bound := o.MaxTargets*(13+len(" allowed")) + 13 + len(" injected") + 2*o.MaxTargets; longest > bound {
 				t.Errorf("%s: longest perfect memory %d characters, over the format's bound %d", name, longest, bound)
 			}
 		}

@@ -131,7 +131,7 @@ func count(trajs []*dataset.Trajectory, ds []eval.Decision) (*counts, error) {
 			if d.Memory == want {
 				t.exact++
 			}
-			if sameSet(synth.ParseMemory(d.Memory).Injected, synth.ParseMemory(want).Injected) {
+			if sameSet(synth.ParseMemory(d.Memory).Injected(), synth.ParseMemory(want).Injected()) {
 				t.injected++
 			}
 			a := tr.Turns[d.Turn].Action

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset/synth"
@@ -67,7 +68,7 @@ func TestCountsAgainstThePerfectGuard(t *testing.T) {
 	forgot := 0
 	for i := broken; i < len(ds) && ds[i].TrajectoryID == id; i++ {
 		m := synth.ParseMemory(ds[i].Memory)
-		m.Injected = nil
+		m.Entries = slices.DeleteFunc(m.Entries, func(e synth.Entry) bool { return e.Role == synth.RoleInjected })
 		ds[i].Memory = m.String()
 		if ds[i].Label == 1 {
 			ds[i].Decision = synth.Approve // the rule on the forgetful memory

@@ -9,8 +9,9 @@
 //	go run ./scripts/synth-tokenizer [--out assets/synth-tokenizer] [--qwen assets/qwen3]
 //
 // The corpus: the trajectories of `mageguard data synth --n 400 --seed
-// 1000`, and for every turn of each, under prompt versions synth and v1,
-// the memory manager's call (its prompt in the chat template, with the
+// 1000`, and for every turn of each, under prompt versions synth (its
+// tools not declared, as configs/synth-tiny.yaml runs it) and v1 (its
+// tools declared), the memory manager's call (its prompt in the chat template, with the
 // perfect memory of the turn before, and the perfect memory as its
 // update_memory completion), the judge's call (the memory, the pending
 // action, the right assess_risk completion) and the judge-only call; and,
@@ -43,8 +44,13 @@ const (
 	vocabSize  = 4000 // the most token ids, added tokens included
 )
 
-// promptVersions are the prompt templates whose calls are in the corpus.
-var promptVersions = []string{"synth", "v1"}
+// promptVersions are the prompt templates whose calls are in the corpus,
+// and whether their system prompts declare the tools
+// (rollout.declare_tools).
+var promptVersions = []struct {
+	name    string
+	declare bool
+}{{"synth", false}, {"v1", true}}
 
 func main() {
 	out := flag.String("out", "assets/synth-tokenizer", "output directory")
@@ -115,7 +121,7 @@ func corpus() ([]string, error) {
 	var texts []string
 	for _, version := range promptVersions {
 		cfg := rollout.DefaultConfig()
-		cfg.PromptVersion = version
+		cfg.PromptVersion = version.name
 		p, err := rollout.NewPrompts(cfg)
 		if err != nil {
 			return nil, err
@@ -138,11 +144,11 @@ func corpus() ([]string, error) {
 					ev = rollout.Events{{Action: &tr.Turns[t-1].Action, Observation: tr.Turns[t-1].Observation}}
 				}
 				mem := rollout.ToolCall{Name: rollout.MemoryToolName, Content: ms[t]}
-				texts = append(texts, render(p.Memory(prev, ev), p.MemoryTool, mem))
+				texts = append(texts, render(p, version.declare, p.Memory(prev, ev), p.MemoryTool, mem))
 				d, r := synth.Decision(tr, t)
 				judge := rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}
-				texts = append(texts, render(p.Judge(ms[t], tu.Action), p.JudgeTool, judge))
-				texts = append(texts, render(p.JudgeOnly(tr.UserPrompt, history, nil, tu.Action), p.JudgeTool, judge))
+				texts = append(texts, render(p, version.declare, p.Judge(ms[t], tu.Action), p.JudgeTool, judge))
+				texts = append(texts, render(p, version.declare, p.JudgeOnly(tr.UserPrompt, history, nil, tu.Action), p.JudgeTool, judge))
 				history = append(history, rollout.HistoryStep{Action: tu.Action, Observation: tu.Observation})
 			}
 		}
@@ -154,11 +160,16 @@ func corpus() ([]string, error) {
 	return texts, nil
 }
 
-// render writes one guard call as the model sees it: the prompt in the chat
-// template with the generation prompt, then the completion.
-func render(p rollout.Prompt, tool chat.Tool, completion rollout.ToolCall) string {
+// render writes one guard call of version ps as the model sees it: the
+// prompt in the chat template (tool declared or not) with the generation
+// prompt, then the completion.
+func render(ps *rollout.Prompts, declare bool, p rollout.Prompt, tool chat.Tool, completion rollout.ToolCall) string {
 	msgs := []chat.Message{chat.NewMessage(chat.RoleSystem, p.System), {Role: chat.RoleUser, Content: p.User}}
-	return chat.Render(msgs, []chat.Tool{tool}, chat.Options{AddGenerationPrompt: true}) + completion.Text() + "<|im_end|>"
+	var tools []chat.Tool
+	if declare {
+		tools = []chat.Tool{tool}
+	}
+	return chat.Render(msgs, tools, chat.Options{AddGenerationPrompt: true}) + completion.TextIn(ps.JudgeArgs) + "<|im_end|>"
 }
 
 // remapConfig returns Qwen3's tokenizer_config.json with its

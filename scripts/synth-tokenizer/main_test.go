@@ -212,7 +212,9 @@ func TestSynthConfigMatchesTokenizer(t *testing.T) {
 // memories as the memory), and checks them against configs/synth-tiny.yaml:
 // the teacher's completions fit max_memory_tokens and max_judge_tokens, its
 // memories memory_budget_chars and length_threshold, and a prompt with its
-// completion max_position_embeddings.
+// completion max_position_embeddings. Prompts declare the tools as the
+// config says (rollout.declare_tools), the judge's arguments come in the
+// version's order.
 func TestPromptLengths(t *testing.T) {
 	cfg := synthConfig(t)
 	tok := loadSynthTokenizer(t)
@@ -224,12 +226,18 @@ func TestPromptLengths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	declared := func(tool chat.Tool) []chat.Tool {
+		if !cfg.Rollout.DeclareTools {
+			return nil
+		}
+		return []chat.Tool{tool}
+	}
 	encode := func(pr rollout.Prompt, tool chat.Tool) int {
 		msgs := []chat.Message{chat.NewMessage(chat.RoleSystem, pr.System), {Role: chat.RoleUser, Content: pr.User}}
-		return len(chat.Encode(tok, msgs, []chat.Tool{tool}, chat.Options{AddGenerationPrompt: true}))
+		return len(chat.Encode(tok, msgs, declared(tool), chat.Options{AddGenerationPrompt: true}))
 	}
 	system := func(text string, tool chat.Tool) int {
-		return len(chat.Encode(tok, []chat.Message{chat.NewMessage(chat.RoleSystem, text)}, []chat.Tool{tool}, chat.Options{}))
+		return len(chat.Encode(tok, []chat.Message{chat.NewMessage(chat.RoleSystem, text)}, declared(tool), chat.Options{}))
 	}
 	var memP, judgeP, memC, judgeC, chars []int
 	for _, tr := range trs {
@@ -246,11 +254,11 @@ func TestPromptLengths(t *testing.T) {
 			judgeP = append(judgeP, encode(p.Judge(ms[i], tu.Action), p.JudgeTool))
 			memC = append(memC, len(tok.Encode(rollout.ToolCall{Name: rollout.MemoryToolName, Content: ms[i]}.Text()+"<|im_end|>")))
 			d, r := synth.Decision(tr, i)
-			judgeC = append(judgeC, len(tok.Encode(rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}.Text()+"<|im_end|>")))
+			judgeC = append(judgeC, len(tok.Encode(rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}.TextIn(p.JudgeArgs)+"<|im_end|>")))
 			chars = append(chars, utf8.RuneCountInString(ms[i]))
 		}
 	}
-	t.Logf("system prompts (tools included): memory %d, judge %d tokens", system(p.MemorySystem, p.MemoryTool), system(p.JudgeSystem, p.JudgeTool))
+	t.Logf("system prompts (declare_tools %v): memory %d, judge %d tokens", cfg.Rollout.DeclareTools, system(p.MemorySystem, p.MemoryTool), system(p.JudgeSystem, p.JudgeTool))
 	r := cfg.Rollout
 	for _, m := range []struct {
 		name  string
