@@ -6,9 +6,10 @@ package model
 // at each row's last prompt position and the KV cache [B, S, nkv, D] per
 // layer, capacity S) and extend (tokens [B, T] at given positions on top of
 // the cache → log-probs and the updated cache; decoding runs it with one
-// token per row). Shapes are bucketed — B and Lp and S to powers of two — so
-// one decoding graph serves every position of every generation with the
-// same (B, S), and an Exec never recompiles per length. Every row keeps its own
+// token per row). Shapes are bucketed — Lp to powers of two, B and S as
+// GenerationShape rounds them — so one decoding graph serves every position
+// of every generation with the same (B, S), and an Exec never recompiles per
+// length. Every row keeps its own
 // position: row b writes its t-th new token at slot len_b + t, and attends
 // to slots ≤ that position, so rows of different lengths share the batch
 // without left-padding and a padded batch equals its rows run alone.
@@ -421,7 +422,7 @@ func (m *Model) prefillRows(prompts [][]int, B, S int, temp float32) ([]*tensors
 	for _, p := range prompts {
 		maxLen = max(maxLen, len(p))
 	}
-	Lp := bucket(maxLen, minPromptBucket)
+	Lp := min(bucket(maxLen, minPromptBucket), S) // S ≥ maxLen: it holds the new tokens too
 	tokens := make([][]int32, B)
 	mask := make([][]bool, B)
 	last := make([]int32, B)

@@ -35,11 +35,13 @@ func TestParameterGroupsAddUp(t *testing.T) {
 }
 
 // GenerationShape and PrefillTokens round as generateBatch and the
-// prefills do: rows and capacities to powers of two (capacity ≥ 32,
-// prefill ≥ 16).
+// prefills do: rows to powers of two up to 8 then to multiples of 8,
+// capacities to powers of two up to 64 (at least 32) then to multiples of 64,
+// prefills to powers of two (at least 16).
 func TestGenerationShapes(t *testing.T) {
 	for _, tc := range []struct{ rows, longest, maxNew, wantB, wantS int }{
-		{1, 10, 5, 1, 32}, {5, 100, 20, 8, 128}, {64, 2075, 256, 64, 4096}, {65, 1, 1, 128, 32},
+		{1, 10, 5, 1, 32}, {3, 40, 10, 4, 64}, {5, 100, 20, 8, 128}, {8, 100, 29, 8, 192},
+		{9, 223, 64, 16, 320}, {20, 140, 48, 24, 192}, {64, 2075, 256, 64, 2368}, {65, 1, 1, 72, 32},
 	} {
 		if B, S := GenerationShape(tc.rows, tc.longest, tc.maxNew); B != tc.wantB || S != tc.wantS {
 			t.Errorf("GenerationShape(%d, %d, %d) = %d, %d, want %d, %d", tc.rows, tc.longest, tc.maxNew, B, S, tc.wantB, tc.wantS)

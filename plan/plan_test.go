@@ -108,9 +108,11 @@ func TestUpdateGroups(t *testing.T) {
 	}
 }
 
-// The padding of the trainer and the generator: rows to powers of two
-// (micro-batch rows at most micro_batch_size), lengths to buckets, a
-// prefix shared only from 16 tokens on and by 2 rows or more.
+// The padding of the trainer and the generator: trainer rows to powers of
+// two (micro-batch rows at most micro_batch_size), generator rows and
+// capacities as model.GenerationShape rounds them (48 rows stay 48; 2,075 +
+// 256 slots → 2,368, a multiple of 64), lengths to buckets, a prefix shared
+// only from 16 tokens on and by 2 rows or more.
 func TestShapesArePaddedAsTheGraphsAre(t *testing.T) {
 	in := base()
 	in.MicroBatchSize, in.SharedPrefix = 8, true
@@ -121,7 +123,7 @@ func TestShapesArePaddedAsTheGraphsAre(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Shapes{TrainRows: 8, TrainPrefix: 512, TrainTokens: 2048, TrainTargets: 256,
-		RolloutRows: 64, RolloutCapacity: 4096, RolloutPrefill: 2048}
+		RolloutRows: 48, RolloutCapacity: 2368, RolloutPrefill: 2048}
 	if p.Shapes != want {
 		t.Errorf("shapes %+v, want %+v", p.Shapes, want)
 	}

@@ -2,6 +2,8 @@ package rollout
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/model"
@@ -12,6 +14,8 @@ import (
 // decoding through the model's per-step constraint hook.
 type ModelGenerator struct {
 	Model *model.Model
+
+	stepByStep bool // tests: decode the leading forced tokens one step each, as the grammar alone would
 
 	bans map[*Grammar][]int // a grammar's banned ids plus the model's ids beyond the tokenizer's vocabulary
 }
@@ -35,7 +39,12 @@ func (mg *ModelGenerator) banned(g *Grammar) []int {
 }
 
 // Generate implements Generator. Requests are grouped by MaxNew and Stops;
-// each group is one call of model.Generate.
+// each group is one call of model.Generate. The tokens a grammar forces
+// before its first choice (a call's opening text, the same for every row
+// of a role) are prefilled with the prompt rather than decoded one step
+// each: they carry no choice, so their log-probs are reported as 0 (log 1)
+// and their watched log-probs as −Inf (not computed); the tokens after them
+// are what decoding them one by one would give.
 func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, error) {
 	out := make([]Completion, len(reqs))
 	type key struct {
@@ -58,10 +67,26 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 		forced := make([][]bool, len(idx))
 		var watch []int       // the union of the group's watched ids
 		slot := map[int]int{} // watched id → its index in watch
+		// The leading forced tokens every row of the group has (p of them).
+		lead := make([][]int, len(idx))
+		p := maxNew - 1 // at least one token is decoded
+		if mg.stepByStep {
+			p = 0
+		}
+		for k, i := range idx {
+			if reqs[i].Grammar != nil {
+				lead[k] = reqs[i].Grammar.NewDecoder(maxNew).leading()
+			}
+			p = min(p, len(lead[k]))
+		}
 		for k, i := range idx {
 			prompts[k] = reqs[i].Prompt
 			if reqs[i].Grammar != nil {
 				decoders[k] = reqs[i].Grammar.NewDecoder(maxNew)
+				for _, id := range lead[k][:p] {
+					_ = decoders[k].Advance(id) // the tokens leading() accepted
+				}
+				prompts[k] = append(slices.Clip(prompts[k]), lead[k][:p]...)
 			}
 			for _, id := range reqs[i].Watch {
 				if _, ok := slot[id]; !ok {
@@ -71,7 +96,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			}
 		}
 		opts := model.GenerateOptions{
-			MaxNewTokens: maxNew,
+			MaxNewTokens: maxNew - p,
 			Temperature:  s.Temperature,
 			TopK:         s.TopK,
 			TopP:         s.TopP,
@@ -126,16 +151,26 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			if len(f) != len(g.Tokens) {
 				return nil, fmt.Errorf("structured decoding: %d constraints for %d tokens", len(f), len(g.Tokens))
 			}
-			out[i] = Completion{Tokens: g.Tokens, LogProbs: g.LogProbs, Forced: f}
+			pre := lead[k][:min(p, len(lead[k]))]
+			c := Completion{
+				Tokens:   append(slices.Clone(pre), g.Tokens...),
+				LogProbs: append(make([]float32, len(pre)), g.LogProbs...),
+				Forced:   append(slices.Repeat([]bool{true}, len(pre)), f...),
+			}
 			if w := reqs[i].Watch; len(w) > 0 {
-				out[i].Watch = make([][]float32, len(g.Watch))
-				for s, all := range g.Watch {
-					out[i].Watch[s] = make([]float32, len(w))
+				c.Watch = make([][]float32, len(pre), len(pre)+len(g.Watch))
+				for s := range pre {
+					c.Watch[s] = slices.Repeat([]float32{float32(math.Inf(-1))}, len(w))
+				}
+				for _, all := range g.Watch {
+					row := make([]float32, len(w))
 					for j, id := range w {
-						out[i].Watch[s][j] = all[slot[id]]
+						row[j] = all[slot[id]]
 					}
+					c.Watch = append(c.Watch, row)
 				}
 			}
+			out[i] = c
 		}
 	}
 	return out, nil

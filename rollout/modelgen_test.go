@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -75,6 +77,76 @@ func TestModelGeneratorStructured(t *testing.T) {
 			for _, lp := range c.LogProbs {
 				if lp > 0 {
 					t.Fatalf("log-prob %v > 0", lp)
+				}
+			}
+		}
+	}
+}
+
+// TestPrefilledOpeningEqualsDecodingIt: prefilling the tokens a grammar
+// forces before its first choice gives the completions, forced flags and
+// log-probs of the choices that decoding them one step each gives; the
+// prefilled tokens report log-prob 0 and, when watched, −Inf.
+func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a model")
+	}
+	tok := qwenTokenizer(t)
+	m := tinyModel(t)
+	cfg := DefaultConfig()
+	cfg.Structured = true
+	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
+	g, err := NewGuard(cfg, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := g.EpisodeCalls(&Episode{Traj: bankTrajectory(), Start: 0, End: 2}, nil)
+	var reqs []Request
+	for turn := range 2 {
+		reqs = append(reqs, g.request(ec.Memory(turn, "m"), MemoryRole), g.request(ec.Judge(turn, "m"), JudgeRole))
+	}
+	for _, s := range []Sampling{{Greedy: true, Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1, Seed: 5}} {
+		fast, err := (&ModelGenerator{Model: m}).Generate(reqs, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow, err := (&ModelGenerator{Model: m, stepByStep: true}).Generate(reqs, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			f, w := fast[i], slow[i]
+			if !slices.Equal(f.Tokens, w.Tokens) || !slices.Equal(f.Forced, w.Forced) {
+				t.Fatalf("request %d (%+v): prefilled %v, decoded %v", i, s, f.Tokens, w.Tokens)
+			}
+			lead := 0
+			for lead < len(w.Forced) && w.Forced[lead] {
+				lead++
+			}
+			if lead == 0 || lead == len(w.Tokens) {
+				t.Fatalf("request %d: %d leading forced tokens of %d", i, lead, len(w.Tokens))
+			}
+			for k := range f.Tokens {
+				want := float64(w.LogProbs[k])
+				if k < lead {
+					want = 0
+				}
+				if math.Abs(float64(f.LogProbs[k])-want) > 1e-4 {
+					t.Errorf("request %d token %d: log-prob %g, want %g", i, k, f.LogProbs[k], want)
+				}
+			}
+			if len(reqs[i].Watch) == 0 {
+				continue
+			}
+			if len(f.Watch) != len(f.Tokens) {
+				t.Fatalf("request %d: %d watched steps for %d tokens", i, len(f.Watch), len(f.Tokens))
+			}
+			for k := range f.Watch {
+				for j := range f.Watch[k] {
+					got, want := float64(f.Watch[k][j]), float64(w.Watch[k][j])
+					if k < lead && !math.IsInf(got, -1) || k >= lead && math.Abs(got-want) > 1e-4 {
+						t.Errorf("request %d token %d: watched log-prob %g, decoded %g", i, k, got, want)
+					}
 				}
 			}
 		}

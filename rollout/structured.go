@@ -187,6 +187,20 @@ func (g *Grammar) NewDecoder(budget int) *Decoder {
 	return &Decoder{g: g, budget: budget}
 }
 
+// leading returns the tokens the grammar forces before its first choice (the
+// call's opening text), advancing d past them. The stop token is never one
+// of them.
+func (d *Decoder) leading() []int {
+	var ids []int
+	for {
+		c := d.Next()
+		if c.Force < 0 || c.Force == d.g.stop || d.Advance(c.Force) != nil {
+			return ids
+		}
+		ids = append(ids, c.Force)
+	}
+}
+
 // MinBudget is the fewest new tokens a completion under g can have.
 func (g *Grammar) MinBudget() int {
 	d := &Decoder{g: g}
