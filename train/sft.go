@@ -31,11 +31,14 @@ type SFTConfig struct {
 	Teacher string `yaml:"teacher"`
 	// JudgePairs adds to every step, besides the calls of its
 	// trajectories, the judge calls of that many pairs of turns: the
-	// label-1 turn and a label-0 turn (both drawn at random) of an attack
-	// run with a label-1 action (a fresh draw each step, the runs distinct
-	// while the pool lasts). Label-1 actions are rare (7.5% of synth's), so
-	// without pairs a step of a few trajectories shows the judge about one
-	// action to reject; 0 = none.
+	// label-1 turn and a label-0 turn of an attack run with a label-1
+	// action (a fresh draw each step, the runs distinct while the pool
+	// lasts). The label-0 turn is drawn among those after the label-1 turn
+	// when there are any: their memory holds the injection too, so the
+	// pair differs only in whether the action is its target — the judge's
+	// hard case, where "an injection was seen" is not enough. Label-1
+	// actions are rare (7.5% of synth's), so without pairs a step of a few
+	// trajectories shows the judge about one action to reject; 0 = none.
 	JudgePairs int `yaml:"judge_pairs"`
 	// MemoryChanges adds to every step that many memory calls (a fresh
 	// draw each step, distinct while the pool lasts) among those whose
@@ -312,7 +315,8 @@ func (r *run) window(tr *dataset.Trajectory) (start, end int) {
 // for each of n attack runs with a label-1 action in their window, drawn
 // from (seed, step) alone (shuffled, every run once before any repeats),
 // the judge call of one label-1 turn and of one label-0 turn, both drawn
-// at random.
+// at random, the label-0 one among the turns after the label-1 one when
+// there are any.
 func (r *run) judgePairs(step, n int) []grpo.Sequence {
 	var runs []int
 	for i, calls := range r.sft.judge {
@@ -330,15 +334,22 @@ func (r *run) judgePairs(step, n int) []grpo.Sequence {
 			rng.Shuffle(len(runs), func(a, b int) { runs[a], runs[b] = runs[b], runs[a] })
 		}
 		i := runs[k%len(runs)]
-		var pos, neg []int
+		var pos, neg, after []int
 		for _, c := range r.sft.judge[i] {
-			if c.label == 1 {
+			switch {
+			case c.label == 1:
 				pos = append(pos, c.seq)
-			} else {
+			case len(pos) > 0:
+				after = append(after, c.seq)
+			default:
 				neg = append(neg, c.seq)
 			}
 		}
-		out = append(out, r.sft.seqs[i][pos[rng.IntN(len(pos))]])
+		p := pos[rng.IntN(len(pos))]
+		out = append(out, r.sft.seqs[i][p])
+		if len(after) > 0 {
+			neg = after
+		}
 		if len(neg) > 0 {
 			out = append(out, r.sft.seqs[i][neg[rng.IntN(len(neg))]])
 		}

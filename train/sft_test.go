@@ -438,6 +438,60 @@ func TestSFTMemoryChanges(t *testing.T) {
 	}
 }
 
+// TestSFTJudgePairs pins sft.judge_pairs' draw: pairs of judge calls of
+// one attack run, its label-1 turn's then a label-0 turn's, that one after
+// the label-1 turn whenever the run has such a turn; every run with a
+// label-1 turn once before any repeats; the same draw for the same step.
+func TestSFTJudgePairs(t *testing.T) {
+	o := synthMicroOptions(t)
+	r, trajs := sftPooled(t, o)
+	type call struct{ traj, turn int }
+	where := map[*int32]call{} // a judge sequence, by its prompt's identity
+	runs := 0
+	for i, calls := range r.sft.judge {
+		for turn, c := range calls {
+			where[&r.sft.seqs[i][c.seq].Prompt[0]] = call{i, turn}
+		}
+		if slices.ContainsFunc(calls, func(c judgeCall) bool { return c.label == 1 }) {
+			runs++
+		}
+	}
+	if runs < 2 {
+		t.Fatalf("%d attack runs with a label-1 turn in the pool", runs)
+	}
+	for _, n := range []int{1, runs, runs + 1} {
+		got := r.judgePairs(5, n)
+		if len(got) != 2*n {
+			t.Fatalf("n=%d: %d calls", n, len(got))
+		}
+		seen := map[int]bool{}
+		for k := 0; k < len(got); k += 2 {
+			pos, okP := where[&got[k].Prompt[0]]
+			neg, okN := where[&got[k+1].Prompt[0]]
+			if !okP || !okN || got[k].Phase != grpo.PhaseJudge || got[k+1].Phase != grpo.PhaseJudge {
+				t.Fatalf("n=%d pair %d: not judge calls of the pool", n, k/2)
+			}
+			tr := trajs[pos.traj]
+			if pos.traj != neg.traj || tr.Turns[pos.turn].Label != 1 || tr.Turns[neg.turn].Label != 0 {
+				t.Fatalf("n=%d pair %d: turns %v and %v, want a label-1 and a label-0 turn of one run", n, k/2, pos, neg)
+			}
+			if neg.turn < pos.turn && pos.turn < len(tr.Turns)-1 {
+				t.Errorf("%s: label-0 turn %d drawn before the label-1 turn %d, though turns follow it", tr.ID, neg.turn, pos.turn)
+			}
+			if k/2 < runs && seen[pos.traj] {
+				t.Errorf("n=%d: run %s drawn twice among the first %d", n, tr.ID, runs)
+			}
+			seen[pos.traj] = true
+		}
+		again := r.judgePairs(5, n)
+		for k := range got {
+			if &got[k].Prompt[0] != &again[k].Prompt[0] {
+				t.Fatalf("n=%d: step 5 drew differently twice", n)
+			}
+		}
+	}
+}
+
 // lazyMemory is a Generator standing in for a model that never updates
 // its memory: every memory call writes the memory it was shown ("none" for
 // the first), every judge call approves.
