@@ -1,7 +1,7 @@
 package train
 
 // Copy pretraining: a synthetic language-modelling task that teaches a
-// random model to copy what it has read.
+// random model to copy what it has read, by what it is.
 
 import (
 	"context"
@@ -18,46 +18,62 @@ import (
 	"github.com/mageguard/mageguard/model"
 )
 
-// CopyConfig is the copying task of `mageguard model pretrain`.
+// CopyConfig is the synthetic task of `mageguard model pretrain`.
 type CopyConfig struct {
-	Task   string // TaskCopy (the default; "" too) or TaskLookup
-	Steps  int    // optimizer steps
-	Batch  int    // sequences a step
-	Length int    // random tokens a sequence, written twice
-	Seed   uint64 // the token draws
+	Task       string // TaskCopy (the default; "" too) or TaskRecall
+	Steps      int    // optimizer steps
+	FixedSteps int    // TaskCopy: the first steps copy Length tokens, the later ones 2…Length
+	Batch      int    // sequences a step
+	Length     int    // TaskCopy: the most random tokens a sequence (written twice); TaskRecall: the most pairs
+	Seed       uint64 // the token draws
 }
 
 // The tasks of `mageguard model pretrain --task`.
 const (
-	// TaskCopy: Length random tokens written twice, the loss on the second
-	// copy — the memory manager's skill of writing down a name it read.
+	// TaskCopy: random tokens written twice, the loss on the second copy —
+	// the memory manager's skill of writing down what it read, and the
+	// judge's of finding what follows an earlier occurrence of a token.
+	// It is a curriculum: for FixedSteps steps every sequence has Length
+	// tokens, so the token to predict is always Length back, which a
+	// random model learns within ~150 steps (one head that looks back a
+	// fixed distance, and the copy of what it sees); then each sequence
+	// has 2…Length tokens, so only the token's own earlier occurrence
+	// tells where to look — content-based induction, which then forms
+	// within ~150 more steps. A random model trained on variable lengths
+	// alone, or on associative recall alone, had not learned it after
+	// 500 and 3,000 steps (docs/learning.md).
 	TaskCopy = "copy"
-	// TaskLookup: two short lists of distinct random tokens, each after its
-	// own marker token; then Length random tokens among which a query
-	// token, from one of the lists, follows a third marker; then an ask
-	// token, and the loss on one token: the marker of the list the query is
-	// in — the judge's skill of finding the pending action's target in the
-	// memory and seeing which list holds it (a two-hop lookup).
-	TaskLookup = "lookup"
+	// TaskRecall: associative recall, the check that a model has
+	// content-based induction. 2…Length pairs of a key and a value
+	// (distinct random keys, random values), then every key again in a
+	// random order, each followed by its value; the loss is on those values
+	// alone: the token after the current token's earlier occurrence, at an
+	// offset that varies. The judge's lookup is this: after it writes the
+	// pending action's target, the role that follows the target in the
+	// memory.
+	TaskRecall = "recall"
 )
 
-// DefaultCopyConfig returns the defaults: 300 steps of 32 sequences of 20
-// tokens (configs/synth-learn.yaml's model copies after ~150: docs/learning.md).
+// DefaultCopyConfig returns the defaults: 500 steps of 32 sequences of up to
+// 20 tokens, the first 200 of 20 (configs/synth-learn.yaml's model copies
+// content-based after ~350: docs/learning.md).
 func DefaultCopyConfig() CopyConfig {
-	return CopyConfig{Task: TaskCopy, Steps: 300, Batch: 32, Length: 20, Seed: 1}
+	return CopyConfig{Task: TaskCopy, Steps: 500, FixedSteps: 200, Batch: 32, Length: 20, Seed: 1}
 }
 
 // Validate checks the values; errors name the flag.
 func (c CopyConfig) Validate() error {
 	switch {
-	case c.Task != "" && c.Task != TaskCopy && c.Task != TaskLookup:
-		return fmt.Errorf("--task must be %s or %s, got %q", TaskCopy, TaskLookup, c.Task)
+	case c.Task != "" && c.Task != TaskCopy && c.Task != TaskRecall:
+		return fmt.Errorf("--task must be %s or %s, got %q", TaskCopy, TaskRecall, c.Task)
 	case c.Steps < 1:
 		return fmt.Errorf("--steps must be >= 1, got %d", c.Steps)
+	case c.FixedSteps < 0:
+		return fmt.Errorf("--fixed-steps must be >= 0, got %d", c.FixedSteps)
 	case c.Batch < 1:
 		return fmt.Errorf("--batch must be >= 1, got %d", c.Batch)
-	case c.Length < 1:
-		return fmt.Errorf("--length must be >= 1, got %d", c.Length)
+	case c.Length < 2:
+		return fmt.Errorf("--length must be >= 2, got %d", c.Length)
 	}
 	return nil
 }
@@ -65,20 +81,22 @@ func (c CopyConfig) Validate() error {
 // CopyStep is one step's line of the copy task's log.
 type CopyStep struct {
 	Step     int
-	Loss     float64 // cross-entropy of the second copy's tokens (nats per token): 0 copies perfectly, ln(#ids) knows nothing
+	Loss     float64 // cross-entropy of the tokens in the loss (the second copy; recall's values), nats per token: 0 always right, ln(#ids) knows nothing
 	GradNorm float64
 	Seconds  float64
 }
 
 // PretrainCopy trains the model of o.Model (a random one, or model.path)
-// on the copying task and saves it to out as a checkpoint with the
-// tokenizer's files. Each sequence is the tokenizer's <|endoftext|> (or id
-// 0), then Length tokens drawn uniformly from the ids that are not added
-// tokens, then the same tokens again; only the second copy is in the loss,
-// so its cross-entropy says how well the model copies. This is the ability
-// that a pretrained LLM brings to the memory manager's job — write down a
-// name it has read — and that a random tiny model learns only slowly from
-// the guard's completions (docs/learning.md). The optimizer is grpo's AdamW
+// on the task of c and saves it to out as a checkpoint with the tokenizer's
+// files. Each copying sequence is the tokenizer's <|endoftext|> (or id 0),
+// then Length tokens (2…Length after FixedSteps steps) drawn uniformly from
+// the ids that are not added tokens, then the same tokens again; only the
+// second copy is in the loss, so its cross-entropy says how well the model
+// copies (TaskRecall: see there). This is the ability that a pretrained LLM
+// brings to the guard — write down a name it has read, find what followed
+// an earlier occurrence of a name — and that a random tiny model does not
+// learn from the guard's completions in hundreds of steps
+// (docs/learning.md). The optimizer is grpo's AdamW
 // with o.GRPO's learning rate, warm-up, clipping and micro-batches (a
 // constant schedule after warm-up), token-mean loss. onStep, when set, gets
 // every step. Cancelling ctx stops it without writing out.
@@ -119,9 +137,14 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 			return fmt.Errorf("stopped at step %d of %d, nothing written: %w", step-1, c.Steps, err)
 		}
 		t0 := time.Now()
-		seqs := copySequences(rng, pool, start, c.Batch, c.Length)
-		if c.Task == TaskLookup {
-			seqs = lookupSequences(rng, pool, start, c.Batch, c.Length)
+		var seqs []grpo.Sequence
+		switch {
+		case c.Task == TaskRecall:
+			seqs = recallSequences(rng, pool, start, c.Batch, c.Length)
+		case step <= c.FixedSteps:
+			seqs = copySequences(rng, pool, start, c.Batch, c.Length, c.Length)
+		default:
+			seqs = copySequences(rng, pool, start, c.Batch, 2, c.Length)
 		}
 		b, err := grpo.NewBatch(seqs)
 		if err != nil {
@@ -143,11 +166,11 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 }
 
 // copySequences draws n sequences of the copying task: prompt start and
-// length tokens from pool, completion the same tokens.
-func copySequences(rng *rand.Rand, pool []int32, start int32, n, length int) []grpo.Sequence {
+// lo…hi tokens from pool (uniform), completion the same tokens.
+func copySequences(rng *rand.Rand, pool []int32, start int32, n, lo, hi int) []grpo.Sequence {
 	seqs := make([]grpo.Sequence, n)
 	for i := range seqs {
-		x := make([]int32, length)
+		x := make([]int32, lo+rng.IntN(hi-lo+1))
 		for k := range x {
 			x[k] = pool[rng.IntN(len(pool))]
 		}
@@ -156,42 +179,28 @@ func copySequences(rng *rand.Rand, pool []int32, start int32, n, length int) []g
 	return seqs
 }
 
-// lookupSequences draws n sequences of the lookup task (TaskLookup). The
-// four marker tokens are pool's first four ids (list A, list B, query,
-// ask); list tokens, filler and query come from the rest, every list token
-// distinct and absent from the filler. The completion is one token: the
-// marker of the query's list.
-func lookupSequences(rng *rand.Rand, pool []int32, start int32, n, length int) []grpo.Sequence {
-	markA, markB, markQ, ask := pool[0], pool[1], pool[2], pool[3]
-	rest := pool[4:]
+// recallSequences draws n sequences of the associative-recall task
+// (TaskRecall): prompt start and 2…pairs (key, value) pairs, the keys
+// distinct; completion the keys again in a random order, each followed by
+// its value, the keys forced (no loss).
+func recallSequences(rng *rand.Rand, pool []int32, start int32, n, pairs int) []grpo.Sequence {
 	seqs := make([]grpo.Sequence, n)
 	for i := range seqs {
-		na, nb := 1+rng.IntN(4), 1+rng.IntN(4)
-		perm := rng.Perm(len(rest))
-		lists := make([]int32, na+nb)
-		for k := range lists {
-			lists[k] = rest[perm[k]]
+		m := 2 + rng.IntN(pairs-1)
+		keys := rng.Perm(len(pool))[:m]
+		values := make([]int32, m)
+		prompt := []int32{start}
+		for k, key := range keys {
+			values[k] = pool[rng.IntN(len(pool))]
+			prompt = append(prompt, pool[key], values[k])
 		}
-		a, b := lists[:na], lists[na:]
-		inA := rng.IntN(2) == 0
-		q, answer := b[rng.IntN(nb)], markB
-		if inA {
-			q, answer = a[rng.IntN(na)], markA
+		var completion []int32
+		var forced []bool
+		for _, k := range rng.Perm(m) {
+			completion = append(completion, pool[keys[k]], values[k])
+			forced = append(forced, true, false)
 		}
-		filler := make([]int32, length)
-		for k := range filler {
-			filler[k] = rest[perm[na+nb+rng.IntN(len(rest)-na-nb)]]
-		}
-		at := rng.IntN(length + 1)
-		prompt := []int32{start, markA}
-		prompt = append(prompt, a...)
-		prompt = append(prompt, markB)
-		prompt = append(prompt, b...)
-		prompt = append(prompt, filler[:at]...)
-		prompt = append(prompt, markQ, q)
-		prompt = append(prompt, filler[at:]...)
-		prompt = append(prompt, ask)
-		seqs[i] = grpo.Sequence{Prompt: prompt, Completion: []int32{answer}, Advantage: 1, Phase: grpo.PhaseContext}
+		seqs[i] = grpo.Sequence{Prompt: prompt, Completion: completion, Forced: forced, Advantage: 1, Phase: grpo.PhaseContext}
 	}
 	return seqs
 }

@@ -6,90 +6,73 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/tokenizer"
 )
 
-// TestCopySequences: a copying sequence is the start token and Length
-// tokens of the pool, then the same tokens as its completion.
+// TestCopySequences: a copying sequence is the start token and lo…hi
+// tokens of the pool, then the same tokens as its completion, every length
+// of the range drawn.
 func TestCopySequences(t *testing.T) {
 	pool := []int32{4, 7, 9}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, s := range copySequences(rng, pool, 99, 5, 6) {
-		if len(s.Prompt) != 7 || s.Prompt[0] != 99 || !slices.Equal(s.Prompt[1:], s.Completion) || s.Forced != nil {
-			t.Fatalf("sequence %v | %v, want 99, six pool tokens, and the same six", s.Prompt, s.Completion)
-		}
-		for _, id := range s.Completion {
-			if !slices.Contains(pool, id) {
-				t.Fatalf("token %d is not in the pool %v", id, pool)
+	for _, r := range [][2]int{{6, 6}, {2, 6}} {
+		lengths := map[int]bool{}
+		for _, s := range copySequences(rng, pool, 99, 200, r[0], r[1]) {
+			n := len(s.Completion)
+			if n < r[0] || n > r[1] || len(s.Prompt) != n+1 || s.Prompt[0] != 99 || !slices.Equal(s.Prompt[1:], s.Completion) || s.Forced != nil {
+				t.Fatalf("sequence %v | %v, want 99, %d-%d pool tokens, and the same again", s.Prompt, s.Completion, r[0], r[1])
 			}
+			for _, id := range s.Completion {
+				if !slices.Contains(pool, id) {
+					t.Fatalf("token %d is not in the pool %v", id, pool)
+				}
+			}
+			lengths[n] = true
+		}
+		if len(lengths) != r[1]-r[0]+1 {
+			t.Errorf("lengths %d-%d: drew %d of them", r[0], r[1], len(lengths))
 		}
 	}
 }
 
-// TestLookupSequences: a lookup sequence is the start token, marker A and
-// 1–4 list tokens, marker B and 1–4 list tokens, then (without filler) the
-// query marker, the query and the ask token; its one completion token is
-// the marker of the list the query is in. With filler, the query still
-// follows the query marker and appears exactly twice (the filler holds no
-// list token), and both lists are asked about.
-func TestLookupSequences(t *testing.T) {
+// TestRecallSequences: a recall sequence is the start token and 2…pairs
+// (key, value) pairs with distinct keys, then every key again, each
+// followed by its value; the keys are forced (no loss), the values not.
+func TestRecallSequences(t *testing.T) {
 	pool := make([]int32, 40)
 	for i := range pool {
 		pool[i] = int32(100 + i)
 	}
-	markA, markB, markQ, ask := pool[0], pool[1], pool[2], pool[3]
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, s := range lookupSequences(rng, pool, 99, 100, 0) {
-		p := s.Prompt
-		ib, iq := slices.Index(p, markB), slices.Index(p, markQ)
-		if p[0] != 99 || p[1] != markA || ib < 3 || ib > 6 || iq < ib+2 || iq > ib+5 || iq != len(p)-3 || p[len(p)-1] != ask || len(s.Completion) != 1 {
-			t.Fatalf("sequence %v | %v: not start, A, 1-4 tokens, B, 1-4 tokens, query marker, query, ask", p, s.Completion)
+	sizes := map[int]bool{}
+	for _, s := range recallSequences(rng, pool, 99, 200, 5) {
+		p, c := s.Prompt, s.Completion
+		m := (len(p) - 1) / 2
+		if p[0] != 99 || len(p) != 2*m+1 || m < 2 || m > 5 || len(c) != 2*m || len(s.Forced) != len(c) {
+			t.Fatalf("sequence %v | %v: not start and 2-5 pairs, then as many pairs", p, c)
 		}
-		a, b, q := p[2:ib], p[ib+1:iq], p[iq+1]
-		lists := slices.Concat(a, b)
-		slices.Sort(lists)
-		if len(slices.Compact(lists)) != len(a)+len(b) {
-			t.Fatalf("sequence %v: list tokens repeat", p)
-		}
-		want := markB
-		if slices.Contains(a, q) {
-			want = markA
-		} else if !slices.Contains(b, q) {
-			t.Fatalf("sequence %v: the query is in neither list", p)
-		}
-		if s.Completion[0] != want {
-			t.Fatalf("sequence %v: answer %d, want %d", p, s.Completion[0], want)
-		}
-	}
-	answers := map[int32]int{}
-	for _, s := range lookupSequences(rng, pool, 99, 200, 6) {
-		p := s.Prompt
-		ib, iq := slices.Index(p, markB), slices.Index(p, markQ)
-		q := p[iq+1]
-		n := 0
-		for _, id := range p {
-			if id == q {
-				n++
+		sizes[m] = true
+		value := map[int32]int32{}
+		for k := 1; k < len(p); k += 2 {
+			if _, seen := value[p[k]]; seen {
+				t.Fatalf("sequence %v: key %d twice", p, p[k])
 			}
+			value[p[k]] = p[k+1]
 		}
-		want := markB
-		if slices.Contains(p[2:ib], q) {
-			want = markA
+		asked := map[int32]bool{}
+		for k := 0; k < len(c); k += 2 {
+			v, ok := value[c[k]]
+			if !ok || c[k+1] != v || asked[c[k]] || !s.Forced[k] || s.Forced[k+1] {
+				t.Fatalf("sequence %v | %v (forced %v): each key once with its value, the keys forced", p, c, s.Forced)
+			}
+			asked[c[k]] = true
 		}
-		if n != 2 || s.Completion[0] != want || p[len(p)-1] != ask {
-			t.Fatalf("sequence %v | %v: query %d appears %d times, answer want %d", p, s.Completion, q, n, want)
-		}
-		answers[want]++
 	}
-	if answers[markA] < 60 || answers[markB] < 60 {
-		t.Errorf("answers %v: both lists should be asked about about half the time", answers)
-	}
-	if err := (CopyConfig{Task: "recall", Steps: 1, Batch: 1, Length: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "--task") {
-		t.Errorf("an unknown task: %v", err)
+	if len(sizes) != 4 {
+		t.Errorf("drew %d of the 4 sizes 2-5", len(sizes))
 	}
 }
 
@@ -104,7 +87,7 @@ func TestPretrainCopy(t *testing.T) {
 	o := synthMicroOptions(t)
 	o.Model.InitializerRange = 0.002 // near-uniform logits at the start
 	out := filepath.Join(t.TempDir(), "copy")
-	c := CopyConfig{Steps: 3, Batch: 4, Length: 8, Seed: 1}
+	c := CopyConfig{Steps: 3, FixedSteps: 2, Batch: 4, Length: 8, Seed: 1}
 	var losses []float64
 	if err := PretrainCopy(context.Background(), o, c, out, func(s CopyStep) { losses = append(losses, s.Loss) }); err != nil {
 		t.Fatal(err)
@@ -128,8 +111,10 @@ func TestPretrainCopy(t *testing.T) {
 	if _, err := s.LoadModel(backend, tok); err != nil {
 		t.Fatalf("the checkpoint does not load: %v", err)
 	}
-	if err := PretrainCopy(context.Background(), o, CopyConfig{Steps: 0, Batch: 1, Length: 1}, out, nil); err == nil {
-		t.Error("0 steps: no error")
+	for _, bad := range []CopyConfig{{Steps: 0, Batch: 1, Length: 2}, {Steps: 1, Batch: 1, Length: 1}, {Task: "lookup", Steps: 1, Batch: 1, Length: 2}} {
+		if err := PretrainCopy(context.Background(), o, bad, out, nil); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -16,29 +16,35 @@ func newModelPretrainCmd() *cobra.Command {
 	var out, from string
 	var force bool
 	cmd := &cobra.Command{
-		Use:   "pretrain --out DIR [--model DIR] [--task copy|lookup] [--steps 300] [--batch 32] [--length 20]",
+		Use:   "pretrain --out DIR [--model DIR] [--task copy|recall] [--steps 500] [--fixed-steps 200] [--batch 32] [--length 20]",
 		Short: "Teach a random model to copy: a synthetic language-modelling task, written as a checkpoint",
 		Long: `pretrain trains a model on a synthetic copying task and writes it as a
 checkpoint (Hugging Face layout, the tokenizer files copied in): each
-sequence is --length tokens drawn uniformly from the tokenizer's ids (added
+sequence is random tokens drawn uniformly from the tokenizer's ids (added
 tokens left out) written twice, and only the second copy is in the loss, so
 its cross-entropy (printed every 10 steps) says how well the model copies:
-0 perfectly, ln(ids) not at all.
+0 perfectly, ln(ids) not at all. For the first --fixed-steps steps every
+sequence has --length tokens, so the token to predict is always --length
+back; after them each has 2 to --length tokens, so only the token's own
+earlier occurrence tells where to look (content-based induction). A random
+model learns the fixed copy first (~150 steps) and the variable one from it
+(~150 more); it learned neither the variable copy nor associative recall
+alone in hundreds of steps.
 
-A pretrained LLM can already copy a name it has read, which is most of the
-memory manager's job; a random tiny model learns it only slowly from the
-guard's completions. This step gives it that ability before mageguard sft
+A pretrained LLM can already copy a name it has read and find what followed
+an earlier occurrence of a name, which is most of the memory manager's and
+the judge's job; a random tiny model does not learn it from the guard's
+completions. This step gives it that ability before mageguard sft
 (docs/learning.md). The model is model.path (--model) or, without one, a
 random model from the model section and model.seed; the optimizer is grpo's
 AdamW with grpo.learning_rate, warmup_steps, max_grad_norm and
 micro_batch_size (a constant schedule after warm-up). Ctrl-C stops it
 without writing anything.
 
---task lookup trains the judge's skill instead: two short lists of random
-tokens, each after its own marker, then --length random tokens among which a
-query token (from one of the lists) follows a third marker, then an ask
-token; the loss is on one token, the marker of the query's list (0 nats:
-always right, ln 2: a coin).`,
+--task recall checks that ability instead: 2 to --length pairs of a random
+key and a random value, then every key again in a random order, each
+followed by its value; the loss is on those values (the token after the
+current token's earlier occurrence, at an offset that varies).`,
 		Example: `  mageguard model pretrain --config configs/synth-learn.yaml --out runs/copy
   mageguard sft --config configs/synth-learn.yaml --model runs/copy --out runs/sft`,
 		Args: cobra.NoArgs,
@@ -72,9 +78,10 @@ always right, ln 2: a coin).`,
 	cmd.Flags().StringVar(&out, "out", "", "checkpoint directory to write")
 	cmd.Flags().StringVar(&from, "model", "", "starting checkpoint directory (sets model.path; default: a random model from model.*)")
 	cmd.Flags().BoolVar(&force, "force", false, "overwrite a non-empty --out")
-	cmd.Flags().StringVar(&c.Task, "task", c.Task, "copy (write a sequence again) or lookup (which list holds a query token)")
+	cmd.Flags().StringVar(&c.Task, "task", c.Task, "copy (write a sequence again) or recall (the value after a key seen before)")
 	cmd.Flags().IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
+	cmd.Flags().IntVar(&c.FixedSteps, "fixed-steps", c.FixedSteps, "copy: the first steps copy --length tokens, the later ones 2 to --length")
 	cmd.Flags().IntVar(&c.Batch, "batch", c.Batch, "sequences a step")
-	cmd.Flags().IntVar(&c.Length, "length", c.Length, "random tokens a sequence (written twice)")
+	cmd.Flags().IntVar(&c.Length, "length", c.Length, "copy: the most random tokens a sequence (written twice); recall: the most pairs")
 	return cmd
 }
