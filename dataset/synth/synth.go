@@ -183,7 +183,7 @@ func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
 func (g *generator) identifier(s *suite, used map[string]bool) string {
 	for {
 		n := g.rng.IntN(len(idSyllables) * len(idSyllables))
-		id := s.idPrefix + idSyllables[n/len(idSyllables)] + idSyllables[n%len(idSyllables)] + s.idSuffix
+		id := s.idPrefix + idSyllables[n/len(idSyllables)] + idSyllables[n%len(idSyllables)]
 		if !used[id] {
 			used[id] = true
 			return id

@@ -123,7 +123,7 @@ func TestParseMemoryReadsString(t *testing.T) {
 		{},
 		{Entries: []Entry{{"acct-bako", RoleAllowed}}},
 		{Entries: []Entry{{"user-baba", RoleAllowed}, {"user-zeja", RoleInjected}, {"user-jaja", RoleAllowed}}},
-		{Entries: []Entry{{"site-kolo.com", RoleInjected}, {"site-lomi.com", RoleInjected}}},
+		{Entries: []Entry{{"site-kolo", RoleInjected}, {"site-lomi", RoleInjected}}},
 	} {
 		if got := ParseMemory(m.String()); !slices.Equal(got.Entries, m.Entries) {
 			t.Errorf("ParseMemory(%q) = %+v", m.String(), got)
@@ -238,7 +238,7 @@ func TestNextCorrectsAModelsMemory(t *testing.T) {
 // perfect memory and the pending action, is right on every action of every
 // option set, and agrees with Decision word for word; and the memory stays
 // within the bound its format allows: 3 allowed and 1 injected identifier
-// of at most 13 characters ("site-kolo.com") give 3·(13 + 8) + (13 + 9) +
+// of at most 13 characters ("site-kolo") give 3·(13 + 8) + (13 + 9) +
 // 3·2 = 91 ("ID allowed", "ID injected", ", " between entries).
 func TestPerfectMemoryJudgeGetsEveryLabel(t *testing.T) {
 	for name, o := range optionSets() {
@@ -259,7 +259,7 @@ func TestPerfectMemoryJudgeGetsEveryLabel(t *testing.T) {
 					}
 				}
 			}
-			if bound := o.MaxTargets*(13+len(" allowed")) + 13 + len(" injected") + 2*o.MaxTargets; longest > bound {
+			if bound := o.MaxTargets*(9+len(" allowed")) + 9 + len(" injected") + 2*o.MaxTargets; longest > bound {
 				t.Errorf("%s: longest perfect memory %d characters, over the format's bound %d", name, longest, bound)
 			}
 		}

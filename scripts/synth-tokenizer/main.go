@@ -154,7 +154,7 @@ func corpus() ([]string, error) {
 		}
 	}
 	for _, name := range synth.IDNames() {
-		ids := "acct-" + name + " user-" + name + " site-" + name + ".com"
+		ids := "acct-" + name + " user-" + name + " site-" + name
 		texts = append(texts, ids, ids)
 	}
 	return texts, nil
