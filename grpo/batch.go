@@ -36,12 +36,12 @@ type SharedPolicyFn func(ctx *context.Context, prefix, prefixMask, tokens, attnM
 // Phase is the role that produced a completion.
 type Phase uint8
 
-// The two phases of the guard loop, and the supervised warm start's
-// language-modelling sequences.
+// The two phases of the guard loop, and the synthetic language-modelling
+// sequences of model pretrain.
 const (
 	PhaseMemory  Phase = iota // the memory manager's update_memory call
 	PhaseJudge                // the judge's assess_risk call
-	PhaseContext              // SFT only: a memory call's prompt after its system prompt, every token a target (sft.context_loss)
+	PhaseContext              // model pretrain only: a synthetic task's sequence (copy, recall)
 	NumPhases
 )
 

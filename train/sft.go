@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"time"
 
@@ -61,19 +60,6 @@ type SFTConfig struct {
 	// effect on the judge-only variant, which keeps no memory; the extra
 	// judge pairs and memory changes stay the teacher's. Off by default.
 	OwnMemories bool `yaml:"own_memories"`
-	// ContextLoss adds to every memory call a language-modelling sequence:
-	// the same prompt, with every token after the memory manager's system
-	// prompt a target (the previous memory, the action, the observation),
-	// one more sequence in the mean (grpo.PhaseContext). A pretrained model
-	// brings the ability to copy a name it has read; a random tiny one has
-	// to learn it, and the completions alone (a few tokens a call) teach it
-	// slowly. Off by default.
-	ContextLoss bool `yaml:"context_loss"`
-	// ContextRepeat writes a context sequence's text twice: the second copy
-	// is predictable token for token from the first, the dense copying
-	// signal that makes small transformers form induction heads. Needs
-	// context_loss; off by default.
-	ContextRepeat bool `yaml:"context_repeat"`
 }
 
 // DefaultSFTConfig returns the defaults: the synthetic world's perfect teacher.
@@ -83,9 +69,6 @@ func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: TeacherSynth} }
 func (c *SFTConfig) Validate() error {
 	if c.Teacher == "" {
 		return fmt.Errorf("teacher must be %s, %s or a teacher file", TeacherSynth, TeacherSynthMyopic)
-	}
-	if c.ContextRepeat && !c.ContextLoss {
-		return errors.New("context_repeat needs context_loss: true")
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
@@ -102,12 +85,11 @@ type SFTMetrics struct {
 	Loss             float64        `json:"loss"`                       // cross-entropy: mean −log π of the counted completion tokens (nats per token)
 	LossMemory       float64        `json:"loss_memory"`                // the same over the memory calls' tokens
 	LossJudge        float64        `json:"loss_judge"`                 // the same over the judge calls' tokens
-	LossContext      float64        `json:"loss_context,omitempty"`     // with sft.context_loss: the same over the memory prompts' tokens (not in loss)
 	OwnMemoryRight   *float64       `json:"own_memory_right,omitempty"` // with sft.own_memories: share of the model's memories that were the teacher's correction of the memory shown
 	OwnJudgeRight    *float64       `json:"own_judge_right,omitempty"`  // with sft.own_memories: share of the model's decisions that were the teacher's on the memory it wrote
 	GradNorm         float64        `json:"grad_norm"`                  // before clipping
 	LR               float64        `json:"lr"`
-	Sequences        int            `json:"sequences"`         // memory + judge calls trained on (+ context sequences)
+	Sequences        int            `json:"sequences"`         // memory + judge calls trained on
 	CompletionTokens int            `json:"completion_tokens"` // completion tokens counted in the loss
 	PromptTokens     int            `json:"prompt_tokens"`     // prompt tokens of those calls
 	TokensPerSecond  float64        `json:"tokens_per_s"`      // (prompt + completion tokens) / step seconds
@@ -120,15 +102,12 @@ func (m *SFTMetrics) setEval(ev map[string]any) { m.Eval = ev }
 func (m *SFTMetrics) elapsed() float64          { return m.Elapsed }
 
 func (m *SFTMetrics) summary() string {
-	context := ""
-	if m.LossContext > 0 {
-		context = fmt.Sprintf(", context %.4f", m.LossContext)
-	}
+	own := ""
 	if m.OwnMemoryRight != nil && m.OwnJudgeRight != nil {
-		context += fmt.Sprintf("; own memories right %.2f, decisions %.2f", *m.OwnMemoryRight, *m.OwnJudgeRight)
+		own = fmt.Sprintf("; own memories right %.2f, decisions %.2f", *m.OwnMemoryRight, *m.OwnJudgeRight)
 	}
 	return fmt.Sprintf("cross-entropy %.4f (memory %.4f, judge %.4f%s)  grad %.3f  lr %.3g  %d seqs  %.0f tok/s  %.1fs%s",
-		m.Loss, m.LossMemory, m.LossJudge, context, m.GradNorm, m.LR, m.Sequences, m.TokensPerSecond, m.Seconds, evalSummary(m.Eval))
+		m.Loss, m.LossMemory, m.LossJudge, own, m.GradNorm, m.LR, m.Sequences, m.TokensPerSecond, m.Seconds, evalSummary(m.Eval))
 }
 
 // sftState is an SFT run's teacher and its targets, rendered once.
@@ -137,8 +116,6 @@ type sftState struct {
 	judgePairs    int
 	memoryChanges int
 	ownMemories   bool
-	contextLoss   bool
-	contextRepeat bool
 	seqs          [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
 	judge         [][]judgeCall     // per pool trajectory: its judge calls, in turn order
 	changes       []seqRef          // the memory calls whose target changes the memory
@@ -190,7 +167,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if _, ok := teacher.(Corrector); cfg.OwnMemories && !ok {
 		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", teacher, TeacherSynth, TeacherSynthMyopic)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage", contextLoss: cfg.ContextLoss, contextRepeat: cfg.ContextRepeat}}
+	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage"}}
 	return r.loop(ctx)
 }
 
@@ -279,17 +256,6 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 				changes = append(changes, len(seqs))
 			}
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))
-			if r.sft.contextLoss {
-				sys, _, _ := r.guard.PrefixTokens()
-				if sys < 1 || sys >= len(c.Prompt) {
-					return nil, nil, fmt.Errorf("%s: memory prompt of %d tokens, system prompt of %d", where, len(c.Prompt), sys)
-				}
-				text := c.Prompt[sys:]
-				if r.sft.contextRepeat {
-					text = slices.Concat(text, text)
-				}
-				seqs = append(seqs, teacherSequence(c.Prompt[:sys], text, nil, grpo.PhaseContext))
-			}
 		}
 		c := calls.Judge(t, tg.Memory)
 		toks, forced, err := r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
@@ -500,11 +466,9 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 		return nil, fmt.Errorf("step %d: %w", step, err)
 	}
 	last := stats[len(stats)-1]
-	mem, judge, ctxt := last.Phase[grpo.PhaseMemory], last.Phase[grpo.PhaseJudge], last.Phase[grpo.PhaseContext]
+	mem, judge := last.Phase[grpo.PhaseMemory], last.Phase[grpo.PhaseJudge]
 	m.GradNorm, m.LR = last.GradNorm, last.LR
-	m.LossMemory, m.LossJudge, m.LossContext = mem.Entropy, judge.Entropy, ctxt.Entropy
-	// The cross-entropy of the completions: the context sequences' tokens
-	// are reported on their own.
+	m.LossMemory, m.LossJudge = mem.Entropy, judge.Entropy
 	m.Loss = (mem.Entropy*float64(mem.Tokens) + judge.Entropy*float64(judge.Tokens)) / float64(mem.Tokens+judge.Tokens)
 	m.Sequences, m.CompletionTokens = last.Sequences, mem.Tokens+judge.Tokens
 	m.Seconds = time.Since(t0).Seconds()
