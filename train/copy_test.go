@@ -78,7 +78,7 @@ func TestRecallSequences(t *testing.T) {
 
 // TestPretrainCopy: a random model starts knowing nothing of the copy
 // (cross-entropy ≈ ln of the ids it draws from, the synth tokenizer's
-// 1,605 that are not added tokens), and the run writes a checkpoint that
+// 1,616 that are not added tokens), and the run writes a checkpoint that
 // loads and holds the tokenizer; 0 steps and a cancelled run write nothing.
 func TestPretrainCopy(t *testing.T) {
 	if testing.Short() {

@@ -116,7 +116,7 @@ func TestUntrustedTextYieldsNoAddedToken(t *testing.T) {
 	}
 	action := dataset.Action{Name: "send_money", Arguments: json.RawMessage(`{"to":"acct-baba","amount":5}`)}
 	added := func(obs string) []int {
-		pr := p.Memory("allowed: acct-baba; injected: none", rollout.Events{{Action: &action, Observation: obs}})
+		pr := p.Memory("acct-baba allowed", rollout.Events{{Action: &action, Observation: obs}})
 		msgs := []chat.Message{chat.NewMessage(chat.RoleSystem, pr.System), {Role: chat.RoleUser, Content: pr.User}}
 		var out []int
 		for _, id := range chat.Encode(tok, msgs, []chat.Tool{p.MemoryTool}, chat.Options{AddGenerationPrompt: true}) {
@@ -306,11 +306,11 @@ func TestIdentifiersAreOneToken(t *testing.T) {
 		t.Fatalf("%d names, want 16·16 = 256", len(names))
 	}
 	for _, name := range names {
-		for _, id := range []string{"acct-" + name, "user-" + name, "site-" + name + ".com"} {
+		for _, id := range []string{"acct-" + name, "user-" + name, "site-" + name} {
 			for _, text := range []string{
 				`{"to":"` + id + `","amount":5}`,
-				"allowed: " + id + "; injected: none",
-				id + " comes from an injected instruction.",
+				"acct-miru allowed, " + id + " injected",
+				id + " injected",
 			} {
 				ids := tok.Encode(text)
 				one, ok := tok.TokenID("-" + name)
