@@ -109,6 +109,13 @@ const (
 	minCapacityBucket = 32
 )
 
+// unboundedGraphs lifts GoMLX's cap of 32 compiled graphs per executable
+// (context.Exec.SetMaxCache): the generation and scoring executables
+// compile one graph per shape bucket (GenerationShape, PrefillTokens), a
+// long eval or a server meets more than 32 of them, and past the cap every
+// new shape fails. The buckets bound how many there can be.
+const unboundedGraphs = -1
+
 // minSharedPrefix is the shortest common prefix that Generate prefills once
 // for the whole batch (shorter ones are not worth an extra graph run).
 const minSharedPrefix = 32
@@ -340,6 +347,7 @@ func (m *Model) prefillExec(S int) (*context.Exec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
+	e.SetMaxCache(unboundedGraphs)
 	if m.prefill == nil {
 		m.prefill = map[int]*context.Exec{}
 	}
@@ -514,6 +522,7 @@ func (m *Model) extendExec() (*context.Exec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
+	e.SetMaxCache(unboundedGraphs)
 	m.extend = e
 	return e, nil
 }

@@ -273,3 +273,33 @@ func TestSharedPrefixEqualsRows(t *testing.T) {
 		t.Logf("T=%g: max |shared prefix - whole prompt| log-prob = %.3g", temp, worst)
 	}
 }
+
+// TestGenerateManyShapes: a long eval or a server meets many (rows, KV
+// capacity) buckets; each is a graph of the extend executable, and more
+// than GoMLX's default cache of 32 graphs must not fail a call (a 400-
+// trajectory synth eval did).
+func TestGenerateManyShapes(t *testing.T) {
+	m := newTestModel(t, testConfig(), 6)
+	rng := rand.New(rand.NewPCG(1, 2))
+	shapes := map[[2]int]bool{}
+	for _, rows := range []int{1, 2, 4, 8, 16, 24, 32} {
+		for _, length := range []int{20, 50, 100, 150, 200} {
+			lengths := make([]int, rows)
+			for i := range lengths {
+				lengths[i] = length
+			}
+			B, S := GenerationShape(rows, length, 2)
+			shapes[[2]int{B, S}] = true
+			gens, err := m.Generate(randomSeqs(rng, m.cfg.VocabSize, lengths...), GenerateOptions{MaxNewTokens: 2, NoPrefixReuse: true})
+			if err != nil {
+				t.Fatalf("%d rows of %d tokens (%d shapes so far): %v", rows, length, len(shapes), err)
+			}
+			if len(gens) != rows || len(gens[0].Tokens) != 2 {
+				t.Fatalf("%d rows of %d tokens: %d generations, the first of %d tokens", rows, length, len(gens), len(gens[0].Tokens))
+			}
+		}
+	}
+	if len(shapes) <= 32 {
+		t.Fatalf("only %d distinct shapes: the test does not pass the default cache", len(shapes))
+	}
+}

@@ -271,6 +271,7 @@ func (m *Model) logitsExec() (*context.Exec, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.SetMaxCache(unboundedGraphs)
 	m.logits = e
 	return e, nil
 }
@@ -286,6 +287,7 @@ func (m *Model) scoreExec() (*context.Exec, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.SetMaxCache(unboundedGraphs)
 	m.score = e
 	return e, nil
 }
