@@ -64,8 +64,10 @@ acceptance-sweep: build
 	scripts/acceptance-sweep.sh runs/acceptance-sweep
 
 # Proof that training makes a guard (docs/learning.md): synthetic train and
-# held-out files, a tiny model warm-started with SFT, then GRPO; the
-# held-out table of random init, judge-only, SFT and SFT + GRPO. Leaves
+# held-out files, a tiny model taught to copy, warm-started with SFT, then
+# GRPO with two seeds; the held-out table of random init, judge-only, SFT
+# and SFT + GRPO. About 1 h 50 min on a 2-core machine (by its stages'
+# measured speeds; not run as one command yet). Leaves
 # the guard in $(LEARN_OUT)/guard/, its eval config in
 # $(LEARN_OUT)/guard.yaml and the table in $(LEARN_OUT)/results.md.
 LEARN_OUT ?= runs/learn

@@ -21,7 +21,7 @@ EVAL_SEED=${LEARN_EVAL_SEED:-12}
 # holds; on 400 its memory manager did (docs/learning.md).
 TRAIN_N=${LEARN_TRAIN_N:-4000}
 EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
-COPY_STEPS=${LEARN_COPY_STEPS:-300}  # steps of the copying task (model pretrain)
+COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500)
 SEEDS=${LEARN_GAMMA_SEEDS:-1 2 3}
 GAMMAS=${LEARN_GAMMAS:-0 0.5}
 # The memory length threshold L (characters) and λ: a perfect memory is up
@@ -31,6 +31,8 @@ THRESHOLD=${LEARN_GAMMA_THRESHOLD:-40}
 SFT_STEPS=${LEARN_SFT_STEPS:-}
 GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-20}
 GRPO_LR=${LEARN_GRPO_LR:-1e-4}
+GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # as make learn's GRPO (scripts/learn.sh)
+GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5}
 
 if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft-myopic" ]; then
 	echo "learn-gamma: $OUT holds an earlier run; remove it or set LEARN_GAMMA_OUT" >&2
@@ -53,7 +55,8 @@ evaluate() { # NAME MODEL
 }
 
 step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
-$BIN model pretrain --config "$CFG" --steps "$COPY_STEPS" --out "$OUT/copy"
+# shellcheck disable=SC2046
+$BIN model pretrain --config "$CFG" $([ -n "$COPY_STEPS" ] && echo --steps "$COPY_STEPS") --out "$OUT/copy"
 
 step "SFT (myopic synth teacher) from the copy-pretrained model"
 # shellcheck disable=SC2046
@@ -72,6 +75,7 @@ for g in $GAMMAS; do
 		$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$myopic" $(steps "$GRPO_STEPS") \
 			--set rewards.gamma="$g" --set train.seed="$s" --set rewards.length_threshold="$THRESHOLD" \
 			--set grpo.learning_rate="$GRPO_LR" --set grpo.warmup_steps=0 \
+			--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" \
 			--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/$run"
 		ckpt=$(ls -d "$OUT/$run"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
 		evaluate "$run" "$ckpt"

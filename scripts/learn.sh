@@ -2,15 +2,17 @@
 # make learn (docs/learning.md): proof that the pipeline learns the guard's
 # job on the synthetic benchmark. Generates synth train and held-out files,
 # evaluates a random model, teaches it to copy (model pretrain), warm-starts
-# it with SFT (and, as the judge-only baseline, the same SFT of a judge that
-# reads the raw trajectory), runs GRPO from the SFT checkpoint, evaluates
-# each, and writes
-#   OUT/guard/        the final guard (SFT + GRPO), a checkpoint directory
+# it with SFT (the perfect teacher at a constant learning rate, then with the
+# rate decaying, then on the model's own memories; as the judge-only
+# baseline, SFT of a judge that reads the raw trajectory), runs GRPO from the
+# SFT checkpoint with two seeds, evaluates each, and writes
+#   OUT/guard/        the final guard (SFT + GRPO, the first seed), a checkpoint directory
 #   OUT/guard.yaml    the configuration to evaluate it with:
 #                       mageguard eval --config OUT/guard.yaml --data FILE --out DIR
 #   OUT/results.md    the held-out table (F1, ASR, BU, recall by gap)
 # OUT is $1, else $LEARN_OUT, else runs/learn. Every step's own output stays
-# in OUT (data/, random/, copy/, sft/, sft-own/, sft-judge-only/, grpo/, eval-*/, learn.log).
+# in OUT (data/, random/, copy/, sft/, sft-decay/, sft-own/, sft-judge-only/,
+# grpo-s<seed>/, eval-*/, learn.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${LEARN_OUT:-runs/learn}}
@@ -25,11 +27,17 @@ EVAL_SEED=${LEARN_EVAL_SEED:-12}
 # holds; on 400 its memory manager did (docs/learning.md).
 TRAIN_N=${LEARN_TRAIN_N:-4000}
 EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
-COPY_STEPS=${LEARN_COPY_STEPS:-300}  # steps of the copying task (model pretrain)
-SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's train.steps
-OWN_STEPS=${LEARN_OWN_STEPS:-100}   # then SFT on the model's own memories (sft.own_memories); 0 = skip
+COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500: 200 fixed-length copies, then 2..20 tokens)
+SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's train.steps (400), learning rate 3e-3
+DECAY_STEPS=${LEARN_DECAY_STEPS:-300} # then SFT with the rate decaying from 3e-3 to 0 (cosine); 0 = skip
+OWN_STEPS=${LEARN_OWN_STEPS:-100}   # then SFT on the model's own memories (sft.own_memories), 1e-3 decaying; 0 = skip
+JO_STEPS=${LEARN_JO_STEPS:-200}     # the judge-only baseline's SFT steps at 3e-3,
+JO_DECAY_STEPS=${LEARN_JO_DECAY_STEPS:-100} # then decaying (fewer than the guard's: make learn's time)
 GRPO_STEPS=${LEARN_GRPO_STEPS:-20}
-GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # GRPO's steps are smaller than the warm start's (3e-3)
+GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # trajectories a GRPO step: an error in ~20 turns, so few groups differ with 2
+GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5} # rollouts hotter than 1: the warm start is so sure that at 1 its G samples agree
+GRPO_SEEDS=${LEARN_GRPO_SEEDS:-1 2} # one GRPO run per seed; the guard is the first seed's
+GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # GRPO's steps are smaller than the warm start's
 
 if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft" ]; then
 	echo "learn: $OUT holds an earlier run; remove it or set LEARN_OUT" >&2
@@ -58,34 +66,57 @@ $BIN model init --config "$CFG" --out "$OUT/random"
 evaluate random "$OUT/random"
 
 step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
-$BIN model pretrain --config "$CFG" --steps "$COPY_STEPS" --out "$OUT/copy"
-
-step "SFT (perfect synth teacher) from the copy-pretrained model"
 # shellcheck disable=SC2046
-$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth $(steps "$SFT_STEPS") \
-	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft"
-sft_ckpt=$(ls -d "$OUT"/sft/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+$BIN model pretrain --config "$CFG" $([ -n "$COPY_STEPS" ] && echo --steps "$COPY_STEPS") --out "$OUT/copy"
+
+last() { ls -d "$1"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1; }
+sft() { # DIR MODEL STEPS [--set ...]: SFT with the perfect synth teacher into OUT/DIR; prints nothing
+	local dir=$1 model=$2 n=$3
+	shift 3
+	# shellcheck disable=SC2046
+	$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$model" --teacher synth $(steps "$n") \
+		--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/$dir" "$@"
+}
+decay=(--set grpo.lr_schedule=cosine --set grpo.warmup_steps=0) # a fresh optimizer, the rate from its value to 0
+
+step "SFT (perfect synth teacher) from the copy-pretrained model, constant learning rate"
+sft sft "$OUT/copy" "$SFT_STEPS"
+sft_ckpt=$(last "$OUT/sft")
+if [ "$DECAY_STEPS" -gt 0 ]; then
+	step "SFT from $sft_ckpt, the learning rate decaying to 0"
+	sft sft-decay "$sft_ckpt" "$DECAY_STEPS" "${decay[@]}"
+	sft_ckpt=$(last "$OUT/sft-decay")
+fi
 if [ "$OWN_STEPS" -gt 0 ]; then
 	step "SFT on the model's own memories (sft.own_memories) from $sft_ckpt"
-	$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$sft_ckpt" --teacher synth --set train.steps="$OWN_STEPS" \
-		--set sft.own_memories=true --set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-own"
-	sft_ckpt=$(ls -d "$OUT"/sft-own/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+	sft sft-own "$sft_ckpt" "$OWN_STEPS" --set sft.own_memories=true --set grpo.learning_rate=1e-3 \
+		--set grpo.lr_schedule=cosine --set grpo.warmup_steps=10
+	sft_ckpt=$(last "$OUT/sft-own")
 fi
 evaluate sft "$sft_ckpt"
 
-step "GRPO from $sft_ckpt"
-# shellcheck disable=SC2046
-$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$sft_ckpt" $(steps "$GRPO_STEPS") \
-	--set grpo.learning_rate="$GRPO_LR" --set grpo.warmup_steps=0 \
-	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/grpo"
-grpo_ckpt=$(ls -d "$OUT"/grpo/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
-evaluate sft-grpo "$grpo_ckpt"
+grpo_rows=()
+grpo_ckpt=
+for s in $GRPO_SEEDS; do
+	step "GRPO from $sft_ckpt, seed $s"
+	# shellcheck disable=SC2046
+	$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$sft_ckpt" $(steps "$GRPO_STEPS") \
+		--set grpo.learning_rate="$GRPO_LR" --set grpo.warmup_steps=0 --set train.seed="$s" \
+		--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" \
+		--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/grpo-s$s"
+	ckpt=$(last "$OUT/grpo-s$s")
+	grpo_ckpt=${grpo_ckpt:-$ckpt}
+	evaluate "sft-grpo-s$s" "$ckpt"
+	grpo_rows+=("$OUT/eval-sft-grpo-s$s")
+done
 
 step "judge-only baseline: the same SFT, the judge reading the raw trajectory"
-# shellcheck disable=SC2046
-$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth $(steps "$SFT_STEPS") \
-	--set rollout.variant=judge-only --set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-judge-only"
-jo_ckpt=$(ls -d "$OUT"/sft-judge-only/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+sft sft-judge-only "$OUT/copy" "$JO_STEPS" --set rollout.variant=judge-only
+jo_ckpt=$(last "$OUT/sft-judge-only")
+if [ "$JO_DECAY_STEPS" -gt 0 ]; then
+	sft sft-judge-only-decay "$jo_ckpt" "$JO_DECAY_STEPS" --set rollout.variant=judge-only "${decay[@]}"
+	jo_ckpt=$(last "$OUT/sft-judge-only-decay")
+fi
 evaluate judge-only "$jo_ckpt" --variant judge-only
 
 step "the guard: $grpo_ckpt"
@@ -96,9 +127,9 @@ $BIN config --config "$CFG" --set model.path="$OUT/guard" --set eval.data="$OUT/
 go run ./scripts/learn-table --out "$OUT/results.md" \
 	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding" \
 	"random init=$OUT/eval-random" \
-	"judge-only (SFT)=$OUT/eval-judge-only" \
+	"judge-only (SFT, $JO_STEPS + $JO_DECAY_STEPS steps)=$OUT/eval-judge-only" \
 	"SFT=$OUT/eval-sft" \
-	"SFT + GRPO=$OUT/eval-sft-grpo"
+	"SFT + GRPO=$(IFS=,; echo "${grpo_rows[*]}")"
 end=$(date +%s)
 {
 	echo
