@@ -31,8 +31,8 @@ COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500: 200 fi
 SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's train.steps (400), learning rate 3e-3
 DECAY_STEPS=${LEARN_DECAY_STEPS:-300} # then SFT with the rate decaying from 3e-3 to 0 (cosine); 0 = skip
 OWN_STEPS=${LEARN_OWN_STEPS:-100}   # then SFT on the model's own memories (sft.own_memories), 1e-3 decaying; 0 = skip
-JO_STEPS=${LEARN_JO_STEPS:-200}     # the judge-only baseline's SFT steps at 3e-3,
-JO_DECAY_STEPS=${LEARN_JO_DECAY_STEPS:-100} # then decaying (fewer than the guard's: make learn's time)
+JO_STEPS=${LEARN_JO_STEPS:-100}     # the judge-only baseline's SFT steps at 3e-3 (~12 s a step: its prompts hold the trajectory),
+JO_DECAY_STEPS=${LEARN_JO_DECAY_STEPS:-50} # then decaying (fewer than the guard's: make learn's time)
 GRPO_STEPS=${LEARN_GRPO_STEPS:-20}
 GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # trajectories a GRPO step: an error in ~20 turns, so few groups differ with 2
 GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5} # rollouts hotter than 1: the warm start is so sure that at 1 its G samples agree
