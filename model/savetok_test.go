@@ -41,3 +41,59 @@ func TestSaveDecompressesBundledTokenizer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Tokenizer files read when a run begins are what its checkpoints hold,
+// even after the directory they came from is gone (a run's base model
+// removed while it trains), and byte-identical to copying them; files
+// without a tokenizer.json are refused.
+func TestSaveWritesTokenizerFilesRead(t *testing.T) {
+	backend, err := NewBackend(DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultTinyConfig()
+	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 64, 8, 16, 1
+	cfg.BOSTokenID, cfg.EOSTokenIDs = 1, []int{2}
+	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 1, 1, 8
+	m, err := New(backend, &cfg, 1, dtypes.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "base")
+	if err := m.Save(base, SaveOptions{TokenizerDir: "../assets/synth-tokenizer"}); err != nil {
+		t.Fatal(err)
+	}
+	files, err := ReadTokenizerFiles(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || files["tokenizer.json"] == nil || files["tokenizer_config.json"] == nil {
+		t.Fatalf("read %d files, want tokenizer.json and tokenizer_config.json", len(files))
+	}
+	if err := os.RemoveAll(base); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	if err := m.Save(dir, SaveOptions{Tokenizer: files}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join("../assets/synth-tokenizer", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s: %d bytes, want the %d of assets/synth-tokenizer", name, len(got), len(want))
+		}
+	}
+	if err := m.Save(filepath.Join(t.TempDir(), "bad"), SaveOptions{Tokenizer: TokenizerFiles{"vocab.json": []byte("{}")}}); err == nil {
+		t.Error("files without tokenizer.json were saved")
+	}
+	if _, err := ReadTokenizerFiles(t.TempDir()); err == nil {
+		t.Error("an empty directory read as a tokenizer")
+	}
+}

@@ -414,6 +414,10 @@ type SaveOptions struct {
 	DType         string // storage dtype of the weights: "float32", "bfloat16" or "float16"; "" = the model's dtype
 	MaxShardBytes int64  // split into model-0000k-of-0000n.safetensors above this size; 0 = DefaultMaxShardBytes, < 0 = never
 	TokenizerDir  string // when set, tokenizer files found there (tokenizer.json, tokenizer_config.json, …) are copied in
+	// Tokenizer, when set, is written in instead of TokenizerDir's files:
+	// the files ReadTokenizerFiles read when a run began, so a checkpoint
+	// saved hours later does not depend on its base model still being there.
+	Tokenizer TokenizerFiles
 	// Values, when set, gives the value to write for a weight instead of its variable's, by
 	// the variable's scope and name (context.Variable.ScopeAndName): a trainer's float32
 	// master weights, which the bfloat16 variables are rounded copies of.
@@ -423,6 +427,52 @@ type SaveOptions struct {
 // tokenizerFiles are the files Save copies from SaveOptions.TokenizerDir when present.
 var tokenizerFiles = []string{"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
 	"special_tokens_map.json", "added_tokens.json", "chat_template.jinja"}
+
+// TokenizerFiles are a tokenizer's files by name, as Save writes them
+// (tokenizer.json plain, never gzip-compressed).
+type TokenizerFiles map[string][]byte
+
+// ReadTokenizerFiles reads the tokenizer files of dir that Save copies
+// (tokenizer.json, or tokenizer.json.gz uncompressed, and the others that
+// are present); dir must hold a tokenizer.json.
+func ReadTokenizerFiles(dir string) (TokenizerFiles, error) {
+	files := TokenizerFiles{}
+	for _, name := range tokenizerFiles {
+		src := filepath.Join(dir, name)
+		data, err := os.ReadFile(src)
+		if os.IsNotExist(err) {
+			if data, err = readGzip(src + ".gz"); os.IsNotExist(err) {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		files[name] = data
+	}
+	if files["tokenizer.json"] == nil {
+		return nil, fmt.Errorf("tokenizer: %s has no tokenizer.json or tokenizer.json.gz", dir)
+	}
+	return files, nil
+}
+
+// readGzip returns the uncompressed contents of the gzip file path.
+func readGzip(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return data, nil
+}
 
 // Save writes the model as a Hugging Face checkpoint directory: config.json,
 // generation_config.json, model.safetensors (or shards and
@@ -446,7 +496,10 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	default:
 		return fmt.Errorf("save %s: dtype must be float32, bfloat16 or float16, got %q", dir, opts.DType)
 	}
-	if opts.TokenizerDir != "" {
+	if opts.Tokenizer != nil && opts.Tokenizer["tokenizer.json"] == nil {
+		return fmt.Errorf("save %s: tokenizer: the files given have no tokenizer.json", dir)
+	}
+	if opts.TokenizerDir != "" && opts.Tokenizer == nil {
 		_, err := os.Stat(filepath.Join(opts.TokenizerDir, "tokenizer.json"))
 		if err != nil {
 			_, err = os.Stat(filepath.Join(opts.TokenizerDir, "tokenizer.json.gz"))
@@ -540,7 +593,14 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	if err := atomicfile.WriteFile(filepath.Join(dir, "generation_config.json"), genJSON); err != nil {
 		return err
 	}
-	if opts.TokenizerDir != "" {
+	for _, name := range tokenizerFiles {
+		if data, ok := opts.Tokenizer[name]; ok {
+			if err := atomicfile.WriteFile(filepath.Join(dir, name), data); err != nil {
+				return fmt.Errorf("save %s: %w", final, err)
+			}
+		}
+	}
+	if opts.TokenizerDir != "" && opts.Tokenizer == nil {
 		for _, name := range tokenizerFiles {
 			src := filepath.Join(opts.TokenizerDir, name)
 			gz := false

@@ -109,6 +109,10 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 		return err
 	}
 	tokDir := o.Model.TokenizerDir()
+	tokFiles, err := model.ReadTokenizerFiles(tokDir) // the checkpoint's, whatever happens to tokDir meanwhile
+	if err != nil {
+		return fmt.Errorf("model.tokenizer: %w", err)
+	}
 	var pool []int32
 	for id := range tok.VocabSize() {
 		if !tok.IsAdded(id) {
@@ -162,7 +166,7 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 			onStep(CopyStep{Step: step, Loss: st.Entropy, GradNorm: st.GradNorm, Seconds: time.Since(t0).Seconds()})
 		}
 	}
-	return m.Save(out, model.SaveOptions{DType: o.Model.DType, TokenizerDir: tokDir})
+	return m.Save(out, model.SaveOptions{DType: o.Model.DType, Tokenizer: tokFiles})
 }
 
 // copySequences draws n sequences of the copying task: prompt start and

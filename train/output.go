@@ -289,7 +289,7 @@ func (r *run) saveModel(dir string) error {
 	if err != nil {
 		return err
 	}
-	return r.model.Save(dir, model.SaveOptions{DType: r.opts.Train.CheckpointDType, TokenizerDir: r.tokDir, Values: masters})
+	return r.model.Save(dir, model.SaveOptions{DType: r.opts.Train.CheckpointDType, Tokenizer: r.tokFiles, Values: masters})
 }
 
 func (r *run) saveCheckpoint(step int) (string, error) {

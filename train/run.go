@@ -70,7 +70,7 @@ type run struct {
 	refCtx      *mlctx.Context // π_ref (nil when beta = 0)
 	pool        []*dataset.Trajectory
 	positive    []bool
-	tokDir      string // tokenizer files copied into checkpoints
+	tokFiles    model.TokenizerFiles // the tokenizer's files as the run began, written into every checkpoint
 	metrics     *jsonlFile
 	rollouts    *jsonlFile
 	best        bestTracker
@@ -225,8 +225,12 @@ func (r *run) setup() (int, error) {
 	// Tokenizer and model: the newest checkpoint when resuming, else
 	// model.path, else a random model from the model.* architecture keys
 	// and model.seed (model.Settings.LoadModel).
-	if r.tok, r.tokDir, err = o.Model.LoadTokenizer(); err != nil {
+	var tokDir string
+	if r.tok, tokDir, err = o.Model.LoadTokenizer(); err != nil {
 		return 0, err
+	}
+	if r.tokFiles, err = model.ReadTokenizerFiles(tokDir); err != nil {
+		return 0, fmt.Errorf("model.tokenizer: %w", err)
 	}
 	if r.backend, err = model.NewBackend(o.Model.BackendConfig); err != nil {
 		return 0, err
