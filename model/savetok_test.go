@@ -13,17 +13,7 @@ import (
 // A checkpoint saved with the bundled (gzip-compressed) tokenizer holds the
 // plain tokenizer.json that serving stacks read: byte-identical to Qwen3-4B's.
 func TestSaveDecompressesBundledTokenizer(t *testing.T) {
-	backend, err := NewBackend(DefaultBackendConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultTinyConfig()
-	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 151936, 8, 16, 1
-	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 1, 1, 8
-	m, err := New(backend, &cfg, 1, dtypes.Float32)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newSaveModel(t, 151936)
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	if err := m.Save(dir, SaveOptions{TokenizerDir: "../assets/qwen3"}); err != nil {
 		t.Fatal(err)
@@ -47,18 +37,7 @@ func TestSaveDecompressesBundledTokenizer(t *testing.T) {
 // removed while it trains), and byte-identical to copying them; files
 // without a tokenizer.json are refused.
 func TestSaveWritesTokenizerFilesRead(t *testing.T) {
-	backend, err := NewBackend(DefaultBackendConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultTinyConfig()
-	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 64, 8, 16, 1
-	cfg.BOSTokenID, cfg.EOSTokenIDs = 1, []int{2}
-	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 1, 1, 8
-	m, err := New(backend, &cfg, 1, dtypes.Float32)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newSaveModel(t, 64)
 	base := filepath.Join(t.TempDir(), "base")
 	if err := m.Save(base, SaveOptions{TokenizerDir: "../assets/synth-tokenizer"}); err != nil {
 		t.Fatal(err)
@@ -96,4 +75,25 @@ func TestSaveWritesTokenizerFilesRead(t *testing.T) {
 	if _, err := ReadTokenizerFiles(t.TempDir()); err == nil {
 		t.Error("an empty directory read as a tokenizer")
 	}
+}
+
+// newSaveModel is a one-layer model of width 8 with vocab embeddings: the
+// smallest that Save writes.
+func newSaveModel(t *testing.T, vocab int) *Model {
+	t.Helper()
+	backend, err := NewBackend(DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultTinyConfig()
+	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = vocab, 8, 16, 1
+	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 1, 1, 8
+	if vocab <= cfg.BOSTokenID {
+		cfg.BOSTokenID, cfg.EOSTokenIDs = 1, []int{2}
+	}
+	m, err := New(backend, &cfg, 1, dtypes.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

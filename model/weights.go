@@ -413,7 +413,7 @@ const DefaultMaxShardBytes = 5_000_000_000
 type SaveOptions struct {
 	DType         string // storage dtype of the weights: "float32", "bfloat16" or "float16"; "" = the model's dtype
 	MaxShardBytes int64  // split into model-0000k-of-0000n.safetensors above this size; 0 = DefaultMaxShardBytes, < 0 = never
-	TokenizerDir  string // when set, tokenizer files found there (tokenizer.json, tokenizer_config.json, …) are copied in
+	TokenizerDir  string // when set, tokenizer files found there (tokenizer.json, tokenizer_config.json, …) are copied in (ReadTokenizerFiles)
 	// Tokenizer, when set, is written in instead of TokenizerDir's files:
 	// the files ReadTokenizerFiles read when a run began, so a checkpoint
 	// saved hours later does not depend on its base model still being there.
@@ -496,17 +496,15 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	default:
 		return fmt.Errorf("save %s: dtype must be float32, bfloat16 or float16, got %q", dir, opts.DType)
 	}
-	if opts.Tokenizer != nil && opts.Tokenizer["tokenizer.json"] == nil {
-		return fmt.Errorf("save %s: tokenizer: the files given have no tokenizer.json", dir)
+	tokFiles := opts.Tokenizer
+	if tokFiles == nil && opts.TokenizerDir != "" {
+		var err error
+		if tokFiles, err = ReadTokenizerFiles(opts.TokenizerDir); err != nil {
+			return fmt.Errorf("save %s: %w", dir, err)
+		}
 	}
-	if opts.TokenizerDir != "" && opts.Tokenizer == nil {
-		_, err := os.Stat(filepath.Join(opts.TokenizerDir, "tokenizer.json"))
-		if err != nil {
-			_, err = os.Stat(filepath.Join(opts.TokenizerDir, "tokenizer.json.gz"))
-		}
-		if err != nil {
-			return fmt.Errorf("save %s: tokenizer: %s has no tokenizer.json or tokenizer.json.gz", dir, opts.TokenizerDir)
-		}
+	if tokFiles != nil && tokFiles["tokenizer.json"] == nil {
+		return fmt.Errorf("save %s: tokenizer: the files given have no tokenizer.json", dir)
 	}
 	maxShard := opts.MaxShardBytes
 	if maxShard == 0 {
@@ -594,25 +592,8 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		return err
 	}
 	for _, name := range tokenizerFiles {
-		if data, ok := opts.Tokenizer[name]; ok {
+		if data, ok := tokFiles[name]; ok {
 			if err := atomicfile.WriteFile(filepath.Join(dir, name), data); err != nil {
-				return fmt.Errorf("save %s: %w", final, err)
-			}
-		}
-	}
-	if opts.TokenizerDir != "" && opts.Tokenizer == nil {
-		for _, name := range tokenizerFiles {
-			src := filepath.Join(opts.TokenizerDir, name)
-			gz := false
-			if _, err := os.Stat(src); err != nil {
-				// A bundled tokenizer may be gzip-compressed: serving
-				// stacks want it plain.
-				if _, err := os.Stat(src + ".gz"); err != nil {
-					continue
-				}
-				src, gz = src+".gz", true
-			}
-			if err := copyFileAtomic(src, filepath.Join(dir, name), gz); err != nil {
 				return fmt.Errorf("save %s: %w", final, err)
 			}
 		}
@@ -637,32 +618,6 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		}
 	}
 	return nil
-}
-
-// copyFileAtomic copies src to dst through a temporary file and a rename.
-func copyFileAtomic(src, dst string, gunzip bool) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var in io.Reader = f
-	if gunzip {
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			return fmt.Errorf("copy %s: %w", src, err)
-		}
-		in = zr
-	}
-	out, err := atomicfile.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Abort()
-		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
-	}
-	return out.Commit()
 }
 
 // NumParameters counts the model's weights.
