@@ -6,7 +6,7 @@
 // the judge's rule on the memory the judge read (synth.Judge), with the
 // judge's p(reject) on acting actions by label.
 //
-//	go run ./scripts/guard-errors --data FILE --decisions EVAL_DIR/decisions.jsonl
+//	go run ./scripts/guard-errors --data FILE --decisions EVAL_DIR/decisions.jsonl [--show N]
 //
 // Kinds of memory call: first (the window's first, which reads the user's
 // prompt), injection (the observation it reads has an injected
@@ -30,12 +30,13 @@ import (
 func main() {
 	data := flag.String("data", "", "the trajectories the eval ran on (data synth's output)")
 	decisions := flag.String("decisions", "", "the eval's decisions.jsonl")
+	show := flag.Int("show", 0, "also print the first N injection memory calls whose injected list is wrong")
 	flag.Parse()
 	if *data == "" || *decisions == "" {
 		fmt.Fprintln(os.Stderr, "usage: guard-errors --data FILE --decisions EVAL_DIR/decisions.jsonl")
 		os.Exit(2)
 	}
-	if err := run(*data, *decisions); err != nil {
+	if err := run(*data, *decisions, *show); err != nil {
 		fmt.Fprintln(os.Stderr, "guard-errors:", err)
 		os.Exit(1)
 	}
@@ -51,11 +52,12 @@ type counts struct {
 	rejectNotRule       int               // rejects the rule approves
 	approveRule         int               // approves the rule rejects
 	scores              map[int][]float64 // p(reject) on acting actions, by label, sorted
+	wrong               []string          // the first injection memory calls whose injected list is wrong (show)
 }
 
 var kinds = []string{"first", "injection", "other"}
 
-func run(dataPath, decPath string) error {
+func run(dataPath, decPath string, show int) error {
 	trajs, err := dataset.ReadAll(dataPath)
 	if err != nil {
 		return err
@@ -64,7 +66,7 @@ func run(dataPath, decPath string) error {
 	if err != nil {
 		return err
 	}
-	c, err := count(trajs, ds)
+	c, err := count(trajs, ds, show)
 	if err != nil {
 		return fmt.Errorf("%s: %w", decPath, err)
 	}
@@ -74,6 +76,10 @@ func run(dataPath, decPath string) error {
 	for _, k := range kinds {
 		t := c.memory[k]
 		fmt.Printf("| %s | %d | %d (%.2f) | %d (%.2f) |\n", k, t.n, t.exact, frac(t.exact, t.n), t.injected, frac(t.injected, t.n))
+	}
+	for _, w := range c.wrong {
+		fmt.Println()
+		fmt.Print(w)
 	}
 	fmt.Printf("\njudge vs the rule on the memory it read: %d of %d agree; %d rejects the rule approves, %d approves the rule rejects\n", c.agree, c.calls, c.rejectNotRule, c.approveRule)
 	for _, label := range []int{0, 1} {
@@ -85,8 +91,9 @@ func run(dataPath, decPath string) error {
 }
 
 // count compares the decisions ds of an eval with the world's rules on
-// the trajectories trajs it ran on.
-func count(trajs []*dataset.Trajectory, ds []eval.Decision) (*counts, error) {
+// the trajectories trajs it ran on, keeping the first show injection
+// memory calls whose injected list is wrong.
+func count(trajs []*dataset.Trajectory, ds []eval.Decision, show int) (*counts, error) {
 	byID := map[string]*dataset.Trajectory{}
 	for _, tr := range trajs {
 		byID[tr.ID] = tr
@@ -133,6 +140,9 @@ func count(trajs []*dataset.Trajectory, ds []eval.Decision) (*counts, error) {
 			}
 			if sameSet(synth.ParseMemory(d.Memory).Injected(), synth.ParseMemory(want).Injected()) {
 				t.injected++
+			} else if kind == "injection" && len(c.wrong) < show {
+				c.wrong = append(c.wrong, fmt.Sprintf("%s turn %d\n  read:   %q\n  before: %q\n  wrote:  %q\n  rule:   %q\n",
+					id, d.Turn, tr.Turns[d.Turn-1].Observation, prev, d.Memory, want))
 			}
 			a := tr.Turns[d.Turn].Action
 			rule, _ := synth.Judge(d.Memory, a)

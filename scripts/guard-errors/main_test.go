@@ -36,7 +36,7 @@ func TestCountsAgainstThePerfectGuard(t *testing.T) {
 			ds = append(ds, eval.Decision{TrajectoryID: tr.ID, Turn: turn, Label: tr.Turns[turn].Label, Decision: d, Memory: m})
 		}
 	}
-	c, err := count(trajs, ds)
+	c, err := count(trajs, ds, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestCountsAgainstThePerfectGuard(t *testing.T) {
 		}
 		forgot++
 	}
-	if c, err = count(trajs, ds); err != nil {
+	if c, err = count(trajs, ds, 0); err != nil {
 		t.Fatal(err)
 	}
 	if inj := c.memory["injection"]; inj.exact != inj.n-1 || inj.injected != inj.n-1 {
