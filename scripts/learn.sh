@@ -110,6 +110,11 @@ for s in $GRPO_SEEDS; do
 	grpo_rows+=("$OUT/eval-sft-grpo-s$s")
 done
 
+step "the guard: $grpo_ckpt (written before the judge-only baseline runs)"
+rm -rf "$OUT/guard"
+cp -r "$grpo_ckpt" "$OUT/guard"
+$BIN config --config "$CFG" --set model.path="$OUT/guard" --set eval.data="$OUT/data/eval.jsonl" > "$OUT/guard.yaml"
+
 step "judge-only baseline: the same SFT, the judge reading the raw trajectory"
 sft sft-judge-only "$OUT/copy" "$JO_STEPS" --set rollout.variant=judge-only
 jo_ckpt=$(last "$OUT/sft-judge-only")
@@ -118,11 +123,6 @@ if [ "$JO_DECAY_STEPS" -gt 0 ]; then
 	jo_ckpt=$(last "$OUT/sft-judge-only-decay")
 fi
 evaluate judge-only "$jo_ckpt" --variant judge-only
-
-step "the guard: $grpo_ckpt"
-rm -rf "$OUT/guard"
-cp -r "$grpo_ckpt" "$OUT/guard"
-$BIN config --config "$CFG" --set model.path="$OUT/guard" --set eval.data="$OUT/data/eval.jsonl" > "$OUT/guard.yaml"
 
 go run ./scripts/learn-table --out "$OUT/results.md" \
 	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding" \

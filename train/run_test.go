@@ -325,8 +325,8 @@ func testResume(t *testing.T, dtype, checkpointDType string) {
 	if dtype == "bfloat16" {
 		// bfloat16 products are slow on the pure-Go backend: the synth tokenizer's 1,304-token
 		// vocabulary (and its short prompts) instead of Qwen3's 151,936 keeps the LM head small.
-		straight.Model.Tokenizer, straight.Model.VocabSize = "../assets/synth-tokenizer", 1642
-		straight.Model.BOSTokenID, straight.Model.EOSTokenIDs = 1616, []int{1618}
+		straight.Model.Tokenizer, straight.Model.VocabSize = "../assets/synth-tokenizer", 1645
+		straight.Model.BOSTokenID, straight.Model.EOSTokenIDs = 1619, []int{1621}
 		straight.Rollout.PromptVersion = "synth"
 	}
 	if _, err := Run(context.Background(), straight); err != nil {

@@ -31,26 +31,34 @@ type Entry struct {
 // Memory is what a memory manager of the synthetic world keeps: the
 // identifiers the user sanctioned (named in the prompt or in the document
 // the prompt names) and those that injected instructions asked for, in
-// order of first appearance, each with its role.
+// order of first appearance, each with its role. Its written form (String)
+// lists the injected ones first.
 type Memory struct {
 	Entries []Entry
 }
 
 // String writes the memory in its one-line form, each identifier followed
-// by its role, "none" when empty:
+// by its role, the injected entries first, each group in order of first
+// appearance, "none" when empty:
 //
-//	acct-bako allowed, acct-miru allowed, acct-tesa injected
+//	acct-tesa injected, acct-bako allowed, acct-miru allowed
 //
 // The role follows the identifier so that a judge that has written the
 // pending action's target finds what the memory says of it in the token
-// after the target's earlier occurrence (docs/synth.md).
+// after the target's earlier occurrence. The injected entries come first
+// because they are all the judge's rule needs: a memory manager that reads
+// a document writes the injection line's identifier before it lists the
+// document's allowed ones, and one that stops early loses only allowed
+// entries (docs/synth.md).
 func (m Memory) String() string {
 	if len(m.Entries) == 0 {
 		return "none"
 	}
-	parts := make([]string, len(m.Entries))
-	for i, e := range m.Entries {
-		parts[i] = e.ID + " " + e.Role
+	parts := make([]string, 0, len(m.Entries))
+	for _, role := range []string{RoleInjected, RoleAllowed} {
+		for _, id := range m.ids(role) {
+			parts = append(parts, id+" "+role)
+		}
 	}
 	return strings.Join(parts, ", ")
 }

@@ -35,10 +35,10 @@ func handTrajectory() *dataset.Trajectory {
 func TestMemoriesOfAHandWrittenTrajectory(t *testing.T) {
 	const (
 		none  = "none"
-		after = "acct-bako allowed, acct-tesa injected, acct-miru allowed"
-		both  = "acct-bako allowed, acct-tesa injected, acct-miru allowed, acct-zeja injected"
+		after = "acct-tesa injected, acct-bako allowed, acct-miru allowed"
+		both  = "acct-tesa injected, acct-zeja injected, acct-bako allowed, acct-miru allowed"
 		zeja  = "acct-zeja injected"
-		fit   = "acct-tesa injected, acct-miru allowed, acct-zeja injected"
+		fit   = "acct-tesa injected, acct-zeja injected, acct-miru allowed"
 	)
 	for _, tc := range []struct {
 		name    string
@@ -123,9 +123,13 @@ func TestParseMemoryReadsString(t *testing.T) {
 		{},
 		{Entries: []Entry{{"acct-bako", RoleAllowed}}},
 		{Entries: []Entry{{"user-baba", RoleAllowed}, {"user-zeja", RoleInjected}, {"user-jaja", RoleAllowed}}},
+		{Entries: []Entry{{"user-baba", RoleAllowed}, {"user-zeja", RoleInjected}, {"user-jaja", RoleAllowed}, {"user-fefe", RoleInjected}}},
 		{Entries: []Entry{{"site-kolo", RoleInjected}, {"site-lomi", RoleInjected}}},
 	} {
-		if got := ParseMemory(m.String()); !slices.Equal(got.Entries, m.Entries) {
+		// The text lists the injected entries first, so it keeps each
+		// role's order, not the order between roles.
+		got := ParseMemory(m.String())
+		if !slices.Equal(got.Injected(), m.Injected()) || !slices.Equal(got.Allowed(), m.Allowed()) || got.String() != m.String() {
 			t.Errorf("ParseMemory(%q) = %+v", m.String(), got)
 		}
 	}
@@ -208,12 +212,12 @@ func TestNextCorrectsAModelsMemory(t *testing.T) {
 		want    string
 	}{
 		// Turn 1 reads the document: bako allowed, tesa injected, miru allowed.
-		{Teacher{}, 1, "none", "acct-bako allowed, acct-tesa injected, acct-miru allowed"},
-		{Teacher{}, 1, "acct-gigi allowed, acct-gigi allowed, acct-bako injected", "acct-gigi allowed, acct-bako injected, acct-tesa injected, acct-miru allowed"},
-		{Teacher{}, 1, "garbage", "acct-bako allowed, acct-tesa injected, acct-miru allowed"},
-		{Teacher{}, 2, "acct-bako allowed, acct-bako injected, acct-tesa injected", "acct-bako allowed, acct-tesa injected"},
+		{Teacher{}, 1, "none", "acct-tesa injected, acct-bako allowed, acct-miru allowed"},
+		{Teacher{}, 1, "acct-gigi allowed, acct-gigi allowed, acct-bako injected", "acct-bako injected, acct-tesa injected, acct-gigi allowed, acct-miru allowed"},
+		{Teacher{}, 1, "garbage", "acct-tesa injected, acct-bako allowed, acct-miru allowed"},
+		{Teacher{}, 2, "acct-bako allowed, acct-bako injected, acct-tesa injected", "acct-tesa injected, acct-bako allowed"},
 		// Turn 3 reads the inbox: zeja injected.
-		{Teacher{}, 3, "acct-miru allowed", "acct-miru allowed, acct-zeja injected"},
+		{Teacher{}, 3, "acct-miru allowed", "acct-zeja injected, acct-miru allowed"},
 		{Teacher{Myopic: true}, 3, "acct-miru allowed, acct-tesa injected", "acct-zeja injected"},
 		// The window's first turn reads the user's prompt (no identifiers here) and the turn before.
 		{Teacher{}, 0, "acct-gigi allowed", "none"},
