@@ -74,7 +74,7 @@ for g in $GAMMAS; do
 		# shellcheck disable=SC2046
 		$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$myopic" $(steps "$GRPO_STEPS") \
 			--set rewards.gamma="$g" --set train.seed="$s" --set rewards.length_threshold="$THRESHOLD" \
-			--set grpo.learning_rate="$GRPO_LR" --set grpo.warmup_steps=0 \
+			--set grpo.learning_rate="$GRPO_LR" --set grpo.lr_schedule=constant --set grpo.warmup_steps=0 \
 			--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" \
 			--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/$run"
 		ckpt=$(ls -d "$OUT/$run"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)

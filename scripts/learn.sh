@@ -3,9 +3,10 @@
 # job on the synthetic benchmark. Generates synth train and held-out files,
 # evaluates a random model, teaches it to copy (model pretrain), warm-starts
 # it with SFT (the perfect teacher at a constant learning rate, then with the
-# rate decaying, then on the model's own memories; as the judge-only
-# baseline, SFT of a judge that reads the raw trajectory), runs GRPO from the
-# SFT checkpoint with two seeds, evaluates each, and writes
+# rate decaying, then on the model's own memories; make learn-quick: one
+# shorter decaying stage), runs GRPO from the SFT checkpoint with two seeds,
+# evaluates each, trains the judge-only baseline (SFT of a judge that reads
+# the raw trajectory), and writes
 #   OUT/guard/        the final guard (SFT + GRPO, the first seed), a checkpoint directory
 #   OUT/guard.yaml    the configuration to evaluate it with:
 #                       mageguard eval --config OUT/guard.yaml --data FILE --out DIR
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${LEARN_OUT:-runs/learn}}
 BIN=bin/mageguard
-CFG=configs/synth-learn.yaml
+CFG=${LEARN_CONFIG:-configs/synth-learn.yaml} # make learn-quick: configs/synth-learn-quick.yaml
 # Seeds of the generated files: none of them is 1 or 2 (data/synth/), 1000
 # (the tokenizer's corpus), nor the fresh held-out seeds of docs/learning.md.
 TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
@@ -28,16 +29,16 @@ EVAL_SEED=${LEARN_EVAL_SEED:-12}
 TRAIN_N=${LEARN_TRAIN_N:-4000}
 EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
 COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500: 200 fixed-length copies, then 2..20 tokens)
-SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = configs/synth-learn.yaml's train.steps (400), learning rate 3e-3
+SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = the config's train.steps (synth-learn.yaml: 400 at a constant 3e-3)
 DECAY_STEPS=${LEARN_DECAY_STEPS:-300} # then SFT with the rate decaying from 3e-3 to 0 (cosine); 0 = skip
 OWN_STEPS=${LEARN_OWN_STEPS:-100}   # then SFT on the model's own memories (sft.own_memories), 1e-3 decaying; 0 = skip
-JO_STEPS=${LEARN_JO_STEPS:-100}     # the judge-only baseline's SFT steps at 3e-3 (~12 s a step: its prompts hold the trajectory),
-JO_DECAY_STEPS=${LEARN_JO_DECAY_STEPS:-50} # then decaying (fewer than the guard's: make learn's time)
-GRPO_STEPS=${LEARN_GRPO_STEPS:-20}
+JO_STEPS=${LEARN_JO_STEPS:-100}     # the judge-only baseline's SFT steps (~10 s a step: its prompts hold the trajectory;
+JO_DECAY_STEPS=${LEARN_JO_DECAY_STEPS:-50} # fewer than the guard's, for time), then decaying; 0 = skip
+GRPO_STEPS=${LEARN_GRPO_STEPS:-10}
 GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # trajectories a GRPO step: an error in ~20 turns, so few groups differ with 2
 GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5} # rollouts hotter than 1: the warm start is so sure that at 1 its G samples agree
 GRPO_SEEDS=${LEARN_GRPO_SEEDS:-1 2} # one GRPO run per seed; the guard is the first seed's
-GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # GRPO's steps are smaller than the warm start's
+GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # at a constant rate; 3e-4 for 5 steps cost recall (docs/learning.md)
 
 if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft" ]; then
 	echo "learn: $OUT holds an earlier run; remove it or set LEARN_OUT" >&2
@@ -79,7 +80,7 @@ sft() { # DIR MODEL STEPS [--set ...]: SFT with the perfect synth teacher into O
 }
 decay=(--set grpo.lr_schedule=cosine --set grpo.warmup_steps=0) # a fresh optimizer, the rate from its value to 0
 
-step "SFT (perfect synth teacher) from the copy-pretrained model, constant learning rate"
+step "SFT (perfect synth teacher) from the copy-pretrained model"
 sft sft "$OUT/copy" "$SFT_STEPS"
 sft_ckpt=$(last "$OUT/sft")
 if [ "$DECAY_STEPS" -gt 0 ]; then
@@ -101,7 +102,7 @@ for s in $GRPO_SEEDS; do
 	step "GRPO from $sft_ckpt, seed $s"
 	# shellcheck disable=SC2046
 	$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$sft_ckpt" $(steps "$GRPO_STEPS") \
-		--set grpo.learning_rate="$GRPO_LR" --set grpo.warmup_steps=0 --set train.seed="$s" \
+		--set grpo.learning_rate="$GRPO_LR" --set grpo.lr_schedule=constant --set grpo.warmup_steps=0 --set train.seed="$s" \
 		--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" \
 		--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/grpo-s$s"
 	ckpt=$(last "$OUT/grpo-s$s")
@@ -116,7 +117,7 @@ cp -r "$grpo_ckpt" "$OUT/guard"
 $BIN config --config "$CFG" --set model.path="$OUT/guard" --set eval.data="$OUT/data/eval.jsonl" > "$OUT/guard.yaml"
 
 step "judge-only baseline: the same SFT, the judge reading the raw trajectory"
-sft sft-judge-only "$OUT/copy" "$JO_STEPS" --set rollout.variant=judge-only
+sft sft-judge-only "$OUT/copy" "$JO_STEPS" --set rollout.variant=judge-only --set grpo.warmup_steps=5
 jo_ckpt=$(last "$OUT/sft-judge-only")
 if [ "$JO_DECAY_STEPS" -gt 0 ]; then
 	sft sft-judge-only-decay "$jo_ckpt" "$JO_DECAY_STEPS" --set rollout.variant=judge-only "${decay[@]}"
@@ -127,7 +128,7 @@ evaluate judge-only "$jo_ckpt" --variant judge-only
 go run ./scripts/learn-table --out "$OUT/results.md" \
 	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding" \
 	"random init=$OUT/eval-random" \
-	"judge-only (SFT, $JO_STEPS + $JO_DECAY_STEPS steps)=$OUT/eval-judge-only" \
+	"judge-only (SFT, $JO_STEPS$([ "$JO_DECAY_STEPS" -gt 0 ] && echo " + $JO_DECAY_STEPS") steps)=$OUT/eval-judge-only" \
 	"SFT=$OUT/eval-sft" \
 	"SFT + GRPO=$(IFS=,; echo "${grpo_rows[*]}")"
 end=$(date +%s)
