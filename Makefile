@@ -76,13 +76,12 @@ learn: build
 
 # The same in 30 minutes (29 min 34 s measured on a 2-core machine): a
 # 200-step warm start (configs/synth-learn-quick.yaml), 5 GRPO steps a seed
-# at 1e-4 (measured at 3e-4, the same cost), a 30-step judge-only baseline.
+# at learn.sh's 1e-4 (measured at 3e-4, the same cost), a 30-step judge-only baseline.
 # Its guard is weaker (docs/learning.md).
 LEARN_QUICK_OUT ?= runs/learn-quick
-LEARN_QUICK_GRPO_LR ?= 1e-4
 learn-quick: build
 	LEARN_CONFIG=configs/synth-learn-quick.yaml LEARN_DECAY_STEPS=0 LEARN_OWN_STEPS=0 \
-		LEARN_JO_STEPS=30 LEARN_JO_DECAY_STEPS=0 LEARN_GRPO_STEPS=5 LEARN_GRPO_LR=$(LEARN_QUICK_GRPO_LR) \
+		LEARN_JO_STEPS=30 LEARN_JO_DECAY_STEPS=0 LEARN_GRPO_STEPS=5 \
 		scripts/learn.sh $(LEARN_QUICK_OUT)
 
 # The γ experiment (docs/learning.md): GRPO from a myopic warm start with

@@ -32,7 +32,7 @@ COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500: 200 fi
 SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = the config's train.steps (synth-learn.yaml: 400 at a constant 3e-3)
 DECAY_STEPS=${LEARN_DECAY_STEPS:-300} # then SFT with the rate decaying from 3e-3 to 0 (cosine); 0 = skip
 OWN_STEPS=${LEARN_OWN_STEPS:-100}   # then SFT on the model's own memories (sft.own_memories), 1e-3 decaying; 0 = skip
-JO_STEPS=${LEARN_JO_STEPS:-100}     # the judge-only baseline's SFT steps (~10 s a step: its prompts hold the trajectory;
+JO_STEPS=${LEARN_JO_STEPS:-100}     # the judge-only baseline's SFT steps, 5 warm-up (~10 s a step: its prompts hold the trajectory;
 JO_DECAY_STEPS=${LEARN_JO_DECAY_STEPS:-50} # fewer than the guard's, for time), then decaying; 0 = skip
 GRPO_STEPS=${LEARN_GRPO_STEPS:-10}
 GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # trajectories a GRPO step: an error in ~20 turns, so few groups differ with 2
