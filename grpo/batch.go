@@ -71,6 +71,36 @@ type Batch struct {
 	Rewards     []float32   // [B] the sequence's reward (diagnostics; nil = not reported)
 }
 
+// subset returns the batch of rows of b in that order (the rows' slices shared, not copied).
+func (b *Batch) subset(rows []int) *Batch {
+	pick := func(x [][]float32) [][]float32 {
+		if x == nil {
+			return nil
+		}
+		out := make([][]float32, len(rows))
+		for j, i := range rows {
+			out[j] = x[i]
+		}
+		return out
+	}
+	s := &Batch{
+		Tokens: make([][]int32, len(rows)), AttnMask: make([][]int32, len(rows)), TargetPos: make([][]int32, len(rows)),
+		LossMask: pick(b.LossMask), OldLogProbs: pick(b.OldLogProbs), RefLogProbs: pick(b.RefLogProbs),
+		Advantages: make([]float32, len(rows)), Phase: make([]Phase, len(rows)),
+	}
+	if b.Rewards != nil {
+		s.Rewards = make([]float32, len(rows))
+	}
+	for j, i := range rows {
+		s.Tokens[j], s.AttnMask[j], s.TargetPos[j] = b.Tokens[i], b.AttnMask[i], b.TargetPos[i]
+		s.Advantages[j], s.Phase[j] = b.Advantages[i], b.Phase[i]
+		if b.Rewards != nil {
+			s.Rewards[j] = b.Rewards[i]
+		}
+	}
+	return s
+}
+
 // Sequence is one memory or judge call of a rollout.
 type Sequence struct {
 	Prompt     []int32 // the rendered prompt, at least one token

@@ -63,11 +63,19 @@ type Config struct {
 	// (checkpoint.go), when the trainer has a StagedPolicy: a step keeps one input per layer
 	// instead of every layer's activations.
 	GradientCheckpointing bool `yaml:"gradient_checkpointing"`
+	// SkipZeroAdvantage leaves the sequences whose advantage is 0 out of a step's forward and
+	// backward when β = 0: their loss and gradient are exactly 0 (ℓ_k = −min(ρ_k·0,
+	// clip(ρ_k)·0)), and the step's denominator still counts them, so the loss and the update
+	// are unchanged. A group whose samples all earned one reward has only such sequences.
+	// The step's ratio, clip, KL and entropy diagnostics are then means over the sequences
+	// that ran. No effect when β > 0 (the KL term has a gradient at every token).
+	SkipZeroAdvantage bool `yaml:"skip_zero_advantage"`
 }
 
 // DefaultConfig returns the defaults: AdamW(1e-6, 0.9, 0.999, 1e-8), no weight decay, clip norm
 // 1.0, 10 warm-up steps then a constant rate, ε = 0.2, β = 0.04, μ = 1, group scaling,
-// seq-mean-token-mean, micro-batches of 8 sequences sharing their prompt prefix.
+// seq-mean-token-mean, micro-batches of 8 sequences sharing their prompt prefix, sequences of
+// advantage 0 skipped when β = 0.
 func DefaultConfig() Config {
 	return Config{
 		LearningRate:      1e-6,
@@ -87,6 +95,7 @@ func DefaultConfig() Config {
 		SharedPrefix:      true,
 		MasterDType:       "float32",
 		UpdateGroupLayers: 4,
+		SkipZeroAdvantage: true,
 	}
 }
 

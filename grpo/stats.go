@@ -55,15 +55,34 @@ type seqDiagnostics struct {
 }
 
 // summarize fills the token means of st, overall and per phase, from the per-sequence sums
-// of b's sequences and their counted tokens seqTokens (st.Tokens is their total).
-func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics) {
-	var ratio, kl, clip, negLogP float64
-	var phaseSums [NumPhases]struct{ reward, adv, ratio, kl, clip, negLogP float64 }
+// of the sequences that ran and the counted tokens seqTokens of b's sequences (st.Tokens is
+// their total). ran lists the rows of b that ran, in the order of seqs; nil = every row. The
+// ratio, clip, KL and entropy means are over the tokens of the rows that ran; the counts,
+// rewards and advantages over all of b.
+func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics, ran []int) {
+	diag := make([]int, b.Len()) // row of b → its index in seqs, or −1
+	for i := range diag {
+		diag[i] = i
+	}
+	if ran != nil {
+		for i := range diag {
+			diag[i] = -1
+		}
+		for j, i := range ran {
+			diag[i] = j
+		}
+	}
+	var ratio, kl, clip, negLogP, ranTokens float64
+	var phaseSums [NumPhases]struct{ reward, adv, ratio, kl, clip, negLogP, ranTokens float64 }
 	for i := range b.Len() {
-		ratio += seqs.ratio[i]
-		kl += seqs.kl[i]
-		clip += seqs.clipped[i]
-		negLogP += seqs.negLogP[i]
+		j := diag[i]
+		if j >= 0 {
+			ratio += seqs.ratio[j]
+			kl += seqs.kl[j]
+			clip += seqs.clipped[j]
+			negLogP += seqs.negLogP[j]
+			ranTokens += float64(seqTokens[i])
+		}
 		if seqTokens[i] == 0 {
 			continue
 		}
@@ -75,21 +94,27 @@ func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics) {
 			phaseSums[p].reward += float64(b.Rewards[i])
 		}
 		phaseSums[p].adv += float64(b.Advantages[i])
-		phaseSums[p].ratio += seqs.ratio[i]
-		phaseSums[p].kl += seqs.kl[i]
-		phaseSums[p].clip += seqs.clipped[i]
-		phaseSums[p].negLogP += seqs.negLogP[i]
+		if j >= 0 {
+			phaseSums[p].ratio += seqs.ratio[j]
+			phaseSums[p].kl += seqs.kl[j]
+			phaseSums[p].clip += seqs.clipped[j]
+			phaseSums[p].negLogP += seqs.negLogP[j]
+			phaseSums[p].ranTokens += float64(seqTokens[i])
+		}
 	}
-	tok := float64(st.Tokens)
-	st.MeanRatio, st.MeanKL, st.ClipFrac, st.Entropy = ratio/tok, kl/tok, clip/tok, negLogP/tok
+	if ranTokens > 0 {
+		st.MeanRatio, st.MeanKL, st.ClipFrac, st.Entropy = ratio/ranTokens, kl/ranTokens, clip/ranTokens, negLogP/ranTokens
+	}
 	for p := range NumPhases {
 		ps := &st.Phase[p]
 		if ps.Sequences == 0 {
 			continue
 		}
-		s, tk := float64(ps.Sequences), float64(ps.Tokens)
+		s := float64(ps.Sequences)
 		ps.MeanReward, ps.MeanAdvantage = phaseSums[p].reward/s, phaseSums[p].adv/s
-		ps.MeanRatio, ps.MeanKL, ps.ClipFrac = phaseSums[p].ratio/tk, phaseSums[p].kl/tk, phaseSums[p].clip/tk
-		ps.Entropy = phaseSums[p].negLogP / tk
+		if tk := phaseSums[p].ranTokens; tk > 0 {
+			ps.MeanRatio, ps.MeanKL, ps.ClipFrac = phaseSums[p].ratio/tk, phaseSums[p].kl/tk, phaseSums[p].clip/tk
+			ps.Entropy = phaseSums[p].negLogP / tk
+		}
 	}
 }

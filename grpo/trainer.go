@@ -162,11 +162,18 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 	c1 := float32(1 / (1 - math.Pow(t.cfg.AdamBeta1, float64(n))))
 	c2 := float32(1 / (1 - math.Pow(t.cfg.AdamBeta2, float64(n))))
 
+	// The sequences that run: all, or (skip_zero_advantage, β = 0) those with a non-zero
+	// advantage, whose loss and gradient are the whole step's: the others' are exactly 0.
+	run, ran := b, []int(nil)
+	if t.cfg.SkipZeroAdvantage && t.cfg.Beta == 0 {
+		ran = nonzeroAdvantageRows(b, seqTokens)
+		run = b.subset(ran)
+	}
 	var seqs seqDiagnostics
-	for ci, rows := range t.chunks(b) {
-		shared := t.sharedPrefix(b, rows)
+	for ci, rows := range t.chunks(run) {
+		shared := t.sharedPrefix(run, rows)
 		key := trainKey{hasOld: b.OldLogProbs != nil, hasRef: hasRef, shared: shared > 0}
-		mb := pack(b, rows, t.rowsFor(len(rows)), shared, key.hasOld, key.hasRef)
+		mb := pack(run, rows, t.rowsFor(len(rows)), shared, key.hasOld, key.hasRef)
 		var res []*tensors.Tensor
 		var err error
 		if t.checkpointing() {
@@ -208,8 +215,31 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 		return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
 	}
 	t.step = n
-	st.summarize(b, seqTokens, seqs)
+	st.summarize(b, seqTokens, seqs, ran)
 	return st, nil
+}
+
+// nonzeroAdvantageRows returns the rows of b with a counted token and a non-zero advantage;
+// when there is none, the first row with a counted token, so that a training graph still runs
+// (its gradient is 0: the step is AdamW's with zero gradients, as without skipping).
+func nonzeroAdvantageRows(b *Batch, seqTokens []int) []int {
+	var rows []int
+	first := -1
+	for i, a := range b.Advantages {
+		if seqTokens[i] == 0 {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		if a != 0 {
+			rows = append(rows, i)
+		}
+	}
+	if len(rows) == 0 {
+		rows = []int{first}
+	}
+	return rows
 }
 
 // LogProbs returns log π(TargetPos) [B][K] of b's sequences under the policy with the

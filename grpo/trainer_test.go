@@ -881,3 +881,135 @@ func TestFrozenCopy(t *testing.T) {
 		t.Fatalf("reference log-probs unchanged: %v; policy log-probs moved: %v", same, moved)
 	}
 }
+
+// TestSkipZeroAdvantage: with β = 0, leaving the zero-advantage sequences out of the forward
+// and backward (skip_zero_advantage) gives the loss, gradient norm and weights of running every
+// sequence, over two steps with π_old ≠ π_θ; the diagnostics are those of the sequences that
+// ran (a step on that sub-batch alone); a batch with no non-zero advantage gives loss 0 and
+// leaves the weights where running it in full does.
+func TestSkipZeroAdvantage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		zero []int // rows whose advantage is set to 0
+	}{
+		{"some", []int{0, 3, 4, 7, 10}},
+		{"all", []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 0))
+			cfg := DefaultConfig()
+			cfg.LearningRate, cfg.WarmupSteps, cfg.Beta, cfg.MicroBatchSize = 0.01, 0, 0, 4
+			cfg.AdamEpsilon = 1e-3
+
+			full := context.New()
+			tinyInit(full, 3)
+			skip, err := full.Clone()
+			if err != nil {
+				t.Fatal(err)
+			}
+			start, err := full.Clone()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := randomBatch(rng, 11)
+			zero := map[int]bool{}
+			for _, i := range tc.zero {
+				b.Advantages[i], zero[i] = 0, true
+			}
+			var kept []int
+			for i := range b.Len() {
+				if !zero[i] {
+					kept = append(kept, i)
+				}
+			}
+
+			cfg.SkipZeroAdvantage = false
+			trFull, err := NewTrainer(backend(t), full, tinyPolicy, cfg, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.SkipZeroAdvantage = true
+			trSkip, err := NewTrainer(backend(t), skip, tinyPolicy, cfg, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logp, err := trFull.LogProbs(full, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.OldLogProbs = perturb(rng, logp, b.LossMask, 0.2)
+
+			if len(kept) > 0 { // the diagnostics of the rows that ran: a step on them alone
+				sub, err := start.Clone()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.SkipZeroAdvantage = false
+				trSub, err := NewTrainer(backend(t), sub, tinyPolicy, cfg, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := trSub.Step(b.subset(kept))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := skipStepOnClone(t, start, cfg, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(got.MeanRatio-want.MeanRatio) > 1e-6 || math.Abs(got.Entropy-want.Entropy) > 1e-5 || got.ClipFrac != want.ClipFrac {
+					t.Errorf("diagnostics %v, the rows that ran alone give %v", got, want)
+				}
+			}
+
+			for step := range 2 {
+				sf, err := trFull.Step(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ss, err := trSkip.Step(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(ss.Loss-sf.Loss) > 1e-6 || math.Abs(ss.GradNorm-sf.GradNorm) > 1e-6*max(1, sf.GradNorm) {
+					t.Errorf("step %d: skipping gives loss %v grad norm %v, running all %v and %v",
+						step+1, ss.Loss, ss.GradNorm, sf.Loss, sf.GradNorm)
+				}
+				if ss.Sequences != sf.Sequences || ss.Tokens != sf.Tokens {
+					t.Errorf("step %d: counts %d/%d, running all %d/%d", step+1, ss.Sequences, ss.Tokens, sf.Sequences, sf.Tokens)
+				}
+				if step == 0 && len(kept) > 0 && math.Abs(ss.Entropy-sf.Entropy) < 1e-6 {
+					t.Errorf("entropy %v with skipping and %v without: did every row run?", ss.Entropy, sf.Entropy)
+				}
+				if len(kept) == 0 && (sf.Loss != 0 || sf.GradNorm != 0) {
+					t.Errorf("step %d: all advantages 0 but loss %v grad norm %v", step+1, sf.Loss, sf.GradNorm)
+				}
+			}
+			if d := maxWeightDiff(weights(t, full, "tiny"), weights(t, skip, "tiny")); d > 1e-6 {
+				t.Errorf("weights after 2 steps differ by %.2g", d)
+			}
+			moved := maxWeightDiff(weights(t, full, "tiny"), weights(t, start, "tiny"))
+			if len(kept) > 0 && moved < 1e-3 {
+				t.Errorf("weights moved only %.2g: the comparison is vacuous", moved)
+			}
+			if len(kept) == 0 && moved != 0 {
+				t.Errorf("no advantage, yet the weights moved by %.2g", moved)
+			}
+		})
+	}
+}
+
+// skipStepOnClone takes one skip_zero_advantage step on b from a clone of ctx.
+func skipStepOnClone(t *testing.T, ctx *context.Context, cfg Config, b *Batch) (Stats, error) {
+	t.Helper()
+	c, err := ctx.Clone()
+	if err != nil {
+		return Stats{}, err
+	}
+	cfg.SkipZeroAdvantage = true
+	tr, err := NewTrainer(backend(t), c, tinyPolicy, cfg, 0)
+	if err != nil {
+		return Stats{}, err
+	}
+	return tr.Step(b)
+}
