@@ -8,7 +8,9 @@
 # by gap, mean ± spread over the seeds.
 #   OUT/results.md    the table
 # OUT is $1, else $LEARN_GAMMA_OUT, else runs/learn-gamma; every run's
-# output stays in OUT (data/, sft-myopic/, grpo-g<γ>-s<seed>/, eval-*/).
+# output stays in OUT (data/, copy/, sft-myopic/, grpo-g<γ>-s<seed>/, eval-*/,
+# learn-gamma.log and each GRPO job's grpo-g<γ>-s<seed>.log). Each seed's two
+# runs (γ = 0 and 0.5) run side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${LEARN_GAMMA_OUT:-runs/learn-gamma}}
@@ -16,9 +18,8 @@ BIN=bin/mageguard
 CFG=configs/synth-learn.yaml
 TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
 EVAL_SEED=${LEARN_EVAL_SEED:-12}
-# Train trajectories: many more than a run sees (a 500-step SFT of 2 a step
-# sees 1,000), so the tiny model cannot memorise which names a trajectory
-# holds; on 400 its memory manager did (docs/learning.md).
+# Train trajectories: many more than a run sees, so the tiny model cannot
+# memorise which names a trajectory holds (scripts/learn.sh).
 TRAIN_N=${LEARN_TRAIN_N:-4000}
 EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
 COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500)
@@ -29,8 +30,8 @@ GAMMAS=${LEARN_GAMMAS:-0 0.5}
 # L = 40 a memory must choose what to keep.
 THRESHOLD=${LEARN_GAMMA_THRESHOLD:-40}
 SFT_STEPS=${LEARN_SFT_STEPS:-}
-GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-20}
-GRPO_LR=${LEARN_GRPO_LR:-1e-4}
+GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-10}
+GRPO_LR=${LEARN_GAMMA_GRPO_LR:-2e-4} # twice make learn's: the memory has far more to learn here, in few steps
 GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # as make learn's GRPO (scripts/learn.sh)
 GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5}
 
@@ -40,7 +41,8 @@ if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft-myopic" ]; then
 fi
 mkdir -p "$OUT/data"
 exec > >(tee -a "$OUT/learn-gamma.log") 2>&1
-step() { echo; echo "== $(date +%T) $*"; }
+# shellcheck source=scripts/jobs.sh
+source scripts/jobs.sh # step, beside, await
 steps() { [ -n "$1" ] && echo "--set train.steps=$1"; true; }
 echo "learn-gamma: $(uptime)"
 start=$(date +%s)
@@ -53,6 +55,7 @@ evaluate() { # NAME MODEL
 	step "eval $1"
 	$BIN eval --config "$CFG" --model "$2" --data "$OUT/data/eval.jsonl" --out "$OUT/eval-$1"
 }
+last() { ls -d "$1"/checkpoint-[0-9]* | sort -V | tail -1; }
 
 step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
 # shellcheck disable=SC2046
@@ -62,24 +65,33 @@ step "SFT (myopic synth teacher) from the copy-pretrained model"
 # shellcheck disable=SC2046
 $BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth-myopic $(steps "$SFT_STEPS") \
 	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-myopic"
-myopic=$(ls -d "$OUT"/sft-myopic/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
+myopic=$(last "$OUT/sft-myopic")
 evaluate sft-myopic "$myopic"
 
+grpo() { # G SEED: GRPO from the myopic SFT with γ = G into OUT/grpo-gG-sSEED, and its eval
+	local g=$1 s=$2 run=grpo-g$1-s$2
+	# shellcheck disable=SC2046
+	$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$myopic" $(steps "$GRPO_STEPS") \
+		--set rewards.gamma="$g" --set train.seed="$s" --set rewards.length_threshold="$THRESHOLD" \
+		--set grpo.learning_rate="$GRPO_LR" --set grpo.lr_schedule=constant --set grpo.warmup_steps=0 \
+		--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" \
+		--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/$run"
+	evaluate "$run" "$(last "$OUT/$run")"
+}
+# Each seed's runs (one per γ) side by side: a GRPO step's rollouts leave a core idle.
+for s in $SEEDS; do
+	for g in $GAMMAS; do
+		beside "grpo-g$g-s$s" grpo "$g" "$s"
+	done
+	for g in $GAMMAS; do
+		await "grpo-g$g-s$s"
+	done
+done
 rows=("myopic SFT=$OUT/eval-sft-myopic")
 for g in $GAMMAS; do
 	dirs=()
 	for s in $SEEDS; do
-		run=grpo-g$g-s$s
-		step "GRPO γ = $g, seed $s, length threshold $THRESHOLD"
-		# shellcheck disable=SC2046
-		$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$myopic" $(steps "$GRPO_STEPS") \
-			--set rewards.gamma="$g" --set train.seed="$s" --set rewards.length_threshold="$THRESHOLD" \
-			--set grpo.learning_rate="$GRPO_LR" --set grpo.lr_schedule=constant --set grpo.warmup_steps=0 \
-			--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" \
-			--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/$run"
-		ckpt=$(ls -d "$OUT/$run"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)
-		evaluate "$run" "$ckpt"
-		dirs+=("$OUT/eval-$run")
+		dirs+=("$OUT/eval-grpo-g$g-s$s")
 	done
 	rows+=("GRPO, γ $g=$(IFS=,; echo "${dirs[*]}")")
 done
