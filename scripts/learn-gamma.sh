@@ -30,7 +30,12 @@ GAMMAS=${LEARN_GAMMAS:-0 0.5}
 # L = 40 a memory must choose what to keep.
 THRESHOLD=${LEARN_GAMMA_THRESHOLD:-40}
 SFT_STEPS=${LEARN_SFT_STEPS:-}
-GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-10}
+# A myopic warm start made before (a checkpoint directory: an earlier run's
+# OUT/sft-myopic/checkpoint-N, made from the same train file): "" = make it
+# here (copy pretraining and SFT, ~25 minutes); with one, only the GRPO runs
+# and the evals run, e.g. to try other GRPO settings.
+MYOPIC=${LEARN_GAMMA_MYOPIC:-}
+GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-16}
 GRPO_LR=${LEARN_GAMMA_GRPO_LR:-2e-4} # twice make learn's: the memory has far more to learn here, in few steps
 GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # as make learn's GRPO (scripts/learn.sh)
 GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5}
@@ -57,15 +62,20 @@ evaluate() { # NAME MODEL
 }
 last() { ls -d "$1"/checkpoint-[0-9]* | sort -V | tail -1; }
 
-step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
-# shellcheck disable=SC2046
-$BIN model pretrain --config "$CFG" $([ -n "$COPY_STEPS" ] && echo --steps "$COPY_STEPS") --out "$OUT/copy"
+if [ -n "$MYOPIC" ]; then
+	step "the myopic warm start: $MYOPIC (LEARN_GAMMA_MYOPIC; no copy pretraining or SFT here)"
+	myopic=$MYOPIC
+else
+	step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
+	# shellcheck disable=SC2046
+	$BIN model pretrain --config "$CFG" $([ -n "$COPY_STEPS" ] && echo --steps "$COPY_STEPS") --out "$OUT/copy"
 
-step "SFT (myopic synth teacher) from the copy-pretrained model"
-# shellcheck disable=SC2046
-$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth-myopic $(steps "$SFT_STEPS") \
-	--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-myopic"
-myopic=$(last "$OUT/sft-myopic")
+	step "SFT (myopic synth teacher) from the copy-pretrained model"
+	# shellcheck disable=SC2046
+	$BIN sft --config "$CFG" --data "$OUT/data/train.jsonl" --model "$OUT/copy" --teacher synth-myopic $(steps "$SFT_STEPS") \
+		--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/sft-myopic"
+	myopic=$(last "$OUT/sft-myopic")
+fi
 evaluate sft-myopic "$myopic"
 
 grpo() { # G SEED: GRPO from the myopic SFT with γ = G into OUT/grpo-gG-sSEED, and its eval
