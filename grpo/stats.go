@@ -63,14 +63,12 @@ func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics, ran [
 	diag := make([]int, b.Len()) // row of b → its index in seqs, or −1
 	for i := range diag {
 		diag[i] = i
-	}
-	if ran != nil {
-		for i := range diag {
+		if ran != nil {
 			diag[i] = -1
 		}
-		for j, i := range ran {
-			diag[i] = j
-		}
+	}
+	for j, i := range ran {
+		diag[i] = j
 	}
 	var ratio, kl, clip, negLogP, ranTokens float64
 	var phaseSums [NumPhases]struct{ reward, adv, ratio, kl, clip, negLogP, ranTokens float64 }

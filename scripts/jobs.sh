@@ -1,7 +1,8 @@
 # Sourced by scripts/learn.sh and scripts/learn-gamma.sh (after OUT is set and
 # their output goes to their log): step prints a timed heading; beside and
-# await run jobs beside the main line, for the pure-Go backend keeps about
-# 1.5 of 2 cores busy and two independent jobs finish sooner side by side.
+# await run jobs beside the main line. The pure-Go backend leaves part of a
+# 2-core machine idle, but only some pairs finish sooner side by side (two
+# GRPO runs did; copy pretraining beside an eval did not: docs/learning.md).
 #   beside NAME CMD...  runs CMD (a command or a function) with its output in OUT/NAME.log
 #   await NAME          waits for it, prints its log's last lines, and stops the
 #                       script (set -e) if it failed
