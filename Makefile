@@ -66,8 +66,8 @@ acceptance-sweep: build
 # Proof that training makes a guard (docs/learning.md): synthetic train and
 # held-out files, a tiny model taught to copy, warm-started with 400 SFT
 # steps, then GRPO with two seeds; the held-out table of random init,
-# judge-only, SFT and SFT + GRPO (the GRPO seeds side by side). 38 min 22 s
-# on a 2-core machine (measured; over the 30 minutes asked). Leaves the guard
+# judge-only, SFT and SFT + GRPO (the GRPO seeds side by side). 26 min 36 s
+# on a 2-core machine (measured as one command). Leaves the guard
 # in $(LEARN_OUT)/guard/, its eval config in $(LEARN_OUT)/guard.yaml and the
 # table in $(LEARN_OUT)/results.md.
 LEARN_OUT ?= runs/learn
