@@ -32,8 +32,9 @@ THRESHOLD=${LEARN_GAMMA_THRESHOLD:-40}
 SFT_STEPS=${LEARN_SFT_STEPS:-}
 # A myopic warm start made before (a checkpoint directory: an earlier run's
 # OUT/sft-myopic/checkpoint-N, made from the same train file): "" = make it
-# here (copy pretraining and SFT, ~25 minutes); with one, only the GRPO runs
-# and the evals run, e.g. to try other GRPO settings.
+# here (copy pretraining and SFT, ~17 minutes here); with one, only the GRPO
+# runs and the evals run, e.g. to try other GRPO settings or another warm
+# start (the table then names it by its path).
 MYOPIC=${LEARN_GAMMA_MYOPIC:-}
 GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-16}
 GRPO_LR=${LEARN_GAMMA_GRPO_LR:-2e-4} # twice make learn's: the memory has far more to learn here, in few steps
@@ -97,7 +98,9 @@ for s in $SEEDS; do
 		await "grpo-g$g-s$s"
 	done
 done
-rows=("myopic SFT=$OUT/eval-sft-myopic")
+warm="myopic SFT"
+[ -n "$MYOPIC" ] && warm="warm start $MYOPIC"
+rows=("$warm=$OUT/eval-sft-myopic")
 for g in $GAMMAS; do
 	dirs=()
 	for s in $SEEDS; do
@@ -107,7 +110,7 @@ for g in $GAMMAS; do
 done
 
 go run ./scripts/learn-table --out "$OUT/results.md" \
-	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding; GRPO from the myopic SFT with rewards.length_threshold $THRESHOLD" \
+	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding; GRPO from the ${warm#warm start } with rewards.length_threshold $THRESHOLD" \
 	"${rows[@]}"
 end=$(date +%s)
 {
