@@ -73,32 +73,23 @@ type Batch struct {
 
 // subset returns the batch of rows of b in that order (the rows' slices shared, not copied).
 func (b *Batch) subset(rows []int) *Batch {
-	pick := func(x [][]float32) [][]float32 {
-		if x == nil {
-			return nil
-		}
-		out := make([][]float32, len(rows))
-		for j, i := range rows {
-			out[j] = x[i]
-		}
-		return out
+	return &Batch{
+		Tokens: pickRows(b.Tokens, rows), AttnMask: pickRows(b.AttnMask, rows), TargetPos: pickRows(b.TargetPos, rows),
+		LossMask: pickRows(b.LossMask, rows), OldLogProbs: pickRows(b.OldLogProbs, rows), RefLogProbs: pickRows(b.RefLogProbs, rows),
+		Advantages: pickRows(b.Advantages, rows), Phase: pickRows(b.Phase, rows), Rewards: pickRows(b.Rewards, rows),
 	}
-	s := &Batch{
-		Tokens: make([][]int32, len(rows)), AttnMask: make([][]int32, len(rows)), TargetPos: make([][]int32, len(rows)),
-		LossMask: pick(b.LossMask), OldLogProbs: pick(b.OldLogProbs), RefLogProbs: pick(b.RefLogProbs),
-		Advantages: make([]float32, len(rows)), Phase: make([]Phase, len(rows)),
+}
+
+// pickRows returns x[rows[0]], x[rows[1]], …; nil for a nil x (a field the batch leaves out).
+func pickRows[T any](x []T, rows []int) []T {
+	if x == nil {
+		return nil
 	}
-	if b.Rewards != nil {
-		s.Rewards = make([]float32, len(rows))
-	}
+	out := make([]T, len(rows))
 	for j, i := range rows {
-		s.Tokens[j], s.AttnMask[j], s.TargetPos[j] = b.Tokens[i], b.AttnMask[i], b.TargetPos[i]
-		s.Advantages[j], s.Phase[j] = b.Advantages[i], b.Phase[i]
-		if b.Rewards != nil {
-			s.Rewards[j] = b.Rewards[i]
-		}
+		out[j] = x[i]
 	}
-	return s
+	return out
 }
 
 // Sequence is one memory or judge call of a rollout.
