@@ -4,7 +4,10 @@
 // raw inside a json.RawMessage) and escapes of lone UTF-16 surrogates such
 // as "\ud800" (also U+FFFD). Every reader of outside JSON (trajectories,
 // safetensors headers, config.json, trainer_state.json, decisions.jsonl,
-// report.json) runs Check after the text parsed.
+// report.json) runs Check after the text parsed. Object decodes one JSON
+// object strictly — no key given twice at any depth, only the allowed keys,
+// nothing after it — and names the value at fault by its path (the serve
+// API's request bodies).
 package strictjson
 
 import (
