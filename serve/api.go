@@ -11,13 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // Decisions of an assess answer.
@@ -77,116 +76,30 @@ func badField(field, code, format string, args ...any) *APIError {
 	return &APIError{Status: 400, Code: code, Field: field, Message: fmt.Sprintf("%s: ", field) + fmt.Sprintf(format, args...)}
 }
 
-// strictObject reads one JSON object from data: no key twice, only the
-// allowed keys, nothing after it. It returns its members' raw values.
+// strictObject reads one JSON object from data (strictjson.Object: no key
+// twice at any depth, only the allowed keys, nothing after it) and returns
+// its members' raw values; a refusal is a 400 naming the field by its path
+// ("body" for the body as a whole).
 func strictObject(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, badField(orBody(path), "invalid_json", "not valid JSON: %v", err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, badField(orBody(path), "invalid_type", "want a JSON object")
-	}
-	members := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, badField(orBody(path), "invalid_json", "not valid JSON: %v", err)
+	m, err := strictjson.Object(data, path, allowed...)
+	var e *strictjson.ObjectError
+	if errors.As(err, &e) {
+		field := e.Path
+		if e.Whole && field == "" {
+			field = "body"
 		}
-		key := tok.(string)
-		field := join(path, key)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, badField(field, "invalid_json", "not valid JSON: %v", err)
-		}
-		if _, dup := members[key]; dup {
-			return nil, badField(field, "duplicate_key", "given twice")
-		}
-		if !slices.Contains(allowed, key) {
-			return nil, badField(field, "unknown_field", "unknown field (allowed: %s)", strings.Join(allowed, ", "))
-		}
-		if err := noDuplicateKeys(raw, field); err != nil {
-			return nil, err
-		}
-		members[key] = raw
+		return nil, badField(field, objectErrorCodes[e.Kind], "%s", e.Problem)
 	}
-	if _, err := dec.Token(); err != nil {
-		return nil, badField(orBody(path), "invalid_json", "not valid JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, badField(orBody(path), "invalid_json", "data after the JSON object")
-	}
-	return members, nil
+	return m, err
 }
 
-func orBody(path string) string {
-	if path == "" {
-		return "body"
-	}
-	return path
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// noDuplicateKeys checks a JSON value at any depth for a key given twice.
-func noDuplicateKeys(raw json.RawMessage, path string) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	return checkValue(dec, path, 0)
-}
-
-// maxDepth bounds the nesting of a request's JSON values.
-const maxDepth = 64
-
-// checkValue reads one JSON value from dec, refusing a key given twice in
-// any object inside it.
-func checkValue(dec *json.Decoder, path string, depth int) error {
-	if depth > maxDepth {
-		return badField(path, "invalid_value", "nested deeper than %d levels", maxDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return badField(path, "invalid_json", "not valid JSON: %v", err)
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil // a scalar
-	}
-	switch d {
-	case '{':
-		keys := map[string]bool{}
-		for dec.More() {
-			k, err := dec.Token()
-			if err != nil {
-				return badField(path, "invalid_json", "not valid JSON: %v", err)
-			}
-			key := k.(string)
-			if keys[key] {
-				return badField(path+"."+key, "duplicate_key", "given twice")
-			}
-			keys[key] = true
-			if err := checkValue(dec, path+"."+key, depth+1); err != nil {
-				return err
-			}
-		}
-	case '[':
-		for i := 0; dec.More(); i++ {
-			if err := checkValue(dec, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return badField(path, "invalid_json", "not valid JSON: %v", err)
-	}
-	return nil
+// objectErrorCodes are the API's error codes of strictjson's refusals.
+var objectErrorCodes = map[strictjson.Kind]string{
+	strictjson.Syntax:    "invalid_json",
+	strictjson.NotObject: "invalid_type",
+	strictjson.Duplicate: "duplicate_key",
+	strictjson.Unknown:   "unknown_field",
+	strictjson.TooDeep:   "invalid_value",
 }
 
 // jsonString decodes a JSON string value.
