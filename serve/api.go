@@ -67,6 +67,8 @@ type APIError struct {
 	Code    string `json:"code"`            // e.g. "unknown_field", "session_blocked"
 	Message string `json:"message"`         // what is wrong, for a person
 	Field   string `json:"field,omitempty"` // the request field at fault, by path
+
+	retryAfter string // the answer's Retry-After header ("": none)
 }
 
 func (e *APIError) Error() string { return e.Message }

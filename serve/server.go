@@ -1,5 +1,9 @@
 package serve
 
+// The server: routes, authentication, the middleware every request goes
+// through, the lifecycle (New, SetGuard, Close) and the handlers. The
+// worker that batches steps across sessions is in batcher.go.
+
 import (
 	"bytes"
 	"crypto/rand"
@@ -19,7 +23,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
@@ -30,12 +33,6 @@ var openAPI []byte
 
 // OpenAPI returns the API's OpenAPI 3 description (served at /openapi.yaml).
 func OpenAPI() []byte { return slices.Clone(openAPI) }
-
-// Stepper runs one step of the guard loop for many sessions at once
-// (*rollout.Guard).
-type Stepper interface {
-	Step(inputs []rollout.StepInput, s rollout.Sampling) ([]rollout.Turn, rollout.Stats, error)
-}
 
 // Options configure a Server.
 type Options struct {
@@ -52,52 +49,23 @@ type Options struct {
 // SetGuard once the model is loaded, serve Handler, and Close it.
 type Server struct {
 	cfg     Config
-	rollout rollout.Config
 	store   *Store
 	token   [sha256.Size]byte
 	auth    bool
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics
-
-	guard atomic.Pointer[stepperBox] // nil until SetGuard
-	queue chan *job
+	batcher *batcher // decides the assessed steps
 
 	mu   sync.Mutex
 	busy map[string]bool // sessions with a request in progress
 
-	stop, done chan struct{}
-	once       sync.Once
-	batchNo    uint64
-	now        func() time.Time
+	now func() time.Time
 }
 
-type stepperBox struct{ Stepper }
-
-// Job states: a queued job is taken by the worker or abandoned by its
-// handler (deadline, client gone), never both.
-const (
-	jobQueued int32 = iota
-	jobTaken
-	jobAbandoned
-)
-
-// job is one assess request waiting for, or in, a generation batch.
-type job struct {
-	id       string
-	in       rollout.StepInput
-	req      *AssessRequest
-	step     int // the step's index in the session
-	arrived  time.Time
-	deadline time.Time
-	state    atomic.Int32
-	done     chan outcome // buffered: the worker never blocks on it
-}
-
-type outcome struct {
-	resp *AssessResponse
-	err  *APIError
-}
+// handlerFunc is a route's handler: it returns the status it wrote, or an
+// error for wrap to answer (an *APIError, else 500).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) (int, error)
 
 // New builds a server over an open store. It is not ready (assess and
 // /healthz answer 503) until SetGuard.
@@ -112,60 +80,36 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{
-		cfg: opts.Config, rollout: opts.Rollout, store: opts.Store, log: log,
-		queue: make(chan *job, opts.Config.QueueSize),
-		busy:  map[string]bool{},
-		stop:  make(chan struct{}), done: make(chan struct{}),
-		now: time.Now,
-	}
+	s := &Server{cfg: opts.Config, store: opts.Store, log: log, busy: map[string]bool{}, now: time.Now}
 	if opts.Token != "" {
 		s.auth, s.token = true, sha256.Sum256([]byte(opts.Token))
 	}
-	s.metrics = newMetrics(func() int { return len(s.queue) })
+	s.metrics = newMetrics(func() int { return s.batcher.queued() })
+	s.batcher = newBatcher(opts.Config, opts.Rollout, opts.Store, s.metrics, log, s.now)
 	s.routes()
 	return s, nil
 }
 
 // SetGuard makes the server ready: the worker starts gathering batches for g.
-func (s *Server) SetGuard(g Stepper) {
-	if s.guard.Swap(&stepperBox{g}) == nil {
-		go s.worker()
-	}
-}
+func (s *Server) SetGuard(g Stepper) { s.batcher.setGuard(g) }
 
 // Ready reports whether the guard is set.
-func (s *Server) Ready() bool { return s.guard.Load() != nil }
+func (s *Server) Ready() bool { return s.batcher.ready() }
 
 // Close stops the worker after the batch it runs and answers the steps
 // still queued with 503 (not applied). Call it after the HTTP server's
 // Shutdown; the store stays open.
-func (s *Server) Close() {
-	s.once.Do(func() {
-		close(s.stop)
-		if s.Ready() {
-			<-s.done
-		}
-		for {
-			select {
-			case j := <-s.queue:
-				s.answer(j, outcome{err: &APIError{Status: 503, Code: "shutting_down", Message: "the server is shutting down; the step was not applied"}})
-			default:
-				return
-			}
-		}
-	})
-}
+func (s *Server) Close() { s.batcher.close() }
 
 // Handler returns the HTTP handler of the API.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 func (s *Server) routes() {
 	s.mux = http.NewServeMux()
-	v1 := func(pattern string, h func(w http.ResponseWriter, r *http.Request) (int, error)) {
+	v1 := func(pattern string, h handlerFunc) {
 		s.mux.Handle(pattern, s.wrap(pattern, true, h))
 	}
-	open := func(pattern string, h func(w http.ResponseWriter, r *http.Request) (int, error)) {
+	open := func(pattern string, h handlerFunc) {
 		s.mux.Handle(pattern, s.wrap(pattern, false, h))
 	}
 	v1("POST /v1/sessions", s.create)
@@ -194,7 +138,7 @@ func (s *Server) routes() {
 // wrap adds authentication (for /v1/), JSON error answers, metrics and a
 // log line to a handler. A handler returns the status it wrote, or an
 // error to answer (an *APIError, else 500).
-func (s *Server) wrap(route string, auth bool, h func(w http.ResponseWriter, r *http.Request) (int, error)) http.Handler {
+func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -212,6 +156,9 @@ func (s *Server) wrap(route string, auth bool, h func(w http.ResponseWriter, r *
 			if !ok {
 				s.log.Error("internal error", "route", route, "error", err.Error())
 				ae = &APIError{Status: 500, Code: "internal", Message: "internal error"}
+			}
+			if ae.retryAfter != "" {
+				w.Header().Set("Retry-After", ae.retryAfter)
 			}
 			status = ae.Status
 			writeJSON(w, ae.Status, ErrorBody{Error: *ae})
@@ -426,12 +373,6 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) (int, error) {
 	return 200, nil
 }
 
-// answerOf is the answer of a stored step.
-func answerOf(st *Step) *AssessResponse {
-	return &AssessResponse{Decision: st.Decision, Score: st.Score, Rationale: st.Rationale, MemoryVersion: st.MemoryVersion,
-		Tokens: st.Tokens, LatencyMS: st.LatencyMS, Step: st.Step}
-}
-
 func (s *Server) assess(w http.ResponseWriter, r *http.Request) (int, error) {
 	arrived := s.now()
 	id, err := sessionID(r)
@@ -480,216 +421,10 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) (int, error) {
 	if sess.StepCount == 0 && req.Observation != nil {
 		return 0, badField("observation", "invalid_value", "the session's first step has no previous action to observe")
 	}
-	if !s.Ready() {
-		return 0, &APIError{Status: 503, Code: "loading", Message: "the model is loading"}
+	resp, err := s.batcher.decide(r.Context(), id, sess, req, arrived)
+	if err != nil {
+		return 0, err
 	}
-	in := rollout.StepInput{UserPrompt: sess.UserPrompt, First: sess.StepCount == 0, Memory: sess.Memory,
-		Previous: sess.LastAction, UserMessages: req.UserMessages, Action: req.Action}
-	if req.Observation != nil {
-		in.Observation = *req.Observation
-	}
-	j := &job{id: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
-		deadline: arrived.Add(s.cfg.deadline()), done: make(chan outcome, 1)}
-	select {
-	case s.queue <- j:
-	default:
-		s.metrics.notApplied("queue_full")
-		w.Header().Set("Retry-After", "1")
-		return 0, &APIError{Status: 429, Code: "queue_full", Message: fmt.Sprintf("%d steps are waiting (serve.queue_size); retry later", s.cfg.QueueSize)}
-	}
-	timer := time.NewTimer(time.Until(j.deadline))
-	defer timer.Stop()
-	var o outcome
-	select {
-	case o = <-j.done:
-	case <-timer.C:
-		o = s.abandon(j, "deadline")
-	case <-r.Context().Done():
-		o = s.abandon(j, "client_gone")
-	}
-	if o.err != nil {
-		return 0, o.err
-	}
-	writeJSON(w, 200, o.resp)
+	writeJSON(w, 200, resp)
 	return 200, nil
-}
-
-// abandon gives up a job whose handler can wait no longer. A job still
-// queued is dropped (never applied); one the worker has taken is waited
-// for: the worker either applies it and answers, or, past its deadline,
-// answers that it was not applied.
-func (s *Server) abandon(j *job, why string) outcome {
-	if j.state.CompareAndSwap(jobQueued, jobAbandoned) {
-		s.metrics.notApplied("deadline")
-		return outcome{err: deadlineError(why)}
-	}
-	return <-j.done
-}
-
-func deadlineError(why string) *APIError {
-	msg := "the step was not decided within serve.deadline_s; it was not applied (send it again)"
-	if why == "client_gone" {
-		msg = "the client went away; the step was not applied"
-	}
-	return &APIError{Status: 503, Code: "deadline_exceeded", Message: msg}
-}
-
-// answer delivers a job's outcome (once; done is buffered).
-func (s *Server) answer(j *job, o outcome) {
-	select {
-	case j.done <- o:
-	default:
-	}
-}
-
-// worker gathers queued steps into batches and runs them until Close.
-func (s *Server) worker() {
-	defer close(s.done)
-	for {
-		var first *job
-		select {
-		case first = <-s.queue:
-		case <-s.stop:
-			return
-		}
-		batch := s.gather(first)
-		s.run(batch)
-	}
-}
-
-// gather collects up to batch_size jobs: first, whatever is queued, and
-// what arrives within max_wait_ms of first's being taken.
-func (s *Server) gather(first *job) []*job {
-	batch := []*job{first}
-	timer := time.NewTimer(s.cfg.maxWait())
-	defer timer.Stop()
-	for len(batch) < s.cfg.BatchSize {
-		select {
-		case j := <-s.queue:
-			batch = append(batch, j)
-			continue
-		default:
-		}
-		select {
-		case j := <-s.queue:
-			batch = append(batch, j)
-		case <-timer.C:
-			return batch
-		case <-s.stop:
-			return batch
-		}
-	}
-	return batch
-}
-
-// run runs one batch: the steps still wanted go through the guard
-// together; each is stored (one transaction for the batch) before its
-// answer is sent.
-func (s *Server) run(batch []*job) {
-	now := s.now()
-	var jobs []*job
-	for _, j := range batch {
-		if now.After(j.deadline) {
-			if j.state.CompareAndSwap(jobQueued, jobAbandoned) {
-				s.metrics.notApplied("deadline")
-				s.answer(j, outcome{err: deadlineError("deadline")})
-			}
-			continue
-		}
-		if j.state.CompareAndSwap(jobQueued, jobTaken) {
-			jobs = append(jobs, j)
-		}
-	}
-	if len(jobs) == 0 {
-		return
-	}
-	inputs := make([]rollout.StepInput, len(jobs))
-	for i, j := range jobs {
-		inputs[i] = j.in
-	}
-	s.batchNo++
-	sampling := rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}
-	if !s.cfg.Greedy {
-		sampling = rollout.Sampling{Temperature: s.rollout.Temperature, TopK: s.rollout.TopK, TopP: s.rollout.TopP, Seed: s.cfg.Seed + s.batchNo*0x9e3779b97f4a7c15}
-	}
-	start := time.Now()
-	turns, stats, err := s.guard.Load().Step(inputs, sampling)
-	elapsed := time.Since(start)
-	if err == nil && len(turns) != len(jobs) {
-		err = fmt.Errorf("the guard returned %d steps for %d", len(turns), len(jobs))
-	}
-	if err != nil {
-		s.log.Error("generation failed", "steps", len(jobs), "error", err.Error())
-		for _, j := range jobs {
-			s.metrics.notApplied("error")
-			s.answer(j, outcome{err: &APIError{Status: 500, Code: "generation_failed", Message: "the guard's generation failed; the step was not applied"}})
-		}
-		return
-	}
-	s.metrics.batch(len(jobs), elapsed.Seconds(), stats.PromptTokens, stats.NewTokens, stats.MemoryFailures, stats.JudgeFailures)
-
-	decided := s.now()
-	var commits []Commit
-	var committed []*job
-	for i, j := range jobs {
-		if decided.After(j.deadline) {
-			s.metrics.notApplied("deadline")
-			s.answer(j, outcome{err: deadlineError("deadline")})
-			continue
-		}
-		commits = append(commits, Commit{ID: j.id, Step: s.record(j, &turns[i], decided)})
-		committed = append(committed, j)
-	}
-	if len(commits) == 0 {
-		return
-	}
-	errs, err := s.store.CommitSteps(commits)
-	if err != nil {
-		s.log.Error("commit failed", "steps", len(commits), "error", err.Error())
-	}
-	for i, j := range committed {
-		switch {
-		case err != nil:
-			s.metrics.notApplied("error")
-			s.answer(j, outcome{err: &APIError{Status: 500, Code: "store_failed", Message: "the step could not be stored; it was not applied"}})
-		case errs[i] != nil:
-			s.metrics.notApplied("error")
-			s.answer(j, outcome{err: &APIError{Status: 409, Code: "session_changed", Message: "the session changed or was deleted meanwhile; the step was not applied"}})
-		default:
-			st := &commits[i].Step
-			s.metrics.step(st.Decision)
-			s.answer(j, outcome{resp: answerOf(st)})
-		}
-	}
-	s.log.Info("batch", "steps", len(jobs), "stored", len(commits), "ms", elapsed.Milliseconds(),
-		"prompt_tokens", stats.PromptTokens, "generated_tokens", stats.NewTokens)
-}
-
-// record is the stored step of a job's turn: the answer's decision is
-// block when the judge rejects, or with serve.threshold when the score
-// reaches it.
-func (s *Server) record(j *job, t *rollout.Turn, decided time.Time) Step {
-	block := t.Decision == rollout.DecisionReject
-	if s.cfg.Threshold > 0 {
-		block = t.Score >= s.cfg.Threshold
-	}
-	decision := DecisionAllow
-	if block {
-		decision = DecisionBlock
-	}
-	memParsed := t.Memory != nil && t.Memory.Parsed
-	return Step{
-		Step: j.step, Action: j.in.Action, Observation: j.req.Observation, UserMessages: nonNil(j.req.UserMessages),
-		Memory: t.MemoryOut, MemoryVersion: j.step + 1, MemoryParsed: memParsed,
-		Decision: decision, Judge: t.Decision, JudgeParsed: t.Judge.Parsed,
-		Score: t.Score, ScoreExact: t.ScoreExact, Rationale: t.Rationale,
-		Tokens: t.GuardTokens(), LatencyMS: decided.Sub(j.arrived).Milliseconds(), DecidedAt: decided.UTC(),
-	}
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }

@@ -192,7 +192,7 @@ func TestBatchesAcrossSessions(t *testing.T) {
 		wg.Add(1)
 		go send(i)
 	}
-	waitFor(t, "8 queued steps", func() bool { return len(ts.srv.queue) == 8 })
+	waitFor(t, "8 queued steps", func() bool { return ts.srv.batcher.queued() == 8 })
 	ts.open()
 	wg.Wait()
 	for i, c := range codes {
@@ -231,7 +231,7 @@ func TestFullQueueAnswers429(t *testing.T) {
 	wg.Add(2)
 	go send(1)
 	go send(2)
-	waitFor(t, "a full queue", func() bool { return len(ts.srv.queue) == 2 })
+	waitFor(t, "a full queue", func() bool { return ts.srv.batcher.queued() == 2 })
 	code, body := ts.do("POST", "/v1/sessions/"+ids[3]+"/assess", assessBody("read_file", `{}`, nil))
 	if code != 429 || decode[ErrorBody](t, body).Error.Code != "queue_full" {
 		t.Fatalf("a step over the queue: %d %s", code, body)

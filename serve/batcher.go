@@ -1,0 +1,350 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mageguard/mageguard/rollout"
+)
+
+// Stepper runs one step of the guard loop for many sessions at once
+// (*rollout.Guard).
+type Stepper interface {
+	Step(inputs []rollout.StepInput, s rollout.Sampling) ([]rollout.Turn, rollout.Stats, error)
+}
+
+// batcher decides the steps of many sessions in shared generation batches.
+// A front end (the HTTP handlers) submits a step with decide — the session
+// as it read it while holding the session's claim, and the request — and
+// waits for the answer; one worker gathers the queued steps into batches
+// of up to serve.batch_size, runs each batch through the guard, stores
+// every step it decided (one commit a batch) and answers each submitter.
+// It knows nothing of HTTP: its refusals are *APIError values, which a
+// front end translates.
+type batcher struct {
+	cfg     Config
+	rollout rollout.Config // sampled decoding's settings (serve.greedy: false)
+	store   *Store
+	metrics *metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	guard   atomic.Pointer[stepperBox] // nil until setGuard
+	queue   chan *job
+	batchNo uint64 // batches run; seeds sampled decoding
+
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+type stepperBox struct{ Stepper }
+
+// Job states: a queued job is taken by the worker or abandoned by its
+// submitter (deadline, client gone), never both.
+const (
+	jobQueued int32 = iota
+	jobTaken
+	jobAbandoned
+)
+
+// job is one step waiting for, or in, a generation batch.
+type job struct {
+	id       string
+	in       rollout.StepInput
+	req      *AssessRequest
+	step     int // the step's index in the session
+	arrived  time.Time
+	deadline time.Time
+	state    atomic.Int32
+	done     chan outcome // buffered: the worker never blocks on it
+}
+
+type outcome struct {
+	resp *AssessResponse
+	err  *APIError
+}
+
+func newBatcher(cfg Config, rc rollout.Config, store *Store, m *metrics, log *slog.Logger, now func() time.Time) *batcher {
+	return &batcher{
+		cfg: cfg, rollout: rc, store: store, metrics: m, log: log, now: now,
+		queue: make(chan *job, cfg.QueueSize),
+		stop:  make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// setGuard hands the batcher its guard; the first call starts the worker.
+func (b *batcher) setGuard(g Stepper) {
+	if b.guard.Swap(&stepperBox{g}) == nil {
+		go b.worker()
+	}
+}
+
+// ready reports whether the guard is set.
+func (b *batcher) ready() bool { return b.guard.Load() != nil }
+
+// queued is the number of steps waiting for a batch.
+func (b *batcher) queued() int { return len(b.queue) }
+
+// close stops the worker after the batch it runs and answers the steps
+// still queued with 503 (not applied).
+func (b *batcher) close() {
+	b.once.Do(func() {
+		close(b.stop)
+		if b.ready() {
+			<-b.done
+		}
+		for {
+			select {
+			case j := <-b.queue:
+				b.answer(j, outcome{err: &APIError{Status: 503, Code: "shutting_down", Message: "the server is shutting down; the step was not applied"}})
+			default:
+				return
+			}
+		}
+	})
+}
+
+// decide queues the next step of session id for the request req that
+// arrived at arrived — sess is the session as read while the caller holds
+// its claim — and waits
+// for its answer: until the worker has decided and stored it, its deadline
+// (arrived + serve.deadline_s) passes, or ctx ends (the client went away).
+// Its errors are *APIError: 503 while the guard is loading, 429 (with
+// Retry-After) when the queue is full, 503 when the step was not applied.
+func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *AssessRequest, arrived time.Time) (*AssessResponse, error) {
+	if !b.ready() {
+		return nil, &APIError{Status: 503, Code: "loading", Message: "the model is loading"}
+	}
+	in := rollout.StepInput{UserPrompt: sess.UserPrompt, First: sess.StepCount == 0, Memory: sess.Memory,
+		Previous: sess.LastAction, UserMessages: req.UserMessages, Action: req.Action}
+	if req.Observation != nil {
+		in.Observation = *req.Observation
+	}
+	j := &job{id: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
+		deadline: arrived.Add(b.cfg.deadline()), done: make(chan outcome, 1)}
+	select {
+	case b.queue <- j:
+	default:
+		b.metrics.notApplied("queue_full")
+		return nil, &APIError{Status: 429, Code: "queue_full", retryAfter: "1",
+			Message: fmt.Sprintf("%d steps are waiting (serve.queue_size); retry later", b.cfg.QueueSize)}
+	}
+	timer := time.NewTimer(time.Until(j.deadline))
+	defer timer.Stop()
+	var o outcome
+	select {
+	case o = <-j.done:
+	case <-timer.C:
+		o = b.abandon(j, "deadline")
+	case <-ctx.Done():
+		o = b.abandon(j, "client_gone")
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	return o.resp, nil
+}
+
+// abandon gives up a job whose submitter can wait no longer. A job still
+// queued is dropped (never applied); one the worker has taken is waited
+// for: the worker either applies it and answers, or, past its deadline,
+// answers that it was not applied.
+func (b *batcher) abandon(j *job, why string) outcome {
+	if j.state.CompareAndSwap(jobQueued, jobAbandoned) {
+		b.metrics.notApplied("deadline")
+		return outcome{err: deadlineError(why)}
+	}
+	return <-j.done
+}
+
+func deadlineError(why string) *APIError {
+	msg := "the step was not decided within serve.deadline_s; it was not applied (send it again)"
+	if why == "client_gone" {
+		msg = "the client went away; the step was not applied"
+	}
+	return &APIError{Status: 503, Code: "deadline_exceeded", Message: msg}
+}
+
+// answer delivers a job's outcome (once; done is buffered).
+func (b *batcher) answer(j *job, o outcome) {
+	select {
+	case j.done <- o:
+	default:
+	}
+}
+
+// worker gathers queued steps into batches and runs them until close.
+func (b *batcher) worker() {
+	defer close(b.done)
+	for {
+		var first *job
+		select {
+		case first = <-b.queue:
+		case <-b.stop:
+			return
+		}
+		b.run(b.gather(first))
+	}
+}
+
+// gather collects up to batch_size jobs: first, whatever is queued, and
+// what arrives within max_wait_ms of first's being taken.
+func (b *batcher) gather(first *job) []*job {
+	batch := []*job{first}
+	timer := time.NewTimer(b.cfg.maxWait())
+	defer timer.Stop()
+	for len(batch) < b.cfg.BatchSize {
+		select {
+		case j := <-b.queue:
+			batch = append(batch, j)
+			continue
+		default:
+		}
+		select {
+		case j := <-b.queue:
+			batch = append(batch, j)
+		case <-timer.C:
+			return batch
+		case <-b.stop:
+			return batch
+		}
+	}
+	return batch
+}
+
+// take returns the jobs of a batch still wanted, marked taken; those past
+// their deadline are answered 503 (not applied).
+func (b *batcher) take(batch []*job) []*job {
+	now := b.now()
+	var jobs []*job
+	for _, j := range batch {
+		if now.After(j.deadline) {
+			if j.state.CompareAndSwap(jobQueued, jobAbandoned) {
+				b.metrics.notApplied("deadline")
+				b.answer(j, outcome{err: deadlineError("deadline")})
+			}
+			continue
+		}
+		if j.state.CompareAndSwap(jobQueued, jobTaken) {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs
+}
+
+// run runs one batch: the steps still wanted go through the guard
+// together; each is stored (one transaction for the batch) before its
+// answer is sent.
+func (b *batcher) run(batch []*job) {
+	jobs := b.take(batch)
+	if len(jobs) == 0 {
+		return
+	}
+	inputs := make([]rollout.StepInput, len(jobs))
+	for i, j := range jobs {
+		inputs[i] = j.in
+	}
+	b.batchNo++
+	sampling := rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}
+	if !b.cfg.Greedy {
+		sampling = rollout.Sampling{Temperature: b.rollout.Temperature, TopK: b.rollout.TopK, TopP: b.rollout.TopP, Seed: b.cfg.Seed + b.batchNo*0x9e3779b97f4a7c15}
+	}
+	start := time.Now()
+	turns, stats, err := b.guard.Load().Step(inputs, sampling)
+	elapsed := time.Since(start)
+	if err == nil && len(turns) != len(jobs) {
+		err = fmt.Errorf("the guard returned %d steps for %d", len(turns), len(jobs))
+	}
+	if err != nil {
+		b.log.Error("generation failed", "steps", len(jobs), "error", err.Error())
+		for _, j := range jobs {
+			b.metrics.notApplied("error")
+			b.answer(j, outcome{err: &APIError{Status: 500, Code: "generation_failed", Message: "the guard's generation failed; the step was not applied"}})
+		}
+		return
+	}
+	b.metrics.batch(len(jobs), elapsed.Seconds(), stats.PromptTokens, stats.NewTokens, stats.MemoryFailures, stats.JudgeFailures)
+	if stored := b.commit(jobs, turns); stored > 0 {
+		b.log.Info("batch", "steps", len(jobs), "stored", stored, "ms", elapsed.Milliseconds(),
+			"prompt_tokens", stats.PromptTokens, "generated_tokens", stats.NewTokens)
+	}
+}
+
+// commit stores the decided steps of jobs (turns[i] is jobs[i]'s) that are
+// still within their deadline, in one transaction, and answers every job.
+// It returns the number of steps it tried to store.
+func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
+	decided := b.now()
+	var commits []Commit
+	var committed []*job
+	for i, j := range jobs {
+		if decided.After(j.deadline) {
+			b.metrics.notApplied("deadline")
+			b.answer(j, outcome{err: deadlineError("deadline")})
+			continue
+		}
+		commits = append(commits, Commit{ID: j.id, Step: b.record(j, &turns[i], decided)})
+		committed = append(committed, j)
+	}
+	if len(commits) == 0 {
+		return 0
+	}
+	errs, err := b.store.CommitSteps(commits)
+	if err != nil {
+		b.log.Error("commit failed", "steps", len(commits), "error", err.Error())
+	}
+	for i, j := range committed {
+		switch {
+		case err != nil:
+			b.metrics.notApplied("error")
+			b.answer(j, outcome{err: &APIError{Status: 500, Code: "store_failed", Message: "the step could not be stored; it was not applied"}})
+		case errs[i] != nil:
+			b.metrics.notApplied("error")
+			b.answer(j, outcome{err: &APIError{Status: 409, Code: "session_changed", Message: "the session changed or was deleted meanwhile; the step was not applied"}})
+		default:
+			st := &commits[i].Step
+			b.metrics.step(st.Decision)
+			b.answer(j, outcome{resp: answerOf(st)})
+		}
+	}
+	return len(commits)
+}
+
+// record is the stored step of a job's turn: the answer's decision is
+// block when the judge rejects, or with serve.threshold when the score
+// reaches it.
+func (b *batcher) record(j *job, t *rollout.Turn, decided time.Time) Step {
+	block := t.Decision == rollout.DecisionReject
+	if b.cfg.Threshold > 0 {
+		block = t.Score >= b.cfg.Threshold
+	}
+	decision := DecisionAllow
+	if block {
+		decision = DecisionBlock
+	}
+	memParsed := t.Memory != nil && t.Memory.Parsed
+	return Step{
+		Step: j.step, Action: j.in.Action, Observation: j.req.Observation, UserMessages: nonNil(j.req.UserMessages),
+		Memory: t.MemoryOut, MemoryVersion: j.step + 1, MemoryParsed: memParsed,
+		Decision: decision, Judge: t.Decision, JudgeParsed: t.Judge.Parsed,
+		Score: t.Score, ScoreExact: t.ScoreExact, Rationale: t.Rationale,
+		Tokens: t.GuardTokens(), LatencyMS: decided.Sub(j.arrived).Milliseconds(), DecidedAt: decided.UTC(),
+	}
+}
+
+// answerOf is the answer of a stored step.
+func answerOf(st *Step) *AssessResponse {
+	return &AssessResponse{Decision: st.Decision, Score: st.Score, Rationale: st.Rationale, MemoryVersion: st.MemoryVersion,
+		Tokens: st.Tokens, LatencyMS: st.LatencyMS, Step: st.Step}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
