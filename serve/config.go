@@ -1,8 +1,8 @@
-// Package serve is the guard online (DESIGN.md "The guard loop",
-// Algorithm 1): an HTTP/JSON service that keeps a session per agent task —
-// the user's request, the shadow memory and every step's decision, in an
-// embedded database — and answers, before each tool call, whether it may
-// run. Concurrent steps of many sessions are gathered into one generation
+// Package serve is the guard online (docs/design.md#the-guard-loop,
+// docs/design.md#serving): an HTTP/JSON service that keeps a session per
+// agent task — the user's request, the shadow memory and every step's
+// decision, in an embedded database — and answers, before each tool call,
+// whether it may run. Concurrent steps of many sessions are gathered into one generation
 // batch (rollout.Guard.Step: memory calls together, then judge calls).
 //
 // The API (openapi.yaml, docs/serving.md):
