@@ -1,0 +1,154 @@
+package serve
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestBatchesAcrossSessions: steps of sessions that arrive while a batch
+// runs are gathered into the next one — one memory generation and one
+// judge generation for all of them.
+func TestBatchesAcrossSessions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BatchSize, cfg.MaxWaitMS = 8, 50
+	ts := newTestServer(t, cfg, true)
+	ids := make([]string, 9)
+	for i := range ids {
+		ids[i] = ts.create(fmt.Sprintf("task %d", i))
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, len(ids))
+	send := func(i int) {
+		defer wg.Done()
+		codes[i], _ = ts.do("POST", "/v1/sessions/"+ids[i]+"/assess", assessBody("read_file", `{}`, nil))
+	}
+	wg.Add(1)
+	go send(0)
+	<-ts.model.entered // the first batch is generating
+	for i := 1; i < len(ids); i++ {
+		wg.Add(1)
+		go send(i)
+	}
+	waitFor(t, "8 queued steps", func() bool { return ts.srv.batcher.queued() == 8 })
+	ts.open()
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("session %d: %d", i, c)
+		}
+	}
+	if got := ts.model.calls(); !slices.Equal(got, []int{1, 1, 8, 8}) {
+		t.Errorf("generation calls %v, want [1 1 8 8] (memory and judge of 1 step, then of 8)", got)
+	}
+	_, body := ts.do("GET", "/metrics", nil)
+	for _, want := range []string{"mageguard_batch_steps_count 2\n", "mageguard_batch_steps_sum 9\n", `mageguard_steps_total{decision="allow"} 9`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestFullQueueAnswers429(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BatchSize, cfg.QueueSize = 1, 2
+	ts := newTestServer(t, cfg, true)
+	ids := make([]string, 4)
+	for i := range ids {
+		ids[i] = ts.create("t")
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 3)
+	send := func(i int) {
+		defer wg.Done()
+		codes[i], _ = ts.do("POST", "/v1/sessions/"+ids[i]+"/assess", assessBody("read_file", `{}`, nil))
+	}
+	wg.Add(1)
+	go send(0)
+	<-ts.model.entered
+	wg.Add(2)
+	go send(1)
+	go send(2)
+	waitFor(t, "a full queue", func() bool { return ts.srv.batcher.queued() == 2 })
+	code, body := ts.do("POST", "/v1/sessions/"+ids[3]+"/assess", assessBody("read_file", `{}`, nil))
+	if code != 429 || decode[ErrorBody](t, body).Error.Code != "queue_full" {
+		t.Fatalf("a step over the queue: %d %s", code, body)
+	}
+	ts.open()
+	wg.Wait()
+	if !slices.Equal(codes, []int{200, 200, 200}) {
+		t.Errorf("queued steps answered %v", codes)
+	}
+	_, body = ts.do("GET", "/v1/sessions/"+ids[3], nil)
+	if decode[SessionView](t, body).StepCount != 0 {
+		t.Error("the refused step was stored")
+	}
+	_, m := ts.do("GET", "/metrics", nil)
+	if !strings.Contains(string(m), `mageguard_steps_not_applied_total{reason="queue_full"} 1`) {
+		t.Error("the 429 is not counted")
+	}
+}
+
+// TestDeadline: a step still queued at its deadline, and one whose batch
+// ends after it, are answered 503 and not applied.
+func TestDeadline(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BatchSize, cfg.DeadlineS = 1, 0.3
+	ts := newTestServer(t, cfg, true)
+	a, b := ts.create("a"), ts.create("b")
+	var wg sync.WaitGroup
+	var codeA int
+	var bodyA []byte
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		codeA, bodyA = ts.do("POST", "/v1/sessions/"+a+"/assess", assessBody("read_file", `{}`, nil))
+	}()
+	<-ts.model.entered // a's batch is generating, and waits
+	code, body := ts.do("POST", "/v1/sessions/"+b+"/assess", assessBody("read_file", `{}`, nil))
+	if code != 503 || decode[ErrorBody](t, body).Error.Code != "deadline_exceeded" {
+		t.Errorf("the queued step: %d %s", code, body)
+	}
+	ts.open() // a's batch ends after a's deadline
+	wg.Wait()
+	if codeA != 503 || decode[ErrorBody](t, bodyA).Error.Code != "deadline_exceeded" {
+		t.Errorf("the late step: %d %s", codeA, bodyA)
+	}
+	for _, id := range []string{a, b} {
+		_, body := ts.do("GET", "/v1/sessions/"+id, nil)
+		if v := decode[SessionView](t, body); v.StepCount != 0 || len(v.Steps) != 0 {
+			t.Errorf("session %s: %d steps stored past the deadline", id, v.StepCount)
+		}
+	}
+}
+
+// TestThresholdBlocksOnTheScore: with serve.threshold the score decides,
+// not the judge's sampled decision.
+func TestThresholdBlocksOnTheScore(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Threshold = 0.25 // the fake judge approves reads with score 0.3
+	ts := newTestServer(t, cfg, false)
+	id := ts.create("t")
+	_, body := ts.do("POST", "/v1/sessions/"+id+"/assess", assessBody("read_file", `{}`, nil))
+	a := decode[AssessResponse](t, body)
+	if a.Decision != DecisionBlock || math.Abs(a.Score-0.3) > 1e-6 {
+		t.Errorf("%+v: want a block on score 0.3 >= 0.25", a)
+	}
+	_, body = ts.do("GET", "/v1/sessions/"+id, nil)
+	if st := decode[SessionView](t, body).Steps[0]; st.Judge != "approve" || st.Decision != DecisionBlock {
+		t.Errorf("stored: judge %s decision %s", st.Judge, st.Decision)
+	}
+}
+
+func TestFormatViolationFallsBackToBlock(t *testing.T) {
+	ts := newTestServer(t, DefaultConfig(), false)
+	id := ts.create("t")
+	_, body := ts.do("POST", "/v1/sessions/"+id+"/assess", assessBody("garbage", `{}`, nil))
+	a := decode[AssessResponse](t, body)
+	if a.Decision != DecisionBlock || a.Score != 1 || a.Rationale != "format violation: rejected by default" {
+		t.Errorf("%+v", a)
+	}
+}
