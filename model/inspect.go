@@ -1,12 +1,9 @@
 package model
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 
-	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
@@ -52,14 +49,4 @@ func Inspect(dir string) (*CheckpointInfo, error) {
 		}
 	}
 	return info, nil
-}
-
-// WriteFile writes the scores as JSON to path, through a temporary file
-// and a rename.
-func (o *ScoreOutput) WriteFile(path string) error {
-	data, err := json.Marshal(o)
-	if err != nil {
-		return fmt.Errorf("score output: %w", err)
-	}
-	return atomicfile.WriteFile(path, append(data, '\n'))
 }
