@@ -19,10 +19,16 @@ var (
 	testBackendErr  error
 )
 
-// testBackend is the pure-Go backend shared by the tests.
+// testBackend is the pure-Go backend shared by the tests and benchmarks,
+// built after applying its process settings (GC percent, memory limit) as
+// cmd/mageguard does, so that they run as the commands do.
 func testBackend(t testing.TB) backends.Backend {
 	t.Helper()
-	testBackendOnce.Do(func() { testBackendVal, testBackendErr = NewBackend(DefaultBackendConfig()) })
+	testBackendOnce.Do(func() {
+		cfg := DefaultBackendConfig()
+		cfg.ProcessSettings().Apply()
+		testBackendVal, testBackendErr = NewBackend(cfg)
+	})
 	if testBackendErr != nil {
 		t.Fatal(testBackendErr)
 	}
