@@ -115,7 +115,7 @@ FUZZ         ?=
 FUZZ_TARGETS := \
 	./dataset:FuzzDecodeJSON \
 	./dataset:FuzzParquet \
-	./model:FuzzSafetensors \
+	./model/safetensors:FuzzSafetensors \
 	./model:FuzzParseConfig \
 	./config:FuzzLoad \
 	./rollout:FuzzParseToolCall \

@@ -13,6 +13,9 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/mageguard/mageguard/model/checkpoint"
+	"github.com/mageguard/mageguard/model/safetensors"
 )
 
 // weightsF32 returns every weight of m as float32 values, by HF name.
@@ -105,7 +108,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				for i := range w {
 					x := w[i]
 					if c.loadAsBF16 {
-						x = bf16FromFloat32(x).Float32()
+						x = safetensors.BF16FromFloat32(x).Float32()
 					}
 					if got[name][i] != x {
 						t.Fatalf("%s[%d] = %g, want %g", name, i, got[name][i], x)
@@ -137,33 +140,34 @@ func TestSaveKeepsReferenceBits(t *testing.T) {
 	if err := m.Save(dir, SaveOptions{DType: "bfloat16"}); err != nil {
 		t.Fatal(err)
 	}
-	orig, where, err := openCheckpointFiles(src)
+	orig, err := checkpoint.OpenWeights(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		for _, f := range orig {
-			f.Close()
-		}
-	}()
-	saved, err := openSafetensors(filepath.Join(dir, "model.safetensors"))
+	defer orig.Close()
+	saved, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer saved.Close()
-	read := func(f *stFile, name string) []byte {
-		e := f.entries[name]
+	read := func(f *safetensors.File, name string) []byte {
+		e, _ := f.Entry(name)
 		b := make([]byte, e.Offsets[1]-e.Offsets[0])
-		if _, err := f.f.ReadAt(b, f.dataStart+e.Offsets[0]); err != nil {
+		raw, err := os.Open(f.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if _, err := raw.ReadAt(b, f.DataStart()+e.Offsets[0]); err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	if len(saved.entries) != len(where) {
-		t.Fatalf("saved %d tensors, original has %d", len(saved.entries), len(where))
+	if len(saved.Names()) != len(orig.Names()) {
+		t.Fatalf("saved %d tensors, original has %d", len(saved.Names()), len(orig.Names()))
 	}
-	for name, f := range where {
-		if string(read(f, name)) != string(read(saved, name)) {
+	for _, name := range orig.Names() {
+		if string(read(orig.File(name), name)) != string(read(saved, name)) {
 			t.Errorf("tensor %s: bytes differ", name)
 		}
 	}
@@ -233,7 +237,10 @@ func checkShards(t *testing.T, dir string, m *Model, maxBytes int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var idx stIndex
+	var idx struct { // model.safetensors.index.json
+		Metadata  map[string]any    `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
+	}
 	if err := json.Unmarshal(data, &idx); err != nil {
 		t.Fatal(err)
 	}
@@ -267,15 +274,16 @@ func checkShards(t *testing.T, dir string, m *Model, maxBytes int64) {
 		t.Errorf("index total_size %v, want %d", got, total)
 	}
 	for _, f := range shardFiles {
-		st, err := openSafetensors(filepath.Join(dir, f))
+		st, err := safetensors.Open(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var size int64
-		for _, e := range st.entries {
+		for _, name := range st.Names() {
+			e, _ := st.Entry(name)
 			size += e.Offsets[1] - e.Offsets[0]
 		}
-		if len(st.entries) > 1 && size > maxBytes {
+		if len(st.Names()) > 1 && size > maxBytes {
 			t.Errorf("%s holds %d bytes > %d", f, size, maxBytes)
 		}
 		st.Close()

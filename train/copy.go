@@ -16,6 +16,7 @@ import (
 
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
 // CopyConfig is the synthetic task of `mageguard model pretrain`.
@@ -109,7 +110,7 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 		return err
 	}
 	tokDir := o.Model.TokenizerDir()
-	tokFiles, err := model.ReadTokenizerFiles(tokDir) // the checkpoint's, whatever happens to tokDir meanwhile
+	tokFiles, err := checkpoint.ReadTokenizerFiles(tokDir) // the checkpoint's, whatever happens to tokDir meanwhile
 	if err != nil {
 		return fmt.Errorf("model.tokenizer: %w", err)
 	}

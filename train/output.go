@@ -18,6 +18,7 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/safetensors"
 	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
@@ -310,7 +311,7 @@ func (r *run) saveCheckpoint(step int) (string, error) {
 			moments[k] = v
 		}
 	}
-	if err := model.WriteTensorFile(filepath.Join(tmp, "optimizer.safetensors"), moments); err != nil {
+	if err := safetensors.WriteFloat32(filepath.Join(tmp, "optimizer.safetensors"), moments); err != nil {
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
 	ts, _ := json.MarshalIndent(trainerState{Step: step, OptimizerSteps: r.trainer.Steps(), Seed: o.Train.Seed,
@@ -387,14 +388,14 @@ func (r *run) restoreTrainer(dir string, step int) error {
 	state := map[string]*tensors.Tensor{}
 	if ts.OptimizerSteps > 0 {
 		path := filepath.Join(dir, "optimizer.safetensors")
-		shapes, err := model.TensorFileShapes(path)
+		shapes, err := safetensors.ReadShapes(path)
 		if err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
 		if err := checkMoments(path, shapes, r.model); err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
-		if state, err = model.ReadTensorFile(path); err != nil {
+		if state, err = safetensors.ReadFloat32(path); err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
 	}

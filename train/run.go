@@ -17,6 +17,7 @@ import (
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/checkpoint"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
@@ -70,7 +71,7 @@ type run struct {
 	refCtx      *mlctx.Context // π_ref (nil when beta = 0)
 	pool        []*dataset.Trajectory
 	positive    []bool
-	tokFiles    model.TokenizerFiles // the tokenizer's files as the run began, written into every checkpoint
+	tokFiles    checkpoint.TokenizerFiles // the tokenizer's files as the run began, written into every checkpoint
 	metrics     *jsonlFile
 	rollouts    *jsonlFile
 	best        bestTracker
@@ -229,7 +230,7 @@ func (r *run) setup() (int, error) {
 	if r.tok, tokDir, err = o.Model.LoadTokenizer(); err != nil {
 		return 0, err
 	}
-	if r.tokFiles, err = model.ReadTokenizerFiles(tokDir); err != nil {
+	if r.tokFiles, err = checkpoint.ReadTokenizerFiles(tokDir); err != nil {
 		return 0, fmt.Errorf("model.tokenizer: %w", err)
 	}
 	if r.backend, err = model.NewBackend(o.Model.BackendConfig); err != nil {

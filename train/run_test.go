@@ -16,6 +16,7 @@ import (
 
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/safetensors"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
 )
@@ -202,7 +203,7 @@ func TestRolloutsFollowTheFormulas(t *testing.T) {
 // weights reads a checkpoint's model.safetensors as named float32 slices.
 func weights(t *testing.T, dir string) map[string][]float32 {
 	t.Helper()
-	ts, err := model.ReadTensorFile(filepath.Join(dir, "model.safetensors"))
+	ts, err := safetensors.ReadFloat32(filepath.Join(dir, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}

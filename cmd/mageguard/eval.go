@@ -282,11 +282,11 @@ func judgeOnly(ds []eval.Decision) bool {
 	return len(ds) > 0
 }
 
-// loadCheckpoint loads the checkpoint s.Path on the backend s describes,
-// checked against the tokenizer tok (read from tokPath), and logs what it
-// loaded and how long it took.
+// loadCheckpoint loads the checkpoint s.Path on the backend s describes
+// (newBackend), checked against the tokenizer tok (read from tokPath), and
+// logs what it loaded and how long it took.
 func loadCheckpoint(s model.Settings, tok *tokenizer.Tokenizer, tokPath string, log io.Writer) (*model.Model, error) {
-	backend, err := model.NewBackend(s.BackendConfig)
+	backend, err := newBackend(s.BackendConfig)
 	if err != nil {
 		return nil, err
 	}

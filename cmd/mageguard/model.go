@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
@@ -40,10 +41,19 @@ func checkpointSettings(cfg *config.Config, dir string) (model.Settings, error) 
 	return s, nil
 }
 
+// newBackend builds the backend b describes after applying the process-wide
+// settings it asks for (b.ProcessSettings: the Go GC percent and memory
+// limit, go-xla's downloads), which model.NewBackend leaves to the program.
+// Commands whose backend train builds apply them themselves first.
+func newBackend(b model.BackendConfig) (backends.Backend, error) {
+	b.ProcessSettings().Apply()
+	return model.NewBackend(b)
+}
+
 // loadModel loads the checkpoint of s (model.Settings.LoadModel) on the
-// backend s describes, without a tokenizer.
+// backend s describes (newBackend), without a tokenizer.
 func loadModel(s model.Settings) (*model.Model, error) {
-	backend, err := model.NewBackend(s.BackendConfig)
+	backend, err := newBackend(s.BackendConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +244,7 @@ With --chat the prompt is one user message in Qwen3's chat template, thinking of
 			if err != nil {
 				return err
 			}
-			backend, err := model.NewBackend(s.BackendConfig)
+			backend, err := newBackend(s.BackendConfig)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package model
+package safetensors
 
 import (
 	"path/filepath"
@@ -13,10 +13,10 @@ func TestTensorFileRoundTrip(t *testing.T) {
 		"exp_avg/a":    tensors.FromValue([][]float32{{1, -2.5, 3}, {4, 5, 6e-9}}),
 		"exp_avg_sq/b": tensors.FromValue([]float32{0.25}),
 	}
-	if err := WriteTensorFile(path, in); err != nil {
+	if err := WriteFloat32(path, in); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ReadTensorFile(path)
+	out, err := ReadFloat32(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestTensorFileRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	if err := WriteTensorFile(path, map[string]*tensors.Tensor{"i": tensors.FromValue([]int32{1})}); err == nil {
+	if err := WriteFloat32(path, map[string]*tensors.Tensor{"i": tensors.FromValue([]int32{1})}); err == nil {
 		t.Fatal("an int32 tensor was written")
 	}
 }
