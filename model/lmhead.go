@@ -156,11 +156,19 @@ func (m *Model) headLogProbs(ctx *context.Context, h, targets *Node, temperature
 	// gradient g of log p (which reaches it through probe, as g_n on every
 	// column of row n) to headBackward, whose [dh; dW] flows back to h and W
 	// through Concatenate. probe − StopGradient(probe) adds 0 to the value.
-	x := Concatenate([]*Node{h, w}, 0) // [N+V, H]
+	// A frozen head weight (a LoRA adapter's base) gets no gradient: x is h.
+	frozen := m.frozenHead(ctx)
+	x := h // [N, H]
+	if !frozen {
+		x = Concatenate([]*Node{h, w}, 0) // [N+V, H]
+	}
 	lseStop := StopGradient(lse)
 	xi := IdentityWithCustomGradient(x, func(_, v *Node) *Node {
 		up := toF32(Slice(v, AxisRange(0, N), AxisRange(0, 1))) // [N, 1]: g_n (sliced first: v is [N+V, H])
-		dh, dw := m.headBackward(hs, ws, targets, lseStop, Reshape(up, N), temperature)
+		dh, dw := m.headBackward(hs, ws, targets, lseStop, Reshape(up, N), temperature, !frozen)
+		if frozen {
+			return dh
+		}
 		return Concatenate([]*Node{dh, dw}, 0)
 	})
 	rows := Iota(g, shapes.Make(dtypes.Int32, N, 1), 0)
@@ -174,7 +182,7 @@ func (m *Model) headLogProbs(ctx *context.Context, h, targets *Node, temperature
 // each chunk's probabilities exp(z − lse) from h and W:
 //
 //	dz_c = −up ⊙ p_c / T,  dh = Σ_c dz_c · W_c + up ⊙ W[t] / T,  dW_c = dz_cᵀ · h,  dW[t_n] += up_n h_n / T
-func (m *Model) headBackward(h, w, targets, lse, up *Node, temperature float64) (dh, dw *Node) {
+func (m *Model) headBackward(h, w, targets, lse, up *Node, temperature float64, withW bool) (dh, dw *Node) {
 	N := h.Shape().Dimensions[0]
 	dt := h.DType()
 	scale := -1 / temperature
@@ -190,8 +198,13 @@ func (m *Model) headBackward(h, w, targets, lse, up *Node, temperature float64) 
 		dz := ConvertDType(MulScalar(Mul(p, ExpandDims(up, -1)), scale), dt)                       // [N, C]
 		wc := Slice(w, AxisRange(c[0], c[1]))                                                      // [C, H]
 		dh = Add(dh, toF32(DotGeneral(dz, []int{1}, nil, wc, []int{0}, nil)))                      // [N, H]
-		dws = append(dws, DotGeneral(dz, []int{0}, nil, h, []int{0}, nil))                         // [C, H]
+		if withW {
+			dws = append(dws, DotGeneral(dz, []int{0}, nil, h, []int{0}, nil)) // [C, H]
+		}
 		dep = dh
+	}
+	if !withW { // the head weight is frozen: only dh
+		return ConvertDType(dh, dt), nil
 	}
 	dw = dws[0]
 	if len(dws) > 1 {
@@ -201,6 +214,17 @@ func (m *Model) headBackward(h, w, targets, lse, up *Node, temperature float64) 
 	hu := Mul(h, ConvertDType(upT, dt)) // [N, H]
 	dw = ScatterSum(dw, ExpandDims(targets, -1), hu, false, false)
 	return ConvertDType(dh, dt), dw
+}
+
+// frozenHead reports whether the head weight is a variable of ctx that is not trainable (the
+// frozen base of a LoRA adapter): its gradient is then not computed.
+func (m *Model) frozenHead(ctx *context.Context) bool {
+	name := "lm_head.weight"
+	if m.cfg.TieWordEmbeddings {
+		name = "model.embed_tokens.weight"
+	}
+	v := ctx.GetVariableByScopeAndName(varPath(name))
+	return v != nil && !v.Trainable
 }
 
 // headLogits returns the float32 logits · invT [N, V] of h [N, H] and their

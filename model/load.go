@@ -52,7 +52,15 @@ type LoadOptions struct {
 // file's real size; then the weights are read one tensor at a time, and a
 // tensor holding NaN or ±Inf is an error naming it (unless
 // opts.AllowNonFinite).
+//
+// A LoRA adapter directory (adapter_config.json, adapter_model.safetensors:
+// PEFT's format) loads as its base checkpoint (base_model_name_or_path)
+// with the adapter attached (adapter.go): only the adapter's weights are
+// then trainable.
 func LoadWith(backend backends.Backend, dir string, opts LoadOptions) (*Model, error) {
+	if checkpoint.IsAdapter(dir) {
+		return loadAdapter(backend, dir, opts)
+	}
 	dtype := opts.DType
 	if dtype == dtypes.InvalidDType {
 		dtype = dtypes.Float32

@@ -71,6 +71,8 @@ type Model struct {
 	lmHeadChunk    int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
 	attentionBlock int // query rows per block of training graphs' attention (attention.go); 0 = plain
 
+	lora *adapter // the LoRA adapter on the linear projections (lora.go); nil = none
+
 	sharedPrefills atomic.Int64 // generation batches whose common prompt prefix was prefilled once (tests)
 }
 
@@ -104,7 +106,8 @@ func (m *Model) weight(ctx *context.Context, g *Graph, name string) *Node {
 	return v.ValueGraph(g)
 }
 
-// linear applies the HF-layout weight [out, in] of name to x [..., in] → [..., out], plus its bias if any.
+// linear applies the HF-layout weight [out, in] of name to x [..., in] → [..., out], plus its bias if any,
+// plus the LoRA adapter's term when name is adapted (lora.go).
 func (m *Model) linear(ctx *context.Context, x *Node, name string) *Node {
 	w := m.weight(ctx, x.Graph(), name+".weight")
 	y := DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)    // contract on the last axis of both
@@ -112,7 +115,7 @@ func (m *Model) linear(ctx *context.Context, x *Node, name string) *Node {
 		b := m.weight(ctx, x.Graph(), name+".bias")
 		y = Add(y, ExpandLeftToRank(b, y.Rank()))
 	}
-	return y
+	return m.withAdapter(ctx, x, y, name)
 }
 
 // rmsNorm is weight ⊙ x / sqrt(mean(x²) + eps) over the last axis, with the statistics in float32.

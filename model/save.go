@@ -43,6 +43,9 @@ type SaveOptions struct {
 // a crash never leaves a half-written checkpoint. Stale weight files of an
 // earlier save into dir are removed (checkpoint.Write).
 func (m *Model) Save(dir string, opts SaveOptions) error {
+	if m.lora != nil {
+		return fmt.Errorf("save %s: the model has a LoRA adapter: save the adapter (SaveAdapter) or merge it first (MergeAdapter)", dir)
+	}
 	stDType, torchDType, err := storageDType(opts.DType, m.dtype)
 	if err != nil {
 		return fmt.Errorf("save %s: %w", dir, err)

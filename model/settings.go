@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,8 +30,11 @@ type Settings struct {
 	// (attention.go): the backward recomputes each block's probabilities instead of keeping
 	// [B, heads, T, S] tensors; 0 = the plain softmax attention.
 	AttentionBlock int `yaml:"attention_block"`
-	BackendConfig  `yaml:",inline"`
-	Config         `yaml:",inline"`
+	// LoRA, with a rank, makes train and sft train a LoRA adapter on the
+	// frozen checkpoint (lora.go) and write adapter checkpoints.
+	LoRA          LoRAConfig `yaml:"lora"`
+	BackendConfig `yaml:",inline"`
+	Config        `yaml:",inline"`
 
 	// AllowNonFinite loads a checkpoint whose weights hold NaN or ±Inf, with
 	// a warning, instead of refusing it (its outputs are NaN: for inspecting
@@ -46,6 +50,7 @@ func DefaultSettings() Settings {
 		DType:          "float32",
 		LMHeadChunk:    DefaultLMHeadChunk,
 		AttentionBlock: DefaultAttentionBlock,
+		LoRA:           DefaultLoRAConfig(),
 		BackendConfig:  DefaultBackendConfig(),
 		Config:         DefaultTinyConfig(),
 	}
@@ -61,6 +66,9 @@ func (s *Settings) Validate() error {
 	}
 	if s.AttentionBlock < 0 {
 		return fmt.Errorf("attention_block must be >= 0 (0 = the plain attention), got %d", s.AttentionBlock)
+	}
+	if err := s.LoRA.Validate(); err != nil {
+		return err
 	}
 	if err := s.BackendConfig.Validate(); err != nil {
 		return err
@@ -88,12 +96,20 @@ func (s *Settings) String() string {
 
 // TokenizerDir returns where the tokenizer of these settings is: the
 // checkpoint directory (model.path) when it holds tokenizer.json (or
-// tokenizer.json.gz), else model.tokenizer.
+// tokenizer.json.gz), else — for an adapter checkpoint — its base's when
+// that does, else model.tokenizer.
 func (s *Settings) TokenizerDir() string {
-	if s.Path != "" {
+	if s.Path == "" {
+		return s.Tokenizer
+	}
+	dirs := []string{s.Path}
+	if base, _, err := AdapterOf(s.Path); err == nil && base != s.Path {
+		dirs = append(dirs, base)
+	}
+	for _, dir := range dirs {
 		for _, f := range []string{"tokenizer.json", "tokenizer.json.gz"} {
-			if _, err := os.Stat(filepath.Join(s.Path, f)); err == nil {
-				return s.Path
+			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+				return dir
 			}
 		}
 	}
@@ -112,7 +128,8 @@ func (s *Settings) LoadTokenizer() (*tokenizer.Tokenizer, string, error) {
 }
 
 // LoadModel builds the model these settings name, on backend, with its
-// weights in model.dtype: the checkpoint model.path, or — when model.path is
+// weights in model.dtype: the checkpoint model.path (a whole model, or a
+// LoRA adapter directory, loaded onto its base), or — when model.path is
 // "" — a random model from the architecture keys and model.seed (a
 // checkpoint's config.json always wins over the keys). With tok (nil skips
 // the check), every id of the tokenizer must have an embedding.
@@ -164,4 +181,26 @@ func (s *Settings) Open() (*Model, *tokenizer.Tokenizer, error) {
 		return nil, nil, err
 	}
 	return m, tok, nil
+}
+
+// PrepareAdapter readies m, loaded by LoadModel, for training under these
+// settings: with model.lora.rank > 0, a new LoRA adapter on the checkpoint
+// model.path (seeded by model.seed), or — when m already has an adapter (an
+// adapter checkpoint) — a check that model.lora describes it. With rank 0
+// an adapter checkpoint keeps training its adapter and a whole model all
+// its weights. A LoRA adapter needs a checkpoint on disk for its base.
+func (s *Settings) PrepareAdapter(m *Model) error {
+	have := m.Adapter()
+	switch {
+	case s.LoRA.Rank == 0:
+		return nil
+	case have != nil && !have.sameAdapter(&s.LoRA):
+		return fmt.Errorf("model.lora (%s) differs from the adapter of %s (%s): set model.lora.rank=0 to continue that adapter",
+			s.LoRA.String(), s.Path, have.String())
+	case have != nil:
+		return nil
+	case s.Path == "":
+		return errors.New("model.lora: a LoRA adapter needs a base checkpoint (model.path or --model), not a random model")
+	}
+	return m.AddAdapter(s.LoRA, s.Seed, s.Path)
 }
