@@ -164,6 +164,9 @@ func (t *Trainer) accumulate(ctx *context.Context, g *Graph, f *Node, wrt []*Nod
 	for _, v := range vars {
 		nodes = append(nodes, v.ValueGraph(g))
 	}
+	if len(nodes) == 0 { // a stage with no trained weight and nothing to pass back (a frozen embedding)
+		return nil
+	}
 	grads := Gradient(f, nodes...)
 	for i, v := range vars {
 		acc := t.stateVariable(ctx, "grad_acc", v)

@@ -16,7 +16,10 @@ import (
 // accumulators and AdamW moments). A model checkpoint should leave it out.
 const StateScope = "/grpo"
 
-// Trainer runs turn-wise GRPO optimizer steps on the trainable variables of a context.
+// Trainer runs turn-wise GRPO optimizer steps on the trainable variables of a context: all the
+// model's weights, or — with a LoRA adapter attached (model.Model.AddAdapter), which leaves the
+// base weights not trainable — the adapter's alone, with gradient accumulators, AdamW moments
+// and float32 masters for those only.
 // It holds no random state: the same batches from the same weights and optimizer state give
 // the same updates, so a resumed run equals an uninterrupted one.
 type Trainer struct {
@@ -244,7 +247,8 @@ func nonzeroAdvantageRows(b *Batch, seqTokens []int) []int {
 
 // LogProbs returns log π(TargetPos) [B][K] of b's sequences under the policy with the
 // variables of ctx: the trainer's own context gives π_old, a reference context (FrozenCopy of
-// the starting model) gives π_ref. Entries whose LossMask is 0 are 0. Each distinct ctx value
+// the starting model, or — when only a LoRA adapter is trained — model.WithoutAdapter of the
+// trainer's own context: the frozen base, no copy) gives π_ref. Entries whose LossMask is 0 are 0. Each distinct ctx value
 // gets its own compiled graphs: pass the same *context.Context every time.
 func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) {
 	if err := b.validate(false); err != nil {
