@@ -7,7 +7,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -88,9 +87,13 @@ func (m *Model) readAdapter(dir, base string, a *adapter) error {
 		shape         []int
 	}
 	wants := map[string]want{}
+	var names []string // in adapterSpecs's order, as AddAdapter creates the variables (the trainer's order)
 	for _, s := range adapterSpecs(&m.cfg, a.targets) {
-		wants[checkpoint.AdapterTensorName(s.module, "A")] = want{s.module, "A", []int{a.cfg.Rank, s.in}}
-		wants[checkpoint.AdapterTensorName(s.module, "B")] = want{s.module, "B", []int{s.out, a.cfg.Rank}}
+		for _, w := range []want{{s.module, "A", []int{a.cfg.Rank, s.in}}, {s.module, "B", []int{s.out, a.cfg.Rank}}} {
+			name := checkpoint.AdapterTensorName(s.module, w.which)
+			wants[name] = w
+			names = append(names, name)
+		}
 	}
 	for _, name := range f.Names() {
 		if _, ok := wants[name]; !ok {
@@ -98,7 +101,6 @@ func (m *Model) readAdapter(dir, base string, a *adapter) error {
 				dir, name, base, arch)
 		}
 	}
-	names := slices.Sorted(maps.Keys(wants))
 	for _, name := range names {
 		e, ok := f.Entry(name)
 		if !ok {

@@ -284,13 +284,18 @@ type trainerState struct {
 // optimizer.safetensors and trainer_state.json, built under a temporary
 // name and renamed, then prunes old checkpoints beyond keep_last.
 // saveModel writes the model into dir in train.checkpoint_dtype, its weights from the
-// trainer's float32 masters when it keeps them (bfloat16 training).
+// trainer's float32 masters when it keeps them (bfloat16 training): a Hugging Face checkpoint,
+// or with a LoRA adapter a PEFT adapter directory on the frozen base.
 func (r *run) saveModel(dir string) error {
 	masters, err := r.trainer.MasterWeights()
 	if err != nil {
 		return err
 	}
-	return r.model.Save(dir, model.SaveOptions{DType: r.opts.Train.CheckpointDType, Tokenizer: r.tokFiles, Values: masters})
+	opts := model.SaveOptions{DType: r.opts.Train.CheckpointDType, Tokenizer: r.tokFiles, Values: masters}
+	if r.model.Adapter() != nil {
+		return r.model.SaveAdapter(dir, opts)
+	}
+	return r.model.Save(dir, opts)
 }
 
 func (r *run) saveCheckpoint(step int) (string, error) {

@@ -242,14 +242,26 @@ func (r *run) setup() (int, error) {
 		if r.model, err = s.LoadModel(r.backend, r.tok); err != nil {
 			return 0, fmt.Errorf("resume: %w", err)
 		}
+		if err := s.PrepareAdapter(r.model); err != nil {
+			return 0, fmt.Errorf("resume: %w", err)
+		}
 		fmt.Fprintf(r.log, "resume: %s (step %d)\n", resumeDir, start)
 	} else if r.model, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
 		return 0, err
+	} else if err := o.Model.PrepareAdapter(r.model); err != nil {
+		return 0, err
 	}
 	fmt.Fprintf(r.log, "model: %s, %d parameters\n", r.model.Config().String(), r.model.NumParameters())
+	if a := r.model.Adapter(); a != nil {
+		fmt.Fprintf(r.log, "model: training a %s (%d parameters) on the frozen %s\n",
+			a.String(), model.NumAdapterParameters(r.model.Config(), a.Rank, a.Targets), r.model.AdapterBase())
+	}
 
-	// π_ref: the frozen starting model (rebuilt from model.path / model.seed on resume).
-	if o.GRPO.Beta > 0 && r.sft == nil {
+	// π_ref: the frozen starting model (rebuilt from model.path / model.seed on resume); with a
+	// LoRA adapter, the frozen base itself, through model.WithoutAdapter (no copy).
+	if o.GRPO.Beta > 0 && r.sft == nil && r.model.Adapter() != nil {
+		r.refCtx = model.WithoutAdapter(r.model.Context())
+	} else if o.GRPO.Beta > 0 && r.sft == nil {
 		ref := r.model
 		if resumeDir != "" {
 			if ref, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
