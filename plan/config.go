@@ -38,8 +38,9 @@ type Config struct {
 }
 
 // FromConfig turns a configuration into a plan's inputs: the architecture of
-// model.path's config.json when it is set (it wins over the model.* keys),
-// else the keys; the longest guard call each phase runs (a memory call:
+// model.path's config.json when it is set (it wins over the model.* keys; an
+// adapter checkpoint's base's, with its adapter), else the keys; model.lora's
+// adapter with a rank; the longest guard call each phase runs (a memory call:
 // its system prompt, the previous memory and the completion at
 // max_memory_tokens, an observation at max_observation_tokens, an action;
 // judge-only: max_turns steps of observation and action); micro-batches of
@@ -47,8 +48,19 @@ type Config struct {
 func FromConfig(c Config) (Inputs, error) {
 	var in Inputs
 	arch := c.Model.Config
+	if c.Model.LoRA.Rank > 0 {
+		in.LoRA = LoRA{Rank: c.Model.LoRA.Rank, Targets: c.Model.LoRA.Targets}
+	}
 	if c.Model.Path != "" {
-		a, err := model.LoadConfig(c.Model.Path)
+		// An adapter checkpoint: its base's architecture, its adapter.
+		base, lora, err := model.AdapterOf(c.Model.Path)
+		if err != nil {
+			return in, fmt.Errorf("plan: model.path: %w", err)
+		}
+		if lora != nil {
+			in.LoRA = LoRA{Rank: lora.Rank, Targets: lora.Targets}
+		}
+		a, err := model.LoadConfig(base)
 		if err != nil {
 			return in, fmt.Errorf("plan: model.path: %w", err)
 		}

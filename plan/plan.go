@@ -69,7 +69,8 @@ type Inputs struct {
 	// MasterBytes is the bytes per float32 master weight the trainer keeps
 	// when grpo.master_dtype differs from model.dtype; 0 = none.
 	MasterBytes int
-	Reference   bool // β > 0: a frozen copy of the starting weights in model.dtype
+	Reference   bool // β > 0: a frozen copy of the starting weights in model.dtype (none with LoRA)
+	LoRA        LoRA // the LoRA adapter trained instead of the weights (lora.go); rank 0 = none
 
 	Train          TrainShape // the longest micro-batch of a step
 	MicroBatchSize int        // grpo.micro_batch_size
@@ -251,16 +252,19 @@ func compute(in Inputs) *Plan {
 	p := &Plan{Inputs: in}
 	emb, perLayer, final := c.ParameterGroups()
 	nParams := c.NumParameters()
+	trained := in.trainedParameters() // nParams, or the LoRA adapter's
 	w := int64(in.WeightBytes)
 
 	// Resident: what every phase holds.
 	p.Resident = []Part{
 		{"weights", nParams * w},
-		{"master_weights", nParams * int64(in.MasterBytes)},
-		{"gradient_accumulators", nParams * f32},
-		{"adam_moments", nParams * 2 * f32},
+		{"master_weights", trained * int64(in.MasterBytes)},
+		{"gradient_accumulators", trained * f32},
+		{"adam_moments", trained * 2 * f32},
 	}
-	if in.Reference {
+	if in.LoRA.Rank > 0 { // the adapter; the frozen base is the reference
+		p.Resident = append(p.Resident, Part{"adapter_weights", trained * w}, Part{"reference", 0})
+	} else if in.Reference {
 		p.Resident = append(p.Resident, Part{"reference", nParams * w})
 	} else {
 		p.Resident = append(p.Resident, Part{"reference", 0})
@@ -283,24 +287,30 @@ func compute(in Inputs) *Plan {
 	// The end of the backward: every gradient, and the embedding's lookup
 	// gradient when the LM head is tied to it (added to the head's last).
 	lookup := embeddingLookup(c) * w
+	if in.LoRA.Rank > 0 {
+		lookup = 0 // the embedding is frozen
+	}
 	if in.InPlace {
 		// Ops run in program order add the gradients into the accumulators
 		// after the whole backward: all of them are held in model.dtype
 		// until then.
 		p.Phases = append(p.Phases, phase("gradients", []Part{
-			{"gradients", nParams * w},
+			{"gradients", trained * w},
 			{"embedding_lookup", lookup},
 		}))
 	} else {
 		// The new accumulators, beside the old ones until the run ends.
 		p.Phases = append(p.Phases, phase("gradients", []Part{
-			{"new_gradient_accumulators", nParams * f32},
+			{"new_gradient_accumulators", trained * f32},
 			{"embedding_lookup", lookup},
 		}))
 	}
 
 	// Update: AdamW, one group of parameters at a time.
 	group := largestGroup(in, emb, perLayer, final)
+	if in.LoRA.Rank > 0 {
+		group = in.adapterGroup()
+	}
 	var update []Part
 	if in.InPlace {
 		// New moments and weights replace the old in place; the zeroed
@@ -314,7 +324,7 @@ func compute(in Inputs) *Plan {
 		}
 		update = []Part{
 			{"zeroed_accumulators", group * f32},
-			{"temporaries", temps * largestTensor(c) * f32},
+			{"temporaries", temps * in.largestTrainedTensor() * f32},
 		}
 	} else {
 		update = []Part{
@@ -418,6 +428,7 @@ func activations(in Inputs, sh Shapes, checkpointed bool) int64 {
 		layer += 2 * R * (P + T) * KV * w               // the rows' keys and values: prefix broadcast ++ own
 	}
 	tokens := R*T + P
+	layer += in.adapterSaved(tokens)
 	final := tokens*(f32+w)*H + R*K*H*w // the final norm's input and product; the gathered hidden states
 	if !checkpointed {
 		return L*layer + final
@@ -457,6 +468,9 @@ func lmHead(in Inputs, sh Shapes) int64 {
 	C := int64(in.LMHeadChunk)
 	if C <= 0 || C >= V {
 		return 3 * N * V * f32
+	}
+	if in.LoRA.Rank > 0 { // a frozen head: no weight gradient
+		return V*H*w + N*C*f32
 	}
 	return 2*V*H*w + N*C*f32
 }

@@ -42,6 +42,10 @@ func (p *Plan) WriteText(w io.Writer) error {
 	if in.MasterBytes > 0 {
 		b.WriteString(", float32 master weights")
 	}
+	if in.LoRA.Rank > 0 {
+		fmt.Fprintf(&b, "; LoRA rank %d on %s: %d trained parameters, the base frozen and the reference", in.LoRA.Rank,
+			strings.Join(in.LoRA.Targets, ", "), in.trainedParameters())
+	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "micro-batch graph: %d rows × %d tokens", sh.TrainRows, sh.TrainTokens)
 	if sh.TrainPrefix > 0 {
