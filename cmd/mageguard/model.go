@@ -18,13 +18,15 @@ import (
 func newModelCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "model",
-		Short: "Qwen3 checkpoints: init a random one, score, generate, inspect",
+		Short: "Qwen3 checkpoints: init a random one, merge a LoRA adapter, score, generate, inspect",
 		Long: `model works with Qwen3 checkpoints in the Hugging Face layout (config.json,
-model.safetensors or shards with model.safetensors.index.json, tokenizer files).
+model.safetensors or shards with model.safetensors.index.json, tokenizer files)
+and LoRA adapter directories in PEFT's format (adapter_config.json,
+adapter_model.safetensors), which every --model loads onto their base.
 The model section of the configuration picks the backend (model.backend: go or
 xla, model.plugin, model.parallelism) and the in-memory dtype (model.dtype).`,
 	}
-	cmd.AddCommand(newModelInitCmd(), newModelPretrainCmd(), newModelConvertCmd(), newModelScoreCmd(), newModelGenerateCmd(), newModelInspectCmd(), newModelBenchCmd())
+	cmd.AddCommand(newModelInitCmd(), newModelPretrainCmd(), newModelConvertCmd(), newModelMergeCmd(), newModelScoreCmd(), newModelGenerateCmd(), newModelInspectCmd(), newModelBenchCmd())
 	return cmd
 }
 
