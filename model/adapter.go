@@ -134,6 +134,9 @@ func (m *Model) SaveAdapter(dir string, opts SaveOptions) error {
 	if m.lora == nil {
 		return fmt.Errorf("save %s: the model has no LoRA adapter", dir)
 	}
+	if m.lora.base == "" {
+		return fmt.Errorf("save %s: the adapter has no base checkpoint directory to name (a random base)", dir)
+	}
 	stDType, _, err := storageDType(opts.DType, m.dtype)
 	if err != nil {
 		return fmt.Errorf("save %s: %w", dir, err)

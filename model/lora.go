@@ -176,7 +176,8 @@ func adapterVarPath(module, which string) (scope, name string) {
 
 // AddAdapter attaches a new LoRA adapter of cfg to the model, on the base
 // checkpoint directory base (written into adapter checkpoints as
-// base_model_name_or_path): A drawn Kaiming-uniform as PEFT does,
+// base_model_name_or_path; "" for a model that is not on disk, whose adapter
+// cannot be saved): A drawn Kaiming-uniform as PEFT does,
 // U(−1/√in, 1/√in), from a PCG stream seeded with seed (the same adapter on
 // every backend), B zero. The base weights stop being trainable.
 func (m *Model) AddAdapter(cfg LoRAConfig, seed int64, base string) error {
@@ -207,11 +208,15 @@ func (m *Model) AddAdapter(cfg LoRAConfig, seed int64, base string) error {
 	return nil
 }
 
-// newAdapter builds the adapter of cfg on base (made absolute).
+// newAdapter builds the adapter of cfg on base (made absolute; "" = none, e.g. a random model's:
+// such an adapter cannot be saved).
 func newAdapter(cfg LoRAConfig, base string) (*adapter, error) {
-	abs, err := filepath.Abs(base)
-	if err != nil {
-		return nil, fmt.Errorf("model: adapter base %s: %w", base, err)
+	abs := ""
+	if base != "" {
+		var err error
+		if abs, err = filepath.Abs(base); err != nil {
+			return nil, fmt.Errorf("model: adapter base %s: %w", base, err)
+		}
 	}
 	cfg.Targets = slices.Clone(cfg.Targets)
 	a := &adapter{cfg: cfg, scale: cfg.Scale(), targets: map[string]bool{}, base: abs}

@@ -2,7 +2,7 @@
 # scripts/gpu-check.sh — mageguard's GPU check, for a one-GPU machine with no network and no Go
 # toolchain: only this repository, Python 3 with torch, transformers and the jax-cuda13-pjrt wheel,
 # and a mageguard binary built beforehand (MAGEGUARD=path, default bin/mageguard; build it with
-# `make build`, cgo and the xla backend included). At most 5 minutes; each part runs under its own
+# `make build`, cgo and the xla backend included). At most 6 minutes; each part runs under its own
 # timeout, so a part that hangs or fails does not stop the next.
 #
 #   scripts/gpu-check.sh [--out DIR]    on the GPU (output in DIR, default runs/gpu-check)
@@ -20,7 +20,9 @@
 #     GPU, both in float32 with TF32 off: their logits compared;
 # (c) on that model, `mageguard model bench`: a GRPO training step (tokens/s, model FLOP
 #     utilisation against 790 TFLOP/s bf16) and decoding at batch 64 (tokens/s), with the peak GPU
-#     memory (nvidia-smi, polled every 100 ms) beside mageguard plan's figures for the same shapes.
+#     memory (nvidia-smi, polled every 100 ms) beside mageguard plan's figures for the same shapes;
+# (d) the same training step with a rank-16 LoRA adapter on every projection (model.lora.rank=16,
+#     the frozen base its reference): tokens/s and peak GPU memory beside the plan's.
 set -uo pipefail
 
 DRY=0
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -146,7 +148,26 @@ part_c() { # a training step and decoding at batch 64, timed, with the peak memo
     echo "(c) dry run: the Go heap stands in for GPU memory"
   fi
 }
-export -f part_a part_b part_c
+part_d() { # the training step of (c) with a LoRA adapter, timed, with the peak memory beside the plan's
+  [ -f "$CKPT/config.json" ] || { echo "(d) no checkpoint from (b)"; return 1; }
+  local poller="" sets
+  sets=$(echo "$BENCH_SETS" | sed 's/--decode-[a-z-]* [0-9]*//g' | tr -s ' ' | sed 's/ *$//')
+  if [ $DRY = 0 ]; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits --id=0 -lms 100 > "$OUT/d-memory.txt" 2>/dev/null &
+    poller=$!
+  fi
+  "$MAGEGUARD" model bench --config configs/default.yaml $BACKEND --model "$CKPT" $sets --skip-decode \
+    --set model.lora.rank=16 --json > "$OUT/d-bench.json" 2> "$OUT/d-bench.log"
+  local rc=$?
+  [ -n "$poller" ] && kill "$poller" 2>/dev/null
+  if [ $rc != 0 ]; then echo "(d) mageguard model bench with LoRA failed:"; tail -8 "$OUT/d-bench.log"; return 1; fi
+  echo "(d) mageguard model bench $sets --skip-decode --set model.lora.rank=16:"
+  "$PY" scripts/gpu_check.py bench "$OUT/d-bench.json"
+  if [ $DRY = 0 ]; then
+    echo "(d) peak GPU memory used (nvidia-smi, whole process): $("$PY" scripts/gpu_check.py peak "$OUT/d-memory.txt") MiB"
+  fi
+}
+export -f part_a part_b part_c part_d
 
 declare -A STATUS
 run() { # name, seconds, function
@@ -164,15 +185,15 @@ run() { # name, seconds, function
 }
 
 if [ $DRY = 1 ]; then
-  run a 120 part_a; run b 240 part_b; run c 180 part_c
+  run a 120 part_a; run b 240 part_b; run c 180 part_c; run d 120 part_d
 else
-  run a 75 part_a; run b 110 part_b; run c 100 part_c
+  run a 75 part_a; run b 110 part_b; run c 100 part_c; run d 60 part_d
 fi
 
 echo
 echo "== summary ($(( $(date +%s) - T0 )) s; outputs in $OUT)"
 rc=0
-for p in a b c; do
+for p in a b c d; do
   echo "  ($p) ${STATUS[$p]}"
   [ "${STATUS[$p]}" = PASS ] || rc=1
 done

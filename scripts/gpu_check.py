@@ -202,6 +202,8 @@ def cmd_peak(a):
 def cmd_bench(a):
     b = json.load(open(a.file))
     print(f"  backend {b['backend']}, {b['dtype']}: {b['model']}, {b['parameters']:,} parameters")
+    if b.get("lora"):
+        print(f"  trained: {b['lora']}, {b['trained_parameters']:,} parameters (the base frozen)")
     d = b.get("decode")
     if d:
         s = d["shape"]

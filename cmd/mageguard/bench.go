@@ -10,6 +10,7 @@ import (
 
 	"github.com/mageguard/mageguard/bench"
 	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/plan"
 )
 
@@ -19,6 +20,12 @@ type benchResult struct {
 	Model      string `json:"model"`
 	Parameters int64  `json:"parameters"`
 	DType      string `json:"dtype"`
+
+	// LoRA describes the adapter trained instead of the weights (model.lora), with its
+	// parameter count; empty for full fine-tuning.
+	LoRA              string `json:"lora,omitempty"`
+	TrainedParameters int64  `json:"trained_parameters,omitempty"`
+
 	// Decode runs first, with only the weights held; then the training step,
 	// with the trainer's state (and the reference when grpo.beta > 0).
 	Decode *bench.DecodeResult `json:"decode,omitempty"`
@@ -55,7 +62,8 @@ sequences of one role (--train-prefix-tokens shared, --train-row-tokens of
 their own, the last --train-target-tokens in the loss), after an untimed
 step that compiles. It prints tokens per second, the step's model FLOPs and
 their utilisation of --peak-flops, and mageguard plan's memory figures for
-the same shapes. With --heap (pure-Go backend) it samples the Go heap, the
+the same shapes. With model.lora.rank (--set model.lora.rank=16) the step
+trains a LoRA adapter on the frozen model, its reference the base. With --heap (pure-Go backend) it samples the Go heap, the
 backend's memory, with the garbage collector at 5% (slower).
 
 This is what scripts/gpu-check.sh times on a GPU, where no Go toolchain is at
@@ -88,6 +96,14 @@ hand.
 				return fmt.Errorf("model bench: %w", err)
 			}
 			res := benchResult{Backend: m.Backend().Name(), Model: m.Config().String(), Parameters: m.NumParameters(), DType: s.DType}
+			if s.LoRA.Rank > 0 && m.Adapter() == nil { // a LoRA step: the adapter alone is trained
+				if err := m.AddAdapter(s.LoRA, s.Seed, s.Path); err != nil {
+					return fmt.Errorf("model bench: %w", err)
+				}
+			}
+			if a := m.Adapter(); a != nil {
+				res.LoRA, res.TrainedParameters = a.String(), model.NumAdapterParameters(m.Config(), a.Rank, a.Targets)
+			}
 
 			// The plan of these shapes.
 			p, err := planOf(cfg, 0)
@@ -111,7 +127,9 @@ hand.
 			}
 			if !skipTrain {
 				opts := bench.TrainOptions{Steps: steps, Temperature: cfg.Rollout.Temperature, Seed: uint64(s.Seed), Heap: heap}
-				if cfg.GRPO.Beta > 0 {
+				if cfg.GRPO.Beta > 0 && m.Adapter() != nil {
+					opts.Reference = model.WithoutAdapter(m.Context()) // the frozen base
+				} else if cfg.GRPO.Beta > 0 {
 					if opts.Reference, err = grpo.FrozenCopy(m.Context()); err != nil {
 						return err
 					}
