@@ -15,7 +15,8 @@ test:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -count=1 $(PKGS)
 
-# Benchmarks of every package (results also in bin/bench.txt), then the
+# Benchmarks of every package (results also in bin/bench.txt), the GRPO
+# update with full fine-tuning and with LoRA side by side, then the
 # model's benchmarks and grpo's update benchmark redone in PyTorch float32 and
 # printed side by side with the ratios (needs /usr/bin/python3 with torch:
 # apt-get install -y python3-torch python3-numpy libopenblas0-pthread;
@@ -23,6 +24,11 @@ test:
 bench:
 	@mkdir -p bin
 	@$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS) > bin/bench.txt; status=$$?; cat bin/bench.txt; exit $$status
+	@echo "GRPO update on the demo's batch, full fine-tuning beside a LoRA adapter of rank 16 (grpo/bench_test.go):"
+	@awk '/^Benchmark(Update|LoRAUpdate)-/ { n = $$1; sub(/-[0-9]+$$/, "", n); \
+	  for (i = 3; i < NF; i++) { if ($$(i+1) == "ns/op") t = $$i / 1e9; if ($$(i+1) == "cpu-s/op") c = $$i; \
+	    if ($$(i+1) == "peak-heap-MB") h = $$i; if ($$(i+1) == "optimizer-MB") o = $$i }; \
+	  printf "  %-20s %7.2f s/op (%.2f CPU s)  %6.0f MB peak heap  %8.2f MB optimizer state\n", n, t, c, h, o }' bin/bench.txt
 	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
 	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt && \
 	  $(GO) build -o $(BIN) ./cmd/mageguard && rm -rf bin/bench-tiny && \

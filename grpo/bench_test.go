@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,14 +24,18 @@ import (
 // demo's starting model (configs/tiny.yaml: hidden 64, 2 layers, vocabulary 151,936, seed 1)
 // with its grpo settings (lr 1e-3, β 0.04, micro-batches of 16). Every saving on, and each
 // turned off. scripts/bench_update_torch.py does the same step in PyTorch; make bench prints
-// the two side by side. It reports seconds per step and the peak live heap during the step
-// (MB, sampled from runtime/metrics every millisecond).
+// the two side by side. It reports seconds per step, the peak live heap during the step (MB,
+// sampled from runtime/metrics every millisecond) and the trainer's state (MB: gradient
+// accumulators and AdamW moments). BenchmarkLoRAUpdate takes the same step training a LoRA
+// adapter (rank 16, α 32, every projection) on the frozen model instead; make bench prints it
+// beside the full update.
 
 // updateSavings says which savings of the update are on.
 type updateSavings struct {
 	chunk   bool // the LM head over vocabulary chunks (model.lm_head_chunk)
 	shared  bool // the shared prompt prefix once per micro-batch (grpo.shared_prefix)
 	blocked bool // attention over query blocks, recomputed in the backward (model.attention_block)
+	lora    int  // the rank of a LoRA adapter trained instead of the weights; 0 = full fine-tuning
 }
 
 func benchmarkUpdate(b *testing.B, s updateSavings) {
@@ -48,6 +53,11 @@ func benchmarkUpdate(b *testing.B, s updateSavings) {
 	}
 	if !s.blocked {
 		m.SetAttentionBlock(0)
+	}
+	if s.lora > 0 {
+		if err := m.AddAdapter(model.LoRAConfig{Rank: s.lora, Alpha: 32, Targets: model.DefaultLoRAConfig().Targets}, 1, ""); err != nil {
+			b.Fatal(err)
+		}
 	}
 	cfg := DefaultConfig()
 	cfg.LearningRate, cfg.WarmupSteps, cfg.Beta, cfg.MicroBatchSize, cfg.SharedPrefix = 1e-3, 0, 0.04, 16, s.shared
@@ -83,6 +93,13 @@ func benchmarkUpdate(b *testing.B, s updateSavings) {
 	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
 	b.ReportMetric(float64(peak)/1e6, "peak-heap-MB")
 	b.ReportMetric(first.GradNorm, "first-grad-norm") // the same update as PyTorch's: compare
+	var state uint64
+	for v := range m.Context().IterVariables() {
+		if strings.HasPrefix(v.Scope(), StateScope) {
+			state += uint64(v.Shape().Memory())
+		}
+	}
+	b.ReportMetric(float64(state)/1e6, "optimizer-MB")
 }
 
 // cpuSeconds is the process's user + system CPU time so far (all threads; steadier than wall
@@ -132,6 +149,11 @@ func BenchmarkUpdateNoBlocked(b *testing.B) {
 	benchmarkUpdate(b, updateSavings{chunk: true, shared: true})
 }
 func BenchmarkUpdateNoSavings(b *testing.B) { benchmarkUpdate(b, updateSavings{}) }
+
+// BenchmarkLoRAUpdate is BenchmarkUpdate (every saving on) training a rank-16 LoRA adapter.
+func BenchmarkLoRAUpdate(b *testing.B) {
+	benchmarkUpdate(b, updateSavings{chunk: true, shared: true, blocked: true, lora: 16})
+}
 
 // benchmarkCheckpointing times one optimizer step of an 8-layer Qwen3 (hidden 128, MLP 384,
 // 4 query / 2 KV heads of 32, vocabulary 1000) on 4 rows of 512 tokens (the last 64 trained)
