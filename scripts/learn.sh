@@ -3,10 +3,12 @@
 # job on the synthetic benchmark. Generates synth train and held-out files,
 # evaluates a random model, teaches it to copy (model pretrain), warm-starts
 # it with SFT (the perfect synth teacher, the learning rate decaying), runs
-# GRPO from the SFT checkpoint with two seeds, evaluates each, trains the
+# GRPO from the SFT checkpoint with two seeds (with LEARN_LORA=RANK a LoRA
+# adapter of that rank on it), evaluates each, trains the
 # judge-only baseline (SFT of a judge that reads the raw trajectory), and
 # writes
 #   OUT/guard/        the final guard (SFT + GRPO, the first seed), a checkpoint directory
+#                     (with LEARN_LORA, an adapter directory on OUT/sft's checkpoint)
 #   OUT/guard.yaml    the configuration to evaluate it with:
 #                       mageguard eval --config OUT/guard.yaml --data FILE --out DIR
 #   OUT/results.md    the held-out table (F1, ASR, BU, recall by gap)
@@ -41,6 +43,11 @@ GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # trajectories a GRPO step: an error in 
 GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5} # rollouts hotter than 1: the warm start is so sure that at 1 its G samples agree
 GRPO_SEEDS=${LEARN_GRPO_SEEDS:-1 2} # one GRPO run per seed, all at once; the guard is the first seed's
 GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # at a constant rate; 3e-4 for 5 steps cost recall (docs/learning.md)
+# LEARN_LORA=RANK: GRPO trains a LoRA adapter of that rank (model.lora: α 32, every projection) on the
+# frozen SFT checkpoint instead of every weight, at 10× the learning rate unless LEARN_GRPO_LR says.
+LORA=${LEARN_LORA:-}
+if [ -n "$LORA" ]; then GRPO_LR=${LEARN_GRPO_LR:-1e-3}; fi
+lora_sets() { [ -n "$LORA" ] && echo "--set model.lora.rank=$LORA"; true; }
 
 if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft" ]; then
 	echo "learn: $OUT holds an earlier run; remove it or set LEARN_OUT" >&2
@@ -91,7 +98,7 @@ grpo() { # SEED: GRPO from the SFT checkpoint into OUT/grpo-sSEED, and its eval
 	# shellcheck disable=SC2046
 	$BIN train --config "$CFG" --data "$OUT/data/train.jsonl" --model "$sft_ckpt" $(steps "$GRPO_STEPS") \
 		--set grpo.learning_rate="$GRPO_LR" --set grpo.lr_schedule=constant --set grpo.warmup_steps=0 --set train.seed="$s" \
-		--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" \
+		--set train.trajectories="$GRPO_TRAJ" --set rollout.temperature="$GRPO_TEMP" $(lora_sets) \
 		--set train.eval_data="$OUT/data/eval.jsonl" --out "$OUT/grpo-s$s"
 	evaluate "sft-grpo-s$s" "$(last "$OUT/grpo-s$s")"
 }
@@ -120,7 +127,7 @@ go run ./scripts/learn-table --out "$OUT/results.md" \
 	"random init=$OUT/eval-random" \
 	"judge-only (SFT, $JO_STEPS steps)=$OUT/eval-judge-only" \
 	"SFT=$OUT/eval-sft" \
-	"SFT + GRPO=$(IFS=,; echo "${grpo_rows[*]}")"
+	"SFT + ${LORA:+LoRA (rank $LORA) }GRPO=$(IFS=,; echo "${grpo_rows[*]}")"
 end=$(date +%s)
 {
 	echo
