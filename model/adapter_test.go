@@ -209,3 +209,24 @@ func TestReadAdapterConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectAdapter: Inspect of an adapter directory describes its base (parameters, files)
+// and the adapter: rank 4 on every projection of testConfig's 2 layers is
+// 2 × 4 × ((32+32) + 2·(32+16) + (32+32) + 2·(32+64) + (64+32)) = 4,096 parameters, scale 16/4.
+func TestInspectAdapter(t *testing.T) {
+	dir := t.TempDir()
+	m := adapterOnDisk(t, dir)
+	adir := filepath.Join(dir, "adapter")
+	if err := m.SaveAdapter(adir, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := Inspect(adir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := filepath.Abs(filepath.Join(dir, "base"))
+	a := info.Adapter
+	if a == nil || a.Base != base || a.LoRA.Rank != 4 || a.Scale != 4 || a.Parameters != 4096 || info.Parameters != m.NumParameters() {
+		t.Fatalf("%+v, adapter %+v", info, a)
+	}
+}

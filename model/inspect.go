@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -16,12 +17,37 @@ type CheckpointInfo struct {
 	StoredDTypes   map[string]int64 `json:"stored_dtypes"`   // stored parameters per safetensors dtype
 	Files          map[string]int64 `json:"files"`           // weight files and their sizes in bytes
 	TokenizerFiles []string         `json:"tokenizer_files"` // tokenizer files present
+	// Adapter describes the LoRA adapter when dir is an adapter directory (the rest describes
+	// its base).
+	Adapter *AdapterInfo `json:"adapter,omitempty"`
+}
+
+// AdapterInfo describes a LoRA adapter directory.
+type AdapterInfo struct {
+	Dir        string     `json:"dir"`
+	Base       string     `json:"base"` // the base checkpoint directory it names
+	LoRA       LoRAConfig `json:"lora"`
+	Scale      float64    `json:"scale"`      // s = alpha/rank, or alpha/√rank with rslora
+	Parameters int64      `json:"parameters"` // r·(in + out) for every adapted projection of every layer
 }
 
 // Inspect reads the config and the safetensors headers of the checkpoint in
 // dir and checks every tensor's presence and shape against the config, as
 // Load does, without reading the weights.
+//
+// For a LoRA adapter directory it describes the base and the adapter.
 func Inspect(dir string) (*CheckpointInfo, error) {
+	if base, lora, err := AdapterOf(dir); err != nil {
+		return nil, err
+	} else if lora != nil {
+		info, err := Inspect(base)
+		if err != nil {
+			return nil, fmt.Errorf("adapter %s: base %s: %w", dir, base, err)
+		}
+		info.Adapter = &AdapterInfo{Dir: dir, Base: base, LoRA: *lora, Scale: lora.Scale(),
+			Parameters: NumAdapterParameters(info.Config, lora.Rank, lora.Targets)}
+		return info, nil
+	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err

@@ -39,10 +39,10 @@ const AdapterScope = "/lora"
 // LoRAConfig is the `model.lora` section: a LoRA adapter trained on a
 // frozen base (train, sft).
 type LoRAConfig struct {
-	Rank    int      `yaml:"rank"`    // r; 0 = no adapter: every weight is trained
-	Alpha   float64  `yaml:"alpha"`   // α: the adapter's output is scaled by α/r (rsLoRA: α/√r)
-	Targets []string `yaml:"targets"` // the adapted projections of every decoder layer (PEFT's module names)
-	RSLoRA  bool     `yaml:"rslora"`  // scale by α/√r (rank-stabilized LoRA) instead of α/r
+	Rank    int      `yaml:"rank" json:"rank"`       // r; 0 = no adapter: every weight is trained
+	Alpha   float64  `yaml:"alpha" json:"alpha"`     // α: the adapter's output is scaled by α/r (rsLoRA: α/√r)
+	Targets []string `yaml:"targets" json:"targets"` // the adapted projections of every decoder layer (PEFT's module names)
+	RSLoRA  bool     `yaml:"rslora" json:"rslora"`   // scale by α/√r (rank-stabilized LoRA) instead of α/r
 }
 
 // DefaultLoRAConfig is no adapter; with a rank, α 32 on all seven linear
