@@ -16,7 +16,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"sort"
 	"unsafe"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -513,16 +512,6 @@ func planShards(ts []stTensor, maxBytes int64) [][]stTensor {
 		shards = append(shards, cur)
 	}
 	return shards
-}
-
-// sortedKeys returns the keys of m in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // littleEndianHost reports whether this machine stores numbers

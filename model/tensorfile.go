@@ -2,7 +2,8 @@ package model
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -12,11 +13,7 @@ import (
 // WriteTensorFile writes named float32 tensors (e.g. optimizer state) to a
 // safetensors file at path, atomically (temporary name, then rename).
 func WriteTensorFile(path string, ts map[string]*tensors.Tensor) error {
-	names := make([]string, 0, len(ts))
-	for name := range ts {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(ts))
 	var out []stTensor
 	for _, name := range names {
 		t := ts[name]

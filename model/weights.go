@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -256,7 +258,7 @@ func LoadWith(backend backends.Backend, dir string, opts LoadOptions) (*Model, e
 			return nil, fmt.Errorf("safetensors %s: tensor %s has shape %v, the config wants %v", f.path, s.name, e.Shape, s.shape)
 		}
 	}
-	for _, name := range sortedKeys(where) {
+	for _, name := range slices.Sorted(maps.Keys(where)) {
 		if expected[name] || (m.cfg.TieWordEmbeddings && name == "lm_head.weight") {
 			continue // a tied checkpoint may still carry lm_head.weight; transformers ignores it too
 		}
@@ -355,7 +357,7 @@ func openCheckpointFiles(dir string) (files []*stFile, where map[string]*stFile,
 			return nil, nil, fmt.Errorf("checkpoint index %s: empty weight_map", indexPath)
 		}
 		byFile := map[string]*stFile{}
-		for _, name := range sortedKeys(idx.WeightMap) {
+		for _, name := range slices.Sorted(maps.Keys(idx.WeightMap)) {
 			file := idx.WeightMap[name]
 			if file != filepath.Base(file) {
 				return nil, nil, fmt.Errorf("checkpoint index %s: tensor %s: shard %q must be a file name in the checkpoint directory", indexPath, name, file)
