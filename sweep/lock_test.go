@@ -18,7 +18,7 @@ import (
 // into the point's folder.
 func TestASecondSweepIntoOneFolderIsRefused(t *testing.T) {
 	fakeClock(t)
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	out := t.TempDir()
 	held, err := lock.Acquire(out)
 	if err != nil {
@@ -57,7 +57,7 @@ func TestASecondSweepIntoOneFolderIsRefused(t *testing.T) {
 // write in the output folder are removed on start.
 func TestSweepRemovesLeftoversOfAKilledSweep(t *testing.T) {
 	fakeClock(t)
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	out := t.TempDir()
 	stale := filepath.Join(out, ".summary.csv.tmp-4242")
 	if err := os.WriteFile(stale, []byte("half"), 0o644); err != nil {

@@ -57,9 +57,9 @@ func fakeRunner(ran *[]int, failAt int) Runner {
 	}
 }
 
-func plan2x2(t *testing.T) *Plan {
+func schedule2x2(t *testing.T) *Schedule {
 	t.Helper()
-	p, err := NewPlan(Config{Grid: Grid{
+	p, err := NewSchedule(Config{Grid: Grid{
 		{"rewards.gamma", []string{"0", "0.5"}},
 		{"rewards.lambda", []string{"0", "2"}},
 	}})
@@ -71,7 +71,7 @@ func plan2x2(t *testing.T) *Plan {
 
 func TestRunResumesAfterKill(t *testing.T) {
 	fakeClock(t)
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	out := t.TempDir()
 	var ran []int
 	var log bytes.Buffer
@@ -140,13 +140,13 @@ func TestRunResumesAfterKill(t *testing.T) {
 // another order) and then --collect gives the same summary as a full run.
 func TestPlanPointCollectMatchesRun(t *testing.T) {
 	fakeClock(t)
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	full, split := t.TempDir(), t.TempDir()
 	var ran []int
 	if err := Run(context.Background(), p, full, fakeRunner(&ran, -1), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WritePlan(split, p, split, []string{"mageguard", "sweep"}); err != nil {
+	if err := WriteSchedule(split, p, split, []string{"mageguard", "sweep"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []int{3, 1, 0, 2, 1} { // point 1 twice: a scheduler's retry is a no-op
@@ -200,7 +200,7 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 func TestCollectPartial(t *testing.T) {
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	out := t.TempDir()
 	var ran []int
 	for _, n := range []int{0, 3} {
@@ -224,10 +224,10 @@ func TestCollectPartial(t *testing.T) {
 		t.Errorf("summary.md:\n%s", md)
 	}
 	// A DONE left by other overrides (a renamed key with the same short name) is not reused.
-	other, _ := NewPlan(Config{Grid: Grid{{"grpo.gamma", []string{"0", "0.5"}}, {"rewards.lambda", []string{"0", "2"}}}})
+	other, _ := NewSchedule(Config{Grid: Grid{{"grpo.gamma", []string{"0", "0.5"}}, {"rewards.lambda", []string{"0", "2"}}}})
 	if err := Run(context.Background(), other, out, fakeRunner(&ran, -1), nil); err == nil ||
 		!strings.Contains(err.Error(), "holds a run with overrides [rewards.gamma=0 rewards.lambda=0], not [grpo.gamma=0 rewards.lambda=0]") {
-		t.Errorf("reused another plan's point: %v", err)
+		t.Errorf("reused another schedule's point: %v", err)
 	}
 	// A point marked done without report.json is an error naming it.
 	os.Remove(filepath.Join(out, "gamma=0,lambda=0", eval.ReportJSON))
@@ -237,7 +237,7 @@ func TestCollectPartial(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	var ran []int
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -254,20 +254,20 @@ func TestRunErrors(t *testing.T) {
 
 // TestHeatmapCells: one key gives one row; three keys average over the third.
 func TestHeatmapCells(t *testing.T) {
-	p1, _ := NewPlan(Config{Grid: Grid{{"rewards.gamma", []string{"0.25", "0.75"}}}})
-	s1 := &Summary{Plan: p1, Reports: []*eval.Report{ptrTo(syntheticReport(p1.Points[0])), nil}}
+	p1, _ := NewSchedule(Config{Grid: Grid{{"rewards.gamma", []string{"0.25", "0.75"}}}})
+	s1 := &Summary{Schedule: p1, Reports: []*eval.Report{ptrTo(syntheticReport(p1.Points[0])), nil}}
 	z, col, row, kind := s1.cells("asr")
 	if len(z) != 1 || len(z[0]) != 2 || z[0][0] != 0.25 || !math.IsNaN(z[0][1]) || col != 0 || row != -1 || kind != eval.Rate {
 		t.Errorf("one key: z %v col %d row %d", z, col, row)
 	}
 
 	// gamma × lambda × seed: the token cost 100 + 10·index averages over the seed's two points.
-	p3, _ := NewPlan(Config{Grid: Grid{
+	p3, _ := NewSchedule(Config{Grid: Grid{
 		{"rewards.gamma", []string{"0", "0.5"}},
 		{"rewards.lambda", []string{"1"}},
 		{"train.seed", []string{"1", "2"}},
 	}})
-	s3 := &Summary{Plan: p3, Reports: make([]*eval.Report, 4)}
+	s3 := &Summary{Schedule: p3, Reports: make([]*eval.Report, 4)}
 	for i, pt := range p3.Points {
 		if i != 3 { // point 3 (gamma 0.5, seed 2) not finished
 			s3.Reports[i] = ptrTo(syntheticReport(pt))
@@ -286,7 +286,7 @@ func TestHeatmapCells(t *testing.T) {
 		t.Errorf("summary.md:\n%s", md)
 	}
 	// Nothing finished: heatmaps still render (all grey).
-	empty := &Summary{Plan: p3, Reports: make([]*eval.Report, 4)}
+	empty := &Summary{Schedule: p3, Reports: make([]*eval.Report, 4)}
 	if _, err := empty.heatmap("asr", "ASR", false); err != nil {
 		t.Error(err)
 	}
@@ -299,8 +299,8 @@ func ptrTo[T any](v T) *T { return &v }
 // or the global overrides changed, the grid did not) is refused by Run,
 // RunPoint and Collect, and so is a DONE without a hash.
 func TestFinishedPointNeedsSameConfig(t *testing.T) {
-	withHashes := func(salt string) *Plan {
-		p := plan2x2(t)
+	withHashes := func(salt string) *Schedule {
+		p := schedule2x2(t)
 		for i := range p.Points {
 			p.Points[i].ConfigHash = ConfigHash([]byte(salt + p.Points[i].Name))
 		}
@@ -338,7 +338,7 @@ func TestFinishedPointNeedsSameConfig(t *testing.T) {
 	}
 	// A DONE without a hash (an older mageguard) cannot be vouched for.
 	old := filepath.Join(t.TempDir(), "old")
-	if err := RunPoint(context.Background(), plan2x2(t), old, 0, fakeRunner(&ran, -1), nil); err != nil {
+	if err := RunPoint(context.Background(), schedule2x2(t), old, 0, fakeRunner(&ran, -1), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := RunPoint(context.Background(), withHashes("a"), old, 0, fakeRunner(&ran, -1), nil); err == nil ||

@@ -86,7 +86,7 @@ not marked DONE and resumes on the next run).`,
 			}
 			sc := cfg.Sweep
 			sc.BaseConfig = sweep.ResolveBaseConfig(sc.BaseConfig, global.configFile)
-			p, err := sweep.NewPlan(sc)
+			p, err := sweep.NewSchedule(sc)
 			if err != nil {
 				return err
 			}
@@ -116,7 +116,7 @@ not marked DONE and resumes on the next run).`,
 				if err != nil {
 					return err
 				}
-				if err := sweep.WritePlan(out, p, wd, command); err != nil {
+				if err := sweep.WriteSchedule(out, p, wd, command); err != nil {
 					return err
 				}
 				fmt.Fprintf(stderr, "sweep: %d points; wrote %s and %s\n", len(p.Points),
@@ -194,7 +194,7 @@ func pointHash(cfg *config.Config) (string, error) {
 
 // pointConfig resolves point pt's configuration: the plan's base config
 // (or the sweep's own file), the global --set overrides, then the point's.
-func pointConfig(p *sweep.Plan, pt sweep.Point) (*config.Config, error) {
+func pointConfig(p *sweep.Schedule, pt sweep.Point) (*config.Config, error) {
 	base := p.BaseConfig
 	if base == "" {
 		base = global.configFile
@@ -212,7 +212,7 @@ func pointConfig(p *sweep.Plan, pt sweep.Point) (*config.Config, error) {
 
 // sweepRunner trains a point into its folder (resuming an interrupted
 // run), then evaluates its final checkpoint there.
-func sweepRunner(p *sweep.Plan, log io.Writer) sweep.Runner {
+func sweepRunner(p *sweep.Schedule, log io.Writer) sweep.Runner {
 	return func(ctx context.Context, pt sweep.Point, dir string) error {
 		cfg, err := pointConfig(p, pt)
 		if err != nil {
