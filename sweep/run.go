@@ -36,8 +36,22 @@ type doneRecord struct {
 	Finished string   `json:"finished"`                // RFC 3339 time
 }
 
-// now is the clock (tests replace it).
-var now = time.Now
+// Options say how Run and RunPoint run the points.
+type Options struct {
+	// Runner trains and evaluates one point.
+	Runner Runner
+	// Progress receives a line per point and an ETA (nil: nothing).
+	Progress io.Writer
+	// Now is the clock that times the points (nil: time.Now).
+	Now func() time.Time
+}
+
+func (o *Options) now() time.Time {
+	if o.Now == nil {
+		return time.Now()
+	}
+	return o.Now()
+}
 
 // Done reports whether the point folder dir holds a finished point.
 func Done(dir string) bool {
@@ -138,8 +152,8 @@ func (pr *progress) eta() string {
 }
 
 // Run runs every point of sched not yet finished, in order, into
-// outDir/<point name>/, printing progress and an ETA to progress (may be
-// nil); then it collects the summary (see Collect). A point whose runner
+// outDir/<point name>/ with o.Runner, printing progress and an ETA to
+// o.Progress; then it collects the summary (see Collect). A point whose runner
 // fails stops the sweep with an error naming the point; running the sweep
 // again resumes from there.
 //
@@ -147,13 +161,13 @@ func (pr *progress) eta() string {
 // and each point's lock while it runs: a second sweep into outDir is
 // refused at once, naming the holder's PID. Temporary files a killed sweep
 // left in outDir are removed once the lock is held.
-func Run(ctx context.Context, sched *Schedule, outDir string, runner Runner, progressW io.Writer) error {
+func Run(ctx context.Context, sched *Schedule, outDir string, o Options) error {
 	lk, err := lock.Acquire(outDir)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	defer lk.Release()
-	pr := &progress{w: progressW, total: len(sched.Points)}
+	pr := &progress{w: o.Progress, total: len(sched.Points)}
 	if removed, err := atomicfile.RemoveStale(outDir); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	} else if len(removed) > 0 {
@@ -178,7 +192,7 @@ func Run(ctx context.Context, sched *Schedule, outDir string, runner Runner, pro
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sweep: stopped before point %d (%s): %w", pt.Index, pt.Name, err)
 		}
-		d, err := runOne(ctx, sched, outDir, pt, runner, pr)
+		d, err := runOne(ctx, sched, outDir, pt, &o, pr)
 		if err != nil {
 			return err
 		}
@@ -198,12 +212,12 @@ func Run(ctx context.Context, sched *Schedule, outDir string, runner Runner, pro
 // already finished (so a scheduler may retry it safely). It backs
 // `mageguard sweep --point N`. It holds the point's lock, not outDir's, so
 // that a cluster may run several points of one sweep at once.
-func RunPoint(ctx context.Context, sched *Schedule, outDir string, n int, runner Runner, progressW io.Writer) error {
+func RunPoint(ctx context.Context, sched *Schedule, outDir string, n int, o Options) error {
 	pt, err := sched.Point(n)
 	if err != nil {
 		return err
 	}
-	pr := &progress{w: progressW, total: len(sched.Points)}
+	pr := &progress{w: o.Progress, total: len(sched.Points)}
 	ok, err := finished(outDir, pt)
 	if err != nil {
 		return err
@@ -212,7 +226,7 @@ func RunPoint(ctx context.Context, sched *Schedule, outDir string, n int, runner
 		pr.printf("sweep: point %d (of 0..%d) %s: already finished\n", pt.Index, pr.total-1, pt.Name)
 		return nil
 	}
-	d, err := runOne(ctx, sched, outDir, pt, runner, pr)
+	d, err := runOne(ctx, sched, outDir, pt, &o, pr)
 	if err != nil {
 		return err
 	}
@@ -226,7 +240,7 @@ func RunPoint(ctx context.Context, sched *Schedule, outDir string, n int, runner
 const PointLockFile = ".sweep-point.lock"
 
 // runOne runs one point and marks it done; it returns the runner's duration.
-func runOne(ctx context.Context, sched *Schedule, outDir string, pt Point, runner Runner, pr *progress) (time.Duration, error) {
+func runOne(ctx context.Context, sched *Schedule, outDir string, pt Point, o *Options, pr *progress) (time.Duration, error) {
 	dir := filepath.Join(outDir, pt.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
@@ -241,12 +255,12 @@ func runOne(ctx context.Context, sched *Schedule, outDir string, pt Point, runne
 		return 0, err
 	}
 	pr.printf("sweep: point %d (of 0..%d) %s: running (%s)\n", pt.Index, pr.total-1, pt.Name, sched.Label(pt))
-	start := now()
-	if err := runner(ctx, pt, dir); err != nil {
+	start := o.now()
+	if err := o.Runner(ctx, pt, dir); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
 	}
-	d := now().Sub(start)
-	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Config: pt.ConfigHash, Seconds: d.Seconds(), Finished: now().UTC().Format(time.RFC3339)}
+	d := o.now().Sub(start)
+	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Config: pt.ConfigHash, Seconds: d.Seconds(), Finished: o.now().UTC().Format(time.RFC3339)}
 	data, _ := json.MarshalIndent(rec, "", "  ")
 	if err := atomicfile.WriteFileMode(filepath.Join(dir, DoneFile), append(data, '\n'), 0o644); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): mark done: %w", pt.Index, pt.Name, err)

@@ -136,11 +136,11 @@ not marked DONE and resumes on the next run).`,
 			}
 			ctx, stop := interruptible(cmd.Context(), stderr, "sweep")
 			defer stop()
-			runner := sweepRunner(p, stderr)
+			opts := sweep.Options{Runner: sweepRunner(p, stderr), Progress: stderr}
 			if cmd.Flags().Changed("point") {
-				return sweep.RunPoint(ctx, p, out, point, runner, stderr)
+				return sweep.RunPoint(ctx, p, out, point, opts)
 			}
-			return sweep.Run(ctx, p, out, runner, stderr)
+			return sweep.Run(ctx, p, out, opts)
 		},
 	}
 	fl := cmd.Flags()
