@@ -115,6 +115,7 @@ FUZZ         ?=
 FUZZ_TARGETS := \
 	./dataset:FuzzDecodeJSON \
 	./dataset:FuzzParquet \
+	./internal/parquetcheck:FuzzParquetCheck \
 	./model/safetensors:FuzzSafetensors \
 	./model:FuzzParseConfig \
 	./config:FuzzLoad \

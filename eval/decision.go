@@ -15,8 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
@@ -142,12 +143,7 @@ func parseDecision(line []byte) (Decision, error) {
 		}
 	}
 	if len(raw) > 0 {
-		keys := make([]string, 0, len(raw))
-		for k := range raw {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		return d, fmt.Errorf("field %q: unknown field", keys[0])
+		return d, fmt.Errorf("field %q: unknown field", slices.Sorted(maps.Keys(raw))[0])
 	}
 	return d, d.Validate()
 }

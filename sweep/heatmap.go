@@ -17,7 +17,7 @@ import (
 
 // axisValues lists each swept key's values in grid order, recovered from
 // the points (the first point with a value fixes its position).
-func axisValues(p *Plan) [][]string {
+func axisValues(p *Schedule) [][]string {
 	out := make([][]string, len(p.Keys))
 	seen := make([]map[string]bool, len(p.Keys))
 	for k := range seen {
@@ -53,7 +53,7 @@ func (c colors) Colors() []color.Color { return c }
 // mean over the points that share its two values. A cell without a finished
 // point (or with only null metrics) is NaN.
 func (s *Summary) cells(metric string) (z [][]float64, colKey, rowKey int, kind eval.Kind) {
-	p := s.Plan
+	p := s.Schedule
 	vals := axisValues(p)
 	colKey, rowKey = 0, -1
 	if len(p.Keys) >= 2 {
@@ -107,7 +107,7 @@ func (s *Summary) cells(metric string) (z [][]float64, colKey, rowKey int, kind 
 // Colours run from light yellow to red, red where the metric is worst
 // (higherIsBetter reverses the scale).
 func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, error) {
-	p := s.Plan
+	p := s.Schedule
 	vals := axisValues(p)
 	z, colKey, rowKey, kind := s.cells(metric)
 	nRows, nCols := len(z), len(z[0])

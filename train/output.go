@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -414,7 +416,7 @@ func checkMoments(path string, shapes map[string][]int, m *model.Model) error {
 	m.Context().EnumerateVariables(func(v *mlctx.Variable) {
 		weights[strings.TrimSuffix(v.Scope(), mlctx.ScopeSeparator)+mlctx.ScopeSeparator+v.Name()] = v.Shape().Dimensions
 	})
-	for _, name := range sortedNames(shapes) {
+	for _, name := range slices.Sorted(maps.Keys(shapes)) {
 		kind, rest, _ := strings.Cut(name, "/")
 		want, ok := weights["/"+rest]
 		if (kind != "exp_avg" && kind != "exp_avg_sq" && kind != "master") || !ok {
@@ -425,15 +427,6 @@ func checkMoments(path string, shapes map[string][]int, m *model.Model) error {
 		}
 	}
 	return nil
-}
-
-func sortedNames(m map[string][]int) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // progress prints one step's summary, with the held-out F1, ASR and BU on

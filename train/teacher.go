@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -323,11 +325,7 @@ func (ft *FileTeacher) String() string { return ft.path }
 
 // turnList writes a set of turns as "0-2, 4".
 func turnList(turns map[int]Target) string {
-	var ts []int
-	for t := range turns {
-		ts = append(ts, t)
-	}
-	sort.Ints(ts)
+	ts := slices.Sorted(maps.Keys(turns))
 	var parts []string
 	for i := 0; i < len(ts); {
 		j := i

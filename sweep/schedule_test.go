@@ -11,7 +11,7 @@ import (
 )
 
 func TestPlanOrderAndNames(t *testing.T) {
-	p, err := NewPlan(DefaultConfig())
+	p, err := NewSchedule(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestPlanNamesAreSafeAndUnique(t *testing.T) {
 	c := Config{Grid: Grid{
 		{"data.path", []string{`"a/b"`, `"a b"`, `"a,b=c"`, `"` + long + `1"`, `"` + long + `2"`}},
 	}}
-	p, err := NewPlan(c)
+	p, err := NewSchedule(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +89,9 @@ func TestPlanNamesAreSafeAndUnique(t *testing.T) {
 	}
 }
 
-func TestWritePlan(t *testing.T) {
+func TestWriteSchedule(t *testing.T) {
 	c := Config{Grid: Grid{{"rewards.gamma", []string{"0", "0.5"}}, {"rewards.lambda", []string{"1", "2"}}}, EvalData: "e.jsonl"}
-	p, err := NewPlan(c)
+	p, err := NewSchedule(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,13 +103,13 @@ func TestWritePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := []string{"sh", "-c", `echo "$(basename "$PWD"):" "$@"`, "fake", "sweep", "--config", "my configs/s.yaml", "--out", "o"}
-	if err := WritePlan(dir, p, "relative", cmd); err == nil || !strings.Contains(err.Error(), "not absolute") {
+	if err := WriteSchedule(dir, p, "relative", cmd); err == nil || !strings.Contains(err.Error(), "not absolute") {
 		t.Errorf("a relative working directory: %v", err)
 	}
-	if err := WritePlan(dir, p, work, cmd); err != nil {
+	if err := WriteSchedule(dir, p, work, cmd); err != nil {
 		t.Fatal(err)
 	}
-	var back Plan
+	var back Schedule
 	data, _ := os.ReadFile(filepath.Join(dir, PlanJSON))
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestWritePlan(t *testing.T) {
 		t.Errorf("command %v, want %v", back.Points[2].Command, wantCmd)
 	}
 	if p.Points[2].Command != nil {
-		t.Error("WritePlan changed the plan")
+		t.Error("WriteSchedule changed the schedule")
 	}
 	sh := filepath.Join(dir, PlanShell)
 	if fi, _ := os.Stat(sh); fi.Mode().Perm() != 0o755 {

@@ -1,4 +1,4 @@
-package dataset
+package parquetcheck
 
 import (
 	"encoding/binary"

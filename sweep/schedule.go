@@ -13,7 +13,7 @@ import (
 	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
-// Files of a plan in the sweep's output folder.
+// Files `sweep --plan` writes into the sweep's output folder (WriteSchedule).
 const (
 	PlanJSON  = "plan.json"
 	PlanShell = "plan.sh"
@@ -21,12 +21,12 @@ const (
 
 // Point is one configuration of a sweep.
 type Point struct {
-	// Index numbers the points from 0 in the plan's order.
+	// Index numbers the points from 0 in the schedule's order.
 	Index int `json:"index"`
 	// Name is the point's folder name under the sweep's output folder, made
 	// of its values with short key names, e.g. "gamma=0.25,lambda=0.5".
 	Name string `json:"name"`
-	// Values holds the YAML text of each swept key's value, in Plan.Keys order.
+	// Values holds the YAML text of each swept key's value, in Schedule.Keys order.
 	Values []string `json:"values"`
 	// Sets are the point's `key=value` overrides, applied on top of the base config.
 	Sets []string `json:"sets"`
@@ -35,12 +35,13 @@ type Point struct {
 	// configurations sets it; DONE records it, and a finished point whose
 	// hash differs is refused rather than reused (see Run).
 	ConfigHash string `json:"config_sha256,omitempty"`
-	// Command runs this point alone (only in plan.json, see WritePlan).
+	// Command runs this point alone (only in plan.json, see WriteSchedule).
 	Command []string `json:"command,omitempty"`
 }
 
-// Plan is a sweep's list of points.
-type Plan struct {
+// Schedule is a sweep laid out: its swept keys and its points, in the
+// order Run runs them. WriteSchedule writes it for a cluster.
+type Schedule struct {
 	// Keys are the swept config keys, in grid order.
 	Keys []string `json:"keys"`
 	// ShortKeys are the keys as they appear in folder names and tables: the
@@ -51,7 +52,7 @@ type Plan struct {
 	// EvalData is the trajectory file each point is evaluated on ("" = the runner's choice).
 	EvalData string `json:"eval_data"`
 	// Dir is the working directory the points' commands run in (only in
-	// plan.json, see WritePlan): relative paths resolve there.
+	// plan.json, see WriteSchedule): relative paths resolve there.
 	Dir string `json:"dir,omitempty"`
 	// Points is the Cartesian product of the grid's values, the first key
 	// varying slowest and the last fastest (like nested loops in key order).
@@ -75,12 +76,12 @@ func ResolveBaseConfig(base, configFile string) string {
 	return filepath.Join(filepath.Dir(configFile), base)
 }
 
-// NewPlan validates c and lays out its points.
-func NewPlan(c Config) (*Plan, error) {
+// NewSchedule validates c and lays out its points.
+func NewSchedule(c Config) (*Schedule, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("sweep.%w", err)
 	}
-	p := &Plan{BaseConfig: c.BaseConfig, EvalData: c.EvalData}
+	p := &Schedule{BaseConfig: c.BaseConfig, EvalData: c.EvalData}
 	for _, a := range c.Grid {
 		p.Keys = append(p.Keys, a.Key)
 	}
@@ -182,7 +183,7 @@ func uniqueNames(pts []Point) {
 }
 
 // Point returns point n, or an error naming the valid range.
-func (p *Plan) Point(n int) (Point, error) {
+func (p *Schedule) Point(n int) (Point, error) {
 	if n < 0 || n >= len(p.Points) {
 		return Point{}, fmt.Errorf("sweep: no point %d: the plan has points 0..%d", n, len(p.Points)-1)
 	}
@@ -190,7 +191,7 @@ func (p *Plan) Point(n int) (Point, error) {
 }
 
 // Label describes a point for people: "gamma=0.25, lambda=0.5".
-func (p *Plan) Label(pt Point) string {
+func (p *Schedule) Label(pt Point) string {
 	parts := make([]string, len(pt.Values))
 	for i, v := range pt.Values {
 		parts[i] = p.ShortKeys[i] + "=" + display(v)
@@ -198,25 +199,25 @@ func (p *Plan) Label(pt Point) string {
 	return strings.Join(parts, ", ")
 }
 
-// WritePlan writes plan.json and plan.sh into outDir for running the points
-// elsewhere (a Slurm array, a Kubernetes indexed job). command is the
+// WriteSchedule writes plan.json and plan.sh (`sweep --plan`) into outDir
+// for running the points elsewhere (a Slurm array, a Kubernetes indexed job). command is the
 // argument list that runs this sweep, e.g. {"/usr/local/bin/mageguard",
 // "sweep", "--config", "/src/configs/sweep.yaml", "--out", "/src/runs/sweep"};
 // point N's command is it followed by "--point N". Every command runs in
 // workDir (an absolute path; plan.sh changes into it first), so that the
-// relative paths inside the configuration resolve as they did where the plan
-// was made, wherever plan.sh is started from.
-func WritePlan(outDir string, plan *Plan, workDir string, command []string) error {
+// relative paths inside the configuration resolve as they did where the
+// schedule was written, wherever plan.sh is started from.
+func WriteSchedule(outDir string, sched *Schedule, workDir string, command []string) error {
 	if !filepath.IsAbs(workDir) {
 		return fmt.Errorf("sweep: write plan: the working directory %q is not absolute", workDir)
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
-	withCmd := *plan
+	withCmd := *sched
 	withCmd.Dir = workDir
-	withCmd.Points = make([]Point, len(plan.Points))
-	for i, pt := range plan.Points {
+	withCmd.Points = make([]Point, len(sched.Points))
+	for i, pt := range sched.Points {
 		pt.Command = append(append([]string{}, command...), "--point", strconv.Itoa(pt.Index))
 		withCmd.Points[i] = pt
 	}
@@ -231,33 +232,33 @@ func WritePlan(outDir string, plan *Plan, workDir string, command []string) erro
 	if err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
-	sh := planShell(&withCmd, command, self)
+	sh := scheduleShell(&withCmd, command, self)
 	if err := atomicfile.WriteFileMode(filepath.Join(outDir, PlanShell), []byte(sh), 0o755); err != nil {
 		return fmt.Errorf("sweep: write plan: %w", err)
 	}
 	return nil
 }
 
-// planShell renders plan.sh (whose absolute path is self): `sh plan.sh N`
-// runs point N in plan.Dir; N may also come from SLURM_ARRAY_TASK_ID or
+// scheduleShell renders plan.sh (whose absolute path is self): `sh plan.sh N`
+// runs point N in sched.Dir; N may also come from SLURM_ARRAY_TASK_ID or
 // JOB_COMPLETION_INDEX.
-func planShell(plan *Plan, command []string, self string) string {
-	last := len(plan.Points) - 1
+func scheduleShell(sched *Schedule, command []string, self string) string {
+	last := len(sched.Points) - 1
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
 	fmt.Fprintf(&b, "# mageguard sweep plan: %d points over %s (point N is folder <out>/<name>).\n",
-		len(plan.Points), strings.Join(plan.Keys, " × "))
+		len(sched.Points), strings.Join(sched.Keys, " × "))
 	b.WriteString("# It may be started from anywhere: it runs every command in the directory\n")
 	b.WriteString("# the plan was made in (below), where the configs' relative paths resolve.\n")
 	b.WriteString("#   one point:               sh plan.sh N\n")
 	fmt.Fprintf(&b, "#   Slurm array job:         sbatch --array=0-%d --wrap 'sh %s $SLURM_ARRAY_TASK_ID'\n", last, shellQuote(self))
-	fmt.Fprintf(&b, "#   Kubernetes indexed job:  completionMode: Indexed, completions: %d, command: sh %s\n", len(plan.Points), shellQuote(self))
+	fmt.Fprintf(&b, "#   Kubernetes indexed job:  completionMode: Indexed, completions: %d, command: sh %s\n", len(sched.Points), shellQuote(self))
 	fmt.Fprintf(&b, "#   then the summary:        %s --collect\n", shellJoin(command))
 	b.WriteString("set -e\n")
-	fmt.Fprintf(&b, "cd %s\n", shellQuote(plan.Dir))
+	fmt.Fprintf(&b, "cd %s\n", shellQuote(sched.Dir))
 	b.WriteString("n=\"${1:-${SLURM_ARRAY_TASK_ID:-${JOB_COMPLETION_INDEX:-}}}\"\n")
 	b.WriteString("case \"$n\" in\n")
-	for _, pt := range plan.Points {
+	for _, pt := range sched.Points {
 		fmt.Fprintf(&b, "%d) exec %s ;; # %s\n", pt.Index, shellJoin(pt.Command), pt.Name)
 	}
 	fmt.Fprintf(&b, "*) echo \"plan.sh: want a point number in 0..%d, got '$n'\" >&2; exit 2 ;;\n", last)

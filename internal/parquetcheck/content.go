@@ -1,4 +1,4 @@
-package dataset
+package parquetcheck
 
 // The content of Parquet pages, checked against their headers before
 // parquet-go decodes them: the repetition and definition levels (each in
