@@ -5,16 +5,15 @@ package rollout
 // be (DESIGN.md, "Format and fallback").
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
 	"unicode"
 
+	"github.com/mageguard/mageguard/internal/strictjson"
 	"github.com/mageguard/mageguard/model/chat"
 )
 
@@ -149,13 +148,9 @@ func ParseToolCall(completion string) (ToolCall, error) {
 	}
 	body := s[len(open):end]
 
-	dec := json.NewDecoder(strings.NewReader(body))
-	top, err := decodeObject(dec)
+	top, err := strictjson.Object([]byte(body))
 	if err != nil {
-		return ToolCall{}, violation("tool call: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return ToolCall{}, violation("tool call: text after the JSON object")
+		return ToolCall{}, violation("tool call: %v", err) // invalid JSON, not an object, a repeated key, text after it
 	}
 	if err := onlyKeys(top, "name", "arguments"); err != nil {
 		return ToolCall{}, violation("tool call: %v", err)
@@ -173,7 +168,7 @@ func ParseToolCall(completion string) (ToolCall, error) {
 	default:
 		return ToolCall{}, violation("unknown tool %s", quote(name))
 	}
-	args, err := decodeObject(json.NewDecoder(bytes.NewReader(top["arguments"])))
+	args, err := strictjson.Object(top["arguments"])
 	if err != nil {
 		return ToolCall{}, violation("%s: \"arguments\": %v", name, err)
 	}
@@ -217,38 +212,6 @@ func parseFor(completion, want string) (ToolCall, error) {
 		return ToolCall{}, violation("called %s, want %s", call.Name, want)
 	}
 	return call, nil
-}
-
-// decodeObject reads one JSON object from dec and returns its members'
-// raw values. A repeated key is an error.
-func decodeObject(dec *json.Decoder) (map[string]json.RawMessage, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fmt.Errorf("not valid JSON: %v", err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errors.New("not a JSON object")
-	}
-	members := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
-		}
-		key := tok.(string) // inside an object the decoder yields string keys
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
-		}
-		if _, dup := members[key]; dup {
-			return nil, fmt.Errorf("key %q repeated", key)
-		}
-		members[key] = raw
-	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return nil, fmt.Errorf("not valid JSON: %v", err)
-	}
-	return members, nil
 }
 
 // onlyKeys checks that m has exactly the keys want.
