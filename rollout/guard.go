@@ -8,6 +8,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/grammar"
 )
 
 // Sampling says how completions are drawn.
@@ -21,10 +22,10 @@ type Sampling struct {
 
 // Request is one completion to generate.
 type Request struct {
-	Prompt  []int    // the full prompt, chat template and generation prompt included
-	MaxNew  int      // max new tokens
-	Stops   []int    // token ids that end the completion (kept as its last token)
-	Grammar *Grammar // structured decoding (nil: free, stopping at a stop token)
+	Prompt  []int            // the full prompt, chat template and generation prompt included
+	MaxNew  int              // max new tokens
+	Stops   []int            // token ids that end the completion (kept as its last token)
+	Grammar *grammar.Grammar // structured decoding (nil: free, stopping at a stop token)
 	// Watch lists token ids whose log-probs the generator reports at every
 	// step (Completion.Watch): the judge's decision alternatives, for its score.
 	Watch []int
@@ -229,9 +230,9 @@ type Guard struct {
 	tok     *tokenizer.Tokenizer
 	prompts *Prompts
 	gen     Generator
-	grammar [2]*Grammar // per Role, nil without structured decoding
-	prefix  [3]int      // system-prompt tokens: memory, judge, judge-only
-	stops   []int       // tokens that end a completion
+	grammar [2]*grammar.Grammar // per Role, nil without structured decoding
+	prefix  [3]int              // system-prompt tokens: memory, judge, judge-only
+	stops   []int               // tokens that end a completion
 	watch   *decisionWatch
 }
 
@@ -278,7 +279,7 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 	}
 	if cfg.Structured {
 		for role, tmpl := range []string{memoryCallTemplate, judgeCallTemplate(prompts.JudgeArgs)} {
-			gr, err := NewGrammar(tok, tmpl, g.stops[0])
+			gr, err := grammar.NewGrammar(tok, tmpl, g.stops[0])
 			if err != nil {
 				return nil, err
 			}

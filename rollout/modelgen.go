@@ -7,6 +7,7 @@ import (
 
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rollout/grammar"
 )
 
 // ModelGenerator generates guard completions with a Qwen3 model: batched
@@ -17,22 +18,22 @@ type ModelGenerator struct {
 
 	stepByStep bool // tests: decode the leading forced tokens one step each, as the grammar alone would
 
-	bans map[*Grammar][]int // a grammar's banned ids plus the model's ids beyond the tokenizer's vocabulary
+	bans map[*grammar.Grammar][]int // a grammar's banned ids plus the model's ids beyond the tokenizer's vocabulary
 }
 
-// banned returns the ids a free string may not use: the grammar's, and the
-// model's padding ids that no tokenizer token has (Qwen3's embedding has
-// 151,936 rows for 151,669 tokens).
-func (mg *ModelGenerator) banned(g *Grammar) []int {
+// banned returns the ids a free string of g may not use: the grammar's
+// (its constraint's Banned), and the model's padding ids that no tokenizer
+// token has (Qwen3's embedding has 151,936 rows for 151,669 tokens).
+func (mg *ModelGenerator) banned(g *grammar.Grammar, grammarBans []int) []int {
 	if ids, ok := mg.bans[g]; ok {
 		return ids
 	}
-	ids := append([]int(nil), g.banned...)
-	for id := g.vocab.VocabSize(); id < mg.Model.Config().VocabSize; id++ {
+	ids := append([]int(nil), grammarBans...)
+	for id := g.Vocab().VocabSize(); id < mg.Model.Config().VocabSize; id++ {
 		ids = append(ids, id)
 	}
 	if mg.bans == nil {
-		mg.bans = map[*Grammar][]int{}
+		mg.bans = map[*grammar.Grammar][]int{}
 	}
 	mg.bans[g] = ids
 	return ids
@@ -63,7 +64,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 	for gi, gk := range order {
 		idx, maxNew := groups[gk], gk.maxNew
 		prompts := make([][]int, len(idx))
-		decoders := make([]*Decoder, len(idx))
+		decoders := make([]*grammar.Decoder, len(idx))
 		forced := make([][]bool, len(idx))
 		var watch []int       // the union of the group's watched ids
 		slot := map[int]int{} // watched id → its index in watch
@@ -75,7 +76,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 		}
 		for k, i := range idx {
 			if reqs[i].Grammar != nil {
-				lead[k] = reqs[i].Grammar.NewDecoder(maxNew).leading()
+				lead[k] = reqs[i].Grammar.NewDecoder(maxNew).Leading()
 			}
 			p = min(p, len(lead[k]))
 		}
@@ -84,7 +85,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			if reqs[i].Grammar != nil {
 				decoders[k] = reqs[i].Grammar.NewDecoder(maxNew)
 				for _, id := range lead[k][:p] {
-					_ = decoders[k].Advance(id) // the tokens leading() accepted
+					_ = decoders[k].Advance(id) // the tokens Leading() accepted
 				}
 				prompts[k] = append(slices.Clip(prompts[k]), lead[k][:p]...)
 			}
@@ -128,7 +129,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 			case c.Allowed != nil:
 				return model.Allow(c.Allowed...)
 			case c.Banned != nil:
-				return model.Ban(mg.banned(d.g)...)
+				return model.Ban(mg.banned(reqs[idx[row]].Grammar, c.Banned)...)
 			}
 			return model.Constraint{}
 		}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mageguard/mageguard/rollout/grammar"
 )
 
 // reply is one scripted answer of a fake server: a fixture file (under
@@ -207,7 +209,7 @@ func TestOpenAIGeneratorCompletions(t *testing.T) {
 			_ = json.Unmarshal(judge["regex"], &re)
 			want := ""
 			if c.structured {
-				want = Regex(g.grammar[JudgeRole])
+				want = grammar.Regex(g.grammar[JudgeRole])
 			}
 			if got := so.Regex + re; got != want || (c.structured && (so.Regex != "") != (c.api == RemoteVLLM)) {
 				t.Errorf("guided regex: structured_outputs %q, regex %q, want %q", so.Regex, re, want)
@@ -351,8 +353,8 @@ func TestRegexMatchesTheGrammar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	judge := regexp.MustCompile("^" + Regex(g.grammar[JudgeRole]) + "$")
-	memory := regexp.MustCompile("^" + Regex(g.grammar[MemoryRole]) + "$")
+	judge := regexp.MustCompile("^" + grammar.Regex(g.grammar[JudgeRole]) + "$")
+	memory := regexp.MustCompile("^" + grammar.Regex(g.grammar[MemoryRole]) + "$")
 	chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 4, Sampling: Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,5 @@
-package rollout
-
-import (
-	"fmt"
-	"strings"
-)
-
-// Structured decoding: the sampler can only produce a valid tool call.
+// Package grammar is structured decoding: the sampler can only produce a
+// valid tool call.
 //
 // A call is a template of pieces: fixed text (forced token by token), a
 // choice between the token sequences of an enum's values, and free JSON
@@ -16,7 +10,14 @@ import (
 // then forced. When the row's token budget runs short, the closing text is
 // forced. This is what serving stacks' structured outputs do. Only choices
 // (enum values, free text) are the model's: forced tokens carry no choice
-// and do not count in the GRPO loss.
+// and do not count in the GRPO loss. Regex writes the same template as a
+// regular expression, for a server's guided decoding.
+package grammar
+
+import (
+	"fmt"
+	"strings"
+)
 
 // Vocab is what structured decoding needs from a tokenizer.
 type Vocab interface {
@@ -152,6 +153,9 @@ func NewGrammar(v Vocab, template string, stop int) (*Grammar, error) {
 	return g, nil
 }
 
+// Vocab returns the vocabulary g was compiled over.
+func (g *Grammar) Vocab() Vocab { return g.vocab }
+
 func (g *Grammar) addFixed(text string) {
 	ids := g.vocab.Encode(text)
 	if n := len(g.pieces); n > 0 && g.pieces[n-1].kind == fixedPiece {
@@ -187,10 +191,10 @@ func (g *Grammar) NewDecoder(budget int) *Decoder {
 	return &Decoder{g: g, budget: budget}
 }
 
-// leading returns the tokens the grammar forces before its first choice (the
+// Leading returns the tokens the grammar forces before its first choice (the
 // call's opening text), advancing d past them. The stop token is never one
 // of them.
-func (d *Decoder) leading() []int {
+func (d *Decoder) Leading() []int {
 	var ids []int
 	for {
 		c := d.Next()
