@@ -17,6 +17,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 var (
@@ -72,13 +73,13 @@ const (
 
 func memoryText(key string) string { return "mémoire " + key }
 
-func (s *scriptedGuard) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
+func (s *scriptedGuard) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
 	if s.nJudge == nil {
 		s.nJudge = map[string]int{}
 	}
 	end, _ := s.tok.TokenID("<|im_end|>")
 	start, _ := s.tok.TokenID("<|im_start|>")
-	var out []rollout.Completion
+	var out []generate.Completion
 	for _, r := range reqs {
 		p := s.tok.Decode(r.Prompt, false)
 		c := call{prompt: p}
@@ -134,7 +135,7 @@ func (s *scriptedGuard) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]
 		ids := append(s.tok.Encode(reply), end)
 		c.tokens = len(r.Prompt) + len(ids)
 		s.calls = append(s.calls, c)
-		out = append(out, rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
+		out = append(out, generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
 	return out, nil
 }
@@ -244,8 +245,8 @@ func TestEvaluateScripted(t *testing.T) {
 			var emitted []Decision
 			var progress bytes.Buffer
 			opts := Options{
-				Sampling: rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}, Votes: c.votes,
-				VoteSampling: rollout.Sampling{Temperature: 1, TopP: 1}, Chunk: c.chunk, Limit: c.limit,
+				Sampling: generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}, Votes: c.votes,
+				VoteSampling: generate.Sampling{Temperature: 1, TopP: 1}, Chunk: c.chunk, Limit: c.limit,
 				Emit: func(ds []Decision) error { emitted = append(emitted, ds...); return nil },
 			}
 			ds, skipped, err := Evaluate(context.Background(), g, scriptedTrajectories(), opts, &progress)
@@ -358,7 +359,7 @@ func TestEvaluateFeedsTheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, skipped, err := Evaluate(context.Background(), g, scriptedTrajectories(), Options{Sampling: rollout.Sampling{Greedy: true}}, nil)
+	ds, skipped, err := Evaluate(context.Background(), g, scriptedTrajectories(), Options{Sampling: generate.Sampling{Greedy: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +398,7 @@ func TestEvaluateCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Cancelled after the first chunk: its decisions come back with the error.
-	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Chunk: 1, Emit: func([]Decision) error { cancel(); return nil }}
+	opts := Options{Sampling: generate.Sampling{Greedy: true}, Chunk: 1, Emit: func([]Decision) error { cancel(); return nil }}
 	ds, _, err := Evaluate(ctx, g, scriptedTrajectories(), opts, nil)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped after 1 of 3 trajectories") {
 		t.Fatalf("error %v, want a cancellation after the first trajectory", err)
@@ -408,7 +409,7 @@ func TestEvaluateCancel(t *testing.T) {
 	// An Emit error stops the eval and comes back as is.
 	boom := errors.New("disk full")
 	gen.calls, gen.nJudge = nil, nil
-	opts = Options{Sampling: rollout.Sampling{Greedy: true}, Emit: func([]Decision) error { return boom }}
+	opts = Options{Sampling: generate.Sampling{Greedy: true}, Emit: func([]Decision) error { return boom }}
 	if _, _, err := Evaluate(context.Background(), g, scriptedTrajectories(), opts, nil); !errors.Is(err, boom) {
 		t.Fatalf("error %v, want the Emit error", err)
 	}
@@ -476,7 +477,7 @@ func TestEvaluateInto(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var emitted int
-	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Chunk: 2, Emit: func(ds []Decision) error { emitted += len(ds); return nil }}
+	opts := Options{Sampling: generate.Sampling{Greedy: true}, Chunk: 2, Emit: func(ds []Decision) error { emitted += len(ds); return nil }}
 	report, err := EvaluateInto(context.Background(), dir, g, scriptedTrajectories(), opts, ReportOptions{Name: "mage"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -653,7 +654,7 @@ func TestEvaluateProgressInsideChunk(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &cancelAt{marker: afterTurn0, cancel: cancel}
-	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Meter: meter, MemoryCalls: true}
+	opts := Options{Sampling: generate.Sampling{Greedy: true}, Meter: meter, MemoryCalls: true}
 	ds, _, err := Evaluate(ctx, g, scriptedTrajectories(), opts, w)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "eval: stopped after 0 of 3 trajectories") {
 		t.Fatalf("error %v, want a stop inside the first chunk", err)

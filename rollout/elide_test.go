@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // words is n bytes of random lowercase words: text that tokenizes at about
@@ -105,7 +106,7 @@ func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
 				return fmt.Sprintf(judgeCall, "approve")
 			}}
 			longest := 0
-			g, err := NewGuard(cfg, tok, generatorFunc(func(reqs []Request, s Sampling) ([]Completion, error) {
+			g, err := NewGuard(cfg, tok, generatorFunc(func(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 				for _, r := range reqs {
 					longest = max(longest, len(r.Prompt))
 				}
@@ -114,7 +115,7 @@ func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: Sampling{Greedy: true}})
+			chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: generate.Sampling{Greedy: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,6 +133,8 @@ func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
 }
 
 // generatorFunc adapts a function to Generator.
-type generatorFunc func([]Request, Sampling) ([]Completion, error)
+type generatorFunc func([]generate.Request, generate.Sampling) ([]generate.Completion, error)
 
-func (f generatorFunc) Generate(reqs []Request, s Sampling) ([]Completion, error) { return f(reqs, s) }
+func (f generatorFunc) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
+	return f(reqs, s)
+}

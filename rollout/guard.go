@@ -8,68 +8,9 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
 )
-
-// Sampling says how completions are drawn.
-type Sampling struct {
-	Greedy      bool    // argmax decoding (eval)
-	Temperature float64 // > 0; log-probs are taken from logits / Temperature
-	TopK        int     // 0 = off
-	TopP        float64 // 1 = off
-	Seed        uint64  // makes sampling reproducible
-}
-
-// Request is one completion to generate.
-type Request struct {
-	Prompt  []int            // the full prompt, chat template and generation prompt included
-	MaxNew  int              // max new tokens
-	Stops   []int            // token ids that end the completion (kept as its last token)
-	Grammar *grammar.Grammar // structured decoding (nil: free, stopping at a stop token)
-	// Watch lists token ids whose log-probs the generator reports at every
-	// step (Completion.Watch): the judge's decision alternatives, for its score.
-	Watch []int
-	// Chat is the same call before the chat template, for generators that
-	// can only send messages (chat APIs); Prompt is its rendering.
-	Chat *ChatPrompt
-}
-
-// ChatPrompt is a guard call as chat messages: the role's system prompt,
-// the user message (untrusted parts included as plain text) and the tool
-// the call must use.
-type ChatPrompt struct {
-	System, User string
-	Tool         chat.Tool
-}
-
-// Completion is a generated completion.
-type Completion struct {
-	Tokens   []int     // generated tokens, stop token included when produced
-	LogProbs []float32 // log π(token) under logits / temperature, unconstrained
-	Forced   []bool    // the token was forced by the grammar (no choice: not in the loss)
-	// Watch, for a Request with Watch: per token, the log-probs of the
-	// watched ids at the step that produced it (−Inf: not known, e.g. outside
-	// a server's top-N); nil when the generator cannot tell.
-	Watch [][]float32
-	// Text, when not empty, is the completion as text, for generators that
-	// return no token ids (chat APIs); else the text is Tokens decoded.
-	Text string
-	// Usage, when not nil, is the server's own count of the call's tokens
-	// (its `usage`), which Call.Tokens reports instead of ours.
-	Usage *Usage
-}
-
-// Usage is a server's count of a call's tokens.
-type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-}
-
-// Generator generates completions for a batch of requests. The model's
-// generator batches them; tests use scripted ones.
-type Generator interface {
-	Generate(reqs []Request, s Sampling) ([]Completion, error)
-}
 
 // Episode is one trajectory cut to the turns [Start, End) that the guard runs on.
 type Episode struct {
@@ -79,18 +20,18 @@ type Episode struct {
 
 // Call is one guard call (memory or judge) of one chain at one turn.
 type Call struct {
-	Prompt       []int       // prompt token ids (system prompt included)
-	PrefixTokens int         // tokens of the system prompt (tools included): the shareable prefix
-	Completion   []int       // generated token ids
-	LogProbs     []float32   // per completion token, from the sampler
-	Forced       []bool      // per completion token: forced by the grammar
-	Text         string      // the completion decoded (special tokens kept)
-	Parsed       bool        // the completion is a valid call of the role's tool
-	Violation    string      // why it is not (when !Parsed)
-	Watch        [][]float32 // per completion token, the watched ids' log-probs (Completion.Watch)
-	Usage        *Usage      // the server's token counts, when it gave them
+	Prompt       []int           // prompt token ids (system prompt included)
+	PrefixTokens int             // tokens of the system prompt (tools included): the shareable prefix
+	Completion   []int           // generated token ids
+	LogProbs     []float32       // per completion token, from the sampler
+	Forced       []bool          // per completion token: forced by the grammar
+	Text         string          // the completion decoded (special tokens kept)
+	Parsed       bool            // the completion is a valid call of the role's tool
+	Violation    string          // why it is not (when !Parsed)
+	Watch        [][]float32     // per completion token, the watched ids' log-probs (Completion.Watch)
+	Usage        *generate.Usage // the server's token counts, when it gave them
 
-	chat ChatPrompt // the call before the chat template (Request.Chat)
+	chat generate.ChatPrompt // the call before the chat template (Request.Chat)
 }
 
 // Tokens is the number of tokens the call reads and writes: the server's
@@ -229,7 +170,7 @@ type Guard struct {
 	cfg     Config
 	tok     *tokenizer.Tokenizer
 	prompts *Prompts
-	gen     Generator
+	gen     generate.Generator
 	grammar [2]*grammar.Grammar // per Role, nil without structured decoding
 	prefix  [3]int              // system-prompt tokens: memory, judge, judge-only
 	stops   []int               // tokens that end a completion
@@ -255,7 +196,7 @@ func judgeCallTemplate(args []string) string {
 }
 
 // NewGuard builds a guard from its configuration, tokenizer and generator.
-func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, error) {
+func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen generate.Generator) (*Guard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rollout.%w", err)
 	}
@@ -322,7 +263,7 @@ func (g *Guard) newCall(p Prompt, role Role) *Call {
 		{Role: chat.RoleUser, Content: p.User},
 	}
 	ids := chat.Encode(g.tok, msgs, g.declared(tool), chat.Options{AddGenerationPrompt: true})
-	return &Call{Prompt: ids, PrefixTokens: prefix, chat: ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
+	return &Call{Prompt: ids, PrefixTokens: prefix, chat: generate.ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
 }
 
 // declared returns the tools a system prompt declares: the role's tool,
@@ -334,11 +275,11 @@ func (g *Guard) declared(tool chat.Tool) []chat.Tool {
 	return []chat.Tool{tool}
 }
 
-func (g *Guard) request(c *Call, role Role) Request {
+func (g *Guard) request(c *Call, role Role) generate.Request {
 	if role == JudgeRole {
-		return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
+		return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
 	}
-	return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
+	return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
 }
 
 // episodeView holds an episode's untrusted texts after elision (elide.go),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 var (
@@ -35,14 +36,14 @@ type scripted struct {
 	seen  []string
 }
 
-func (s *scripted) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
-	var out []Completion
+func (s *scripted) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
+	var out []generate.Completion
 	end, _ := s.tok.TokenID("<|im_end|>")
 	for _, r := range reqs {
 		p := s.tok.Decode(r.Prompt, false)
 		s.seen = append(s.seen, p)
 		ids := append(s.tok.Encode(s.reply(p)), end)
-		out = append(out, Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
+		out = append(out, generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
 	return out, nil
 }
@@ -99,7 +100,7 @@ func TestGuardLoopFallbacksAndTokenCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := bankTrajectory()
-	chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: Sampling{Temperature: 1}})
+	chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: generate.Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func TestJudgeOnlyReadsTheRawTrajectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 2, Sampling: Sampling{Temperature: 1}})
+	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 2, Sampling: generate.Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,11 +313,11 @@ type randomModel struct {
 	rng *rand.Rand
 }
 
-func (r *randomModel) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
-	var out []Completion
+func (r *randomModel) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
+	var out []generate.Completion
 	for _, q := range reqs {
 		d := q.Grammar.NewDecoder(q.MaxNew)
-		var c Completion
+		var c generate.Completion
 		for !d.Done() {
 			con := d.Next()
 			tok := con.Force
@@ -353,7 +354,7 @@ func TestStructuredDecodingAlwaysParsesWithTheRealVocabulary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 8, Sampling: Sampling{Temperature: 1}})
+	chains, stats, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 8, Sampling: generate.Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +396,7 @@ func TestVotesTakeTheMajority(t *testing.T) {
 	}
 	for _, k := range []int{3, 4} {
 		n = 0
-		chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 1}}, RunOptions{Chains: 1, Votes: k, VoteSampling: Sampling{Temperature: 1}})
+		chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 1}}, RunOptions{Chains: 1, Votes: k, VoteSampling: generate.Sampling{Temperature: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,7 +428,7 @@ func TestVotesTakeTheMajority(t *testing.T) {
 // longer than its context.
 type failing struct{}
 
-func (failing) Generate([]Request, Sampling) ([]Completion, error) {
+func (failing) Generate([]generate.Request, generate.Sampling) ([]generate.Completion, error) {
 	return nil, errors.New("prompt 0: too long")
 }
 
@@ -436,7 +437,7 @@ func TestGenerationErrorsNameTheTrajectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 1}}, RunOptions{Chains: 1, Sampling: Sampling{Temperature: 1}})
+	_, _, err = g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 1}}, RunOptions{Chains: 1, Sampling: generate.Sampling{Temperature: 1}})
 	if err == nil || !strings.Contains(err.Error(), "turn 0 memory calls of t1: prompt 0: too long") {
 		t.Fatalf("error %v", err)
 	}

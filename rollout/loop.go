@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/mageguard/mageguard/internal/seed"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // Role is a guard role: which tool it answers with.
@@ -24,12 +25,12 @@ func (r Role) String() string {
 
 // RunOptions say how many chains run and how they are sampled.
 type RunOptions struct {
-	Chains   int      // chains per episode (G in training, 1 in eval)
-	Sampling Sampling // how memory and judge calls are drawn
+	Chains   int               // chains per episode (G in training, 1 in eval)
+	Sampling generate.Sampling // how memory and judge calls are drawn
 	// Votes > 1 makes K = Votes judge calls per turn (each sampled with
 	// VoteSampling), whose majority is the decision (consensus baseline).
 	Votes        int
-	VoteSampling Sampling
+	VoteSampling generate.Sampling
 }
 
 // Run runs opts.Chains chains of the guard loop over each episode, turn by
@@ -78,7 +79,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 
 		// Memory calls.
 		if g.cfg.Variant == "mage" {
-			reqs := make([]Request, len(live))
+			reqs := make([]generate.Request, len(live))
 			calls := make([]*Call, len(live))
 			for k, i := range live {
 				prev := ""
@@ -102,7 +103,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 		}
 
 		// Judge calls.
-		reqs := make([]Request, len(live))
+		reqs := make([]generate.Request, len(live))
 		calls := make([]*Call, len(live))
 		for k, i := range live {
 			calls[k] = g.judgeCall(viewOf(all[i], i), t, turns[k].MemoryOut)
@@ -185,7 +186,7 @@ func trajectoryIDs(all []*Chain, live []int) string {
 
 // generate runs the requests in batches of the configured size and fills
 // the calls' completions.
-func (g *Guard) generate(reqs []Request, calls []*Call, s Sampling, salt uint64, stats *Stats) error {
+func (g *Guard) generate(reqs []generate.Request, calls []*Call, s generate.Sampling, salt uint64, stats *Stats) error {
 	bs := g.cfg.BatchSize
 	for lo := 0; lo < len(reqs); lo += bs {
 		hi := min(lo+bs, len(reqs))

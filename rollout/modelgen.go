@@ -7,6 +7,7 @@ import (
 
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
 )
 
@@ -46,8 +47,8 @@ func (mg *ModelGenerator) banned(g *grammar.Grammar, grammarBans []int) []int {
 // each: they carry no choice, so their log-probs are reported as 0 (log 1)
 // and their watched log-probs as −Inf (not computed); the tokens after them
 // are what decoding them one by one would give.
-func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, error) {
-	out := make([]Completion, len(reqs))
+func (mg *ModelGenerator) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
+	out := make([]generate.Completion, len(reqs))
 	type key struct {
 		maxNew int
 		stops  string
@@ -153,7 +154,7 @@ func (mg *ModelGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 				return nil, fmt.Errorf("structured decoding: %d constraints for %d tokens", len(f), len(g.Tokens))
 			}
 			pre := lead[k][:min(p, len(lead[k]))]
-			c := Completion{
+			c := generate.Completion{
 				Tokens:   append(slices.Clone(pre), g.Tokens...),
 				LogProbs: append(make([]float32, len(pre)), g.LogProbs...),
 				Forced:   append(slices.Repeat([]bool{true}, len(pre)), f...),

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // tinyModel is a random Qwen3 with the real vocabulary, small enough for tests.
@@ -43,7 +44,7 @@ func TestModelGeneratorStructured(t *testing.T) {
 	g.gen = &ModelGenerator{Model: m}
 	ep := []*Episode{{Traj: bankTrajectory(), Start: 1, End: 2}}
 	run := func(seed uint64) []*Chain {
-		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: Sampling{Temperature: 1, TopP: 1, Seed: seed}})
+		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: generate.Sampling{Temperature: 1, TopP: 1, Seed: seed}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,11 +102,11 @@ func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	ec := g.EpisodeCalls(&Episode{Traj: bankTrajectory(), Start: 0, End: 2}, nil)
-	var reqs []Request
+	var reqs []generate.Request
 	for turn := range 2 {
 		reqs = append(reqs, g.request(ec.Memory(turn, "m"), MemoryRole), g.request(ec.Judge(turn, "m"), JudgeRole))
 	}
-	for _, s := range []Sampling{{Greedy: true, Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1, Seed: 5}} {
+	for _, s := range []generate.Sampling{{Greedy: true, Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1, Seed: 5}} {
 		fast, err := (&ModelGenerator{Model: m}).Generate(reqs, s)
 		if err != nil {
 			t.Fatal(err)

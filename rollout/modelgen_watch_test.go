@@ -3,6 +3,8 @@ package rollout
 import (
 	"math"
 	"testing"
+
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // TestModelGeneratorScoresStructuredDecisions runs the judge of a random
@@ -27,7 +29,7 @@ func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
 	turns, _, err := g.Step([]StepInput{
 		{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[0].Action},
 		{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[1].Action},
-	}, Sampling{Greedy: true, Temperature: 1, TopP: 1})
+	}, generate.Sampling{Greedy: true, Temperature: 1, TopP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

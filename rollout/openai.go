@@ -41,6 +41,7 @@ import (
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
 )
 
@@ -80,8 +81,8 @@ func NewOpenAIGenerator(cfg RemoteConfig, tok *tokenizer.Tokenizer, stops []int,
 
 // Generate implements Generator: the requests run concurrently (at most
 // remote_concurrency at once); the first error stops the others.
-func (g *OpenAIGenerator) Generate(reqs []Request, s Sampling) ([]Completion, error) {
-	out := make([]Completion, len(reqs))
+func (g *OpenAIGenerator) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
+	out := make([]generate.Completion, len(reqs))
 	errs := make([]error, len(reqs))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -128,7 +129,7 @@ func (g *OpenAIGenerator) Generate(reqs []Request, s Sampling) ([]Completion, er
 }
 
 // sampling returns the temperature, top-p and top-k a request sends.
-func sampling(s Sampling) (temp, topP float64, topK int) {
+func sampling(s generate.Sampling) (temp, topP float64, topK int) {
 	if s.Greedy {
 		return 0, 1, 0
 	}
@@ -169,11 +170,11 @@ type completionsResponse struct {
 			TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 		} `json:"logprobs"`
 	} `json:"choices"`
-	Usage *Usage `json:"usage"`
+	Usage *generate.Usage `json:"usage"`
 }
 
 // complete runs one request on /completions.
-func (g *OpenAIGenerator) complete(ctx context.Context, r *Request, s Sampling, seed int64) (Completion, error) {
+func (g *OpenAIGenerator) complete(ctx context.Context, r *generate.Request, s generate.Sampling, seed int64) (generate.Completion, error) {
 	temp, topP, topK := sampling(s)
 	body := completionsRequest{
 		Model: g.cfg.RemoteModel, Prompt: r.Prompt, MaxTokens: r.MaxNew,
@@ -196,13 +197,13 @@ func (g *OpenAIGenerator) complete(ctx context.Context, r *Request, s Sampling, 
 	}
 	var resp completionsResponse
 	if err := g.post(ctx, "/completions", body, &resp); err != nil {
-		return Completion{}, err
+		return generate.Completion{}, err
 	}
 	if len(resp.Choices) != 1 {
-		return Completion{}, fmt.Errorf("the server returned %d choices, want 1", len(resp.Choices))
+		return generate.Completion{}, fmt.Errorf("the server returned %d choices, want 1", len(resp.Choices))
 	}
 	ch := resp.Choices[0]
-	var c Completion
+	var c generate.Completion
 	c.Usage = resp.Usage
 	ids := ch.TokenIDs
 	if ids == nil && ch.Logprobs != nil && len(ch.Logprobs.Tokens) > 0 {
@@ -223,7 +224,7 @@ func (g *OpenAIGenerator) complete(ctx context.Context, r *Request, s Sampling, 
 	}
 	for _, id := range ids {
 		if id < 0 || id >= g.tok.VocabSize() {
-			return Completion{}, fmt.Errorf("the server returned token id %d outside the tokenizer's vocabulary [0, %d)", id, g.tok.VocabSize())
+			return generate.Completion{}, fmt.Errorf("the server returned token id %d outside the tokenizer's vocabulary [0, %d)", id, g.tok.VocabSize())
 		}
 	}
 	c.Tokens = ids
@@ -341,13 +342,13 @@ type chatResponse struct {
 			} `json:"tool_calls"`
 		} `json:"message"`
 	} `json:"choices"`
-	Usage *Usage `json:"usage"`
+	Usage *generate.Usage `json:"usage"`
 }
 
 // chat runs one request on /chat/completions.
-func (g *OpenAIGenerator) chat(ctx context.Context, r *Request, s Sampling, seed int64) (Completion, error) {
+func (g *OpenAIGenerator) chat(ctx context.Context, r *generate.Request, s generate.Sampling, seed int64) (generate.Completion, error) {
 	if r.Chat == nil {
-		return Completion{}, errors.New("remote_api chat: the request carries no chat messages")
+		return generate.Completion{}, errors.New("remote_api chat: the request carries no chat messages")
 	}
 	temp, topP, _ := sampling(s)
 	tool := chatTool{Type: "function", Function: chatFunction{
@@ -365,10 +366,10 @@ func (g *OpenAIGenerator) chat(ctx context.Context, r *Request, s Sampling, seed
 	}
 	var resp chatResponse
 	if err := g.post(ctx, "/chat/completions", body, &resp); err != nil {
-		return Completion{}, err
+		return generate.Completion{}, err
 	}
 	if len(resp.Choices) != 1 {
-		return Completion{}, fmt.Errorf("the server returned %d choices, want 1", len(resp.Choices))
+		return generate.Completion{}, fmt.Errorf("the server returned %d choices, want 1", len(resp.Choices))
 	}
 	msg := resp.Choices[0].Message
 	// The tool calls written back as Qwen3 writes them, for our parser: a
@@ -382,7 +383,7 @@ func (g *OpenAIGenerator) chat(ctx context.Context, r *Request, s Sampling, seed
 	if len(msg.ToolCalls) == 0 && msg.Content != nil {
 		text.WriteString(*msg.Content)
 	}
-	return Completion{Text: text.String(), Usage: resp.Usage}, nil
+	return generate.Completion{Text: text.String(), Usage: resp.Usage}, nil
 }
 
 // post sends body as JSON to the endpoint's path and decodes the answer

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
 )
 
@@ -129,7 +130,7 @@ func firstStep(t *testing.T, g *Guard) Turn {
 	t.Helper()
 	tr := bankTrajectory()
 	turns, _, err := g.Step([]StepInput{{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[1].Action}},
-		Sampling{Greedy: true, Temperature: 1, TopP: 1})
+		generate.Sampling{Greedy: true, Temperature: 1, TopP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func TestOpenAIGeneratorRetries(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFakeServer(t, c.replies...)
 			_, gen := remoteGuard(t, f, RemoteVLLM, false)
-			out, err := gen.Generate([]Request{{Prompt: []int{1, 2, 3}, MaxNew: 8}}, Sampling{Greedy: true})
+			out, err := gen.Generate([]generate.Request{{Prompt: []int{1, 2, 3}, MaxNew: 8}}, generate.Sampling{Greedy: true})
 			if f.hits() != c.hits {
 				t.Errorf("%d requests, want %d", f.hits(), c.hits)
 			}
@@ -355,7 +356,7 @@ func TestRegexMatchesTheGrammar(t *testing.T) {
 	}
 	judge := regexp.MustCompile("^" + grammar.Regex(g.grammar[JudgeRole]) + "$")
 	memory := regexp.MustCompile("^" + grammar.Regex(g.grammar[MemoryRole]) + "$")
-	chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 4, Sampling: Sampling{Temperature: 1}})
+	chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 4, Sampling: generate.Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // StepInput is one session's next step of the online guard loop (DESIGN.md
@@ -47,7 +48,7 @@ func (in *StepInput) events(observation string) Events {
 // batch for batch). The returned turns carry the calls, m_t (MemoryOut),
 // the decision, rationale and score; Index and Label are left zero.
 // Sampling seeds are derived from s.Seed.
-func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
+func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, error) {
 	var stats Stats
 	if g.cfg.Variant != "mage" {
 		return nil, stats, fmt.Errorf("rollout: Step runs the mage variant, not %q", g.cfg.Variant)
@@ -62,7 +63,7 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 	}
 	turns := make([]Turn, len(inputs))
 
-	reqs := make([]Request, len(inputs))
+	reqs := make([]generate.Request, len(inputs))
 	calls := make([]*Call, len(inputs))
 	for k := range inputs {
 		in := &inputs[k]

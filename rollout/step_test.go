@@ -9,6 +9,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // hashed is a deterministic Generator: each reply is a function of the
@@ -21,10 +22,10 @@ type hashed struct {
 	batches []int
 }
 
-func (h *hashed) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
+func (h *hashed) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
 	h.batches = append(h.batches, len(reqs))
 	end, _ := h.tok.TokenID("<|im_end|>")
-	var out []Completion
+	var out []generate.Completion
 	for _, r := range reqs {
 		f := fnv.New64a()
 		for _, id := range r.Prompt {
@@ -42,7 +43,7 @@ func (h *hashed) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
 			text = strings.ReplaceAll(judgeCall, "%s", "approve")
 		}
 		ids := append(h.tok.Encode(text), end)
-		c := Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))}
+		c := generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))}
 		if len(r.Watch) > 0 {
 			for range ids {
 				w := make([]float32, len(r.Watch))
@@ -94,7 +95,7 @@ func stepThrough(t *testing.T, g *Guard, trajs []*dataset.Trajectory) [][]Turn {
 		if len(inputs) == 0 {
 			return out
 		}
-		turns, _, err := g.Step(inputs, Sampling{Greedy: true, Temperature: 1, TopP: 1})
+		turns, _, err := g.Step(inputs, generate.Sampling{Greedy: true, Temperature: 1, TopP: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +121,7 @@ func TestStepEqualsRun(t *testing.T) {
 	for _, tr := range trajs {
 		eps = append(eps, &Episode{Traj: tr, Start: 0, End: len(tr.Turns)})
 	}
-	chains, _, err := g.Run(eps, RunOptions{Chains: 1, Sampling: Sampling{Greedy: true, Temperature: 1, TopP: 1}})
+	chains, _, err := g.Run(eps, RunOptions{Chains: 1, Sampling: generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestStepRefusesBadInput(t *testing.T) {
 		{StepInput{First: true, Previous: &a, Action: a}, "previous action"},
 		{StepInput{First: false, Action: a}, "previous action"},
 	} {
-		if _, _, err := g.Step([]StepInput{c.in}, Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := g.Step([]StepInput{c.in}, generate.Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.in, err, c.want)
 		}
 	}
@@ -192,7 +193,7 @@ func TestStepRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := jo.Step([]StepInput{{First: true, Action: a}}, Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), "mage variant") {
+	if _, _, err := jo.Step([]StepInput{{First: true, Action: a}}, generate.Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), "mage variant") {
 		t.Errorf("judge-only Step: error %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // recorder is a Generator that answers every memory call with a memory
@@ -17,8 +18,8 @@ type recorder struct {
 	prompts [][]int
 }
 
-func (r *recorder) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
-	var out []Completion
+func (r *recorder) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
+	var out []generate.Completion
 	end, _ := r.tok.TokenID("<|im_end|>")
 	for _, q := range reqs {
 		r.prompts = append(r.prompts, q.Prompt)
@@ -27,7 +28,7 @@ func (r *recorder) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
 			text = strings.ReplaceAll(memCall, "%s", fmt.Sprintf("memory after %d prompts", len(r.prompts)))
 		}
 		ids := append(r.tok.Encode(text), end)
-		out = append(out, Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
+		out = append(out, generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
 	return out, nil
 }
@@ -51,7 +52,7 @@ func TestEpisodeCallsAreTheGuardLoopsPrompts(t *testing.T) {
 				t.Fatal(err)
 			}
 			ep := &Episode{Traj: bankTrajectory(), Start: tc.start, End: tc.end}
-			chains, _, err := g.Run([]*Episode{ep}, RunOptions{Chains: 1, Sampling: Sampling{Temperature: 1}})
+			chains, _, err := g.Run([]*Episode{ep}, RunOptions{Chains: 1, Sampling: generate.Sampling{Temperature: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}

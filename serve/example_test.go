@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -125,7 +126,7 @@ func exampleServer() (string, func()) {
 // standIn decides like a trained guard would on this example.
 type standIn struct{}
 
-func (standIn) Step(in []rollout.StepInput, _ rollout.Sampling) ([]rollout.Turn, rollout.Stats, error) {
+func (standIn) Step(in []rollout.StepInput, _ generate.Sampling) ([]rollout.Turn, rollout.Stats, error) {
 	out := make([]rollout.Turn, len(in))
 	for i, s := range in {
 		out[i] = rollout.Turn{Decision: rollout.DecisionApprove, Rationale: "within the task", Score: 0.1, MemoryOut: "user: pay bill.txt"}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 var (
@@ -50,7 +51,7 @@ const (
 	judgeCall = "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"decision\": \"%s\", \"rationale\": \"%s\"}}\n</tool_call>"
 )
 
-func (f *fakeModel) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
+func (f *fakeModel) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
 	if f.gate != nil {
 		select {
 		case f.entered <- struct{}{}:
@@ -64,7 +65,7 @@ func (f *fakeModel) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]roll
 	end, _ := f.tok.TokenID("<|im_end|>")
 	approveID, _ := f.tok.TokenID("approve")
 	rejectID, _ := f.tok.TokenID("reject")
-	var out []rollout.Completion
+	var out []generate.Completion
 	for _, r := range reqs {
 		p := f.tok.Decode(r.Prompt, false)
 		var text string
@@ -86,7 +87,7 @@ func (f *fakeModel) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]roll
 			text = strings.Replace(strings.Replace(judgeCall, "%s", "approve", 1), "%s", "fine", 1)
 		}
 		ids := append(f.tok.Encode(text), end)
-		c := rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))}
+		c := generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))}
 		if len(r.Watch) > 0 {
 			for range ids {
 				row := make([]float32, len(r.Watch))

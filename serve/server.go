@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 //go:embed openapi.yaml
@@ -34,7 +35,7 @@ func OpenAPI() []byte { return slices.Clone(openAPI) }
 // Stepper runs one step of the guard loop for many sessions at once
 // (*rollout.Guard).
 type Stepper interface {
-	Step(inputs []rollout.StepInput, s rollout.Sampling) ([]rollout.Turn, rollout.Stats, error)
+	Step(inputs []rollout.StepInput, s generate.Sampling) ([]rollout.Turn, rollout.Stats, error)
 }
 
 // Options configure a Server.
@@ -608,9 +609,9 @@ func (s *Server) run(batch []*job) {
 		inputs[i] = j.in
 	}
 	s.batchNo++
-	sampling := rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}
+	sampling := generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}
 	if !s.cfg.Greedy {
-		sampling = rollout.Sampling{Temperature: s.rollout.Temperature, TopK: s.rollout.TopK, TopP: s.rollout.TopP, Seed: s.cfg.Seed + s.batchNo*0x9e3779b97f4a7c15}
+		sampling = generate.Sampling{Temperature: s.rollout.Temperature, TopK: s.rollout.TopK, TopP: s.rollout.TopP, Seed: s.cfg.Seed + s.batchNo*0x9e3779b97f4a7c15}
 	}
 	start := time.Now()
 	turns, stats, err := s.guard.Load().Step(inputs, sampling)

@@ -15,6 +15,7 @@ import (
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // SFTConfig is the `sft` section: the supervised warm start's own keys.
@@ -358,7 +359,7 @@ func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight,
 		s, e := r.window(r.pool[i])
 		eps[k] = &rollout.Episode{Traj: r.pool[i], Start: s, End: e}
 	}
-	chains, _, err := r.guard.Run(eps, rollout.RunOptions{Chains: 1, Sampling: rollout.Sampling{
+	chains, _, err := r.guard.Run(eps, rollout.RunOptions{Chains: 1, Sampling: generate.Sampling{
 		Greedy: true, Temperature: 1, TopP: 1, Seed: seed.Mix(r.opts.Train.Seed, uint64(step)),
 	}})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // synthMicroOptions is an SFT run small enough for tests: a one-layer
@@ -423,15 +424,15 @@ type lazyMemory struct {
 
 const lazyEmpty = "none"
 
-func (g lazyMemory) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
-	var out []rollout.Completion
+func (g lazyMemory) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
+	var out []generate.Completion
 	for _, req := range reqs {
 		text := `<tool_call>` + "\n" + `{"name": "assess_risk", "arguments": {"decision": "approve", "rationale": "ok."}}` + "\n</tool_call>"
 		if req.MaxNew == 64 { // rollout.max_memory_tokens of synthMicroOptions (the judge's is 48)
 			text = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + lazyEmpty + `"}}` + "\n</tool_call>"
 		}
 		ids := append(g.tok.Encode(text), 1621) // <|im_end|>
-		out = append(out, rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
+		out = append(out, generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // Metrics is one line of metrics.jsonl: one training step.
@@ -82,7 +83,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 
 	// 2. Roll out G chains per trajectory with the current policy.
 	G := o.Rollout.GroupSize
-	chains, rstats, err := r.guard.Run(episodes, rollout.RunOptions{Chains: G, Sampling: rollout.Sampling{
+	chains, rstats, err := r.guard.Run(episodes, rollout.RunOptions{Chains: G, Sampling: generate.Sampling{
 		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
 		Seed: seed.Mix(o.Train.Seed, uint64(step)),
 	}})

@@ -8,6 +8,7 @@ import (
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // guardGenerator returns what runs the guard's calls under cfg: the
@@ -15,7 +16,7 @@ import (
 // (rollout.generator: local), or an OpenAI-compatible server
 // (rollout.generator: openai, its API key read from the environment
 // variable rollout.api_key_env). stops are the guard's stop tokens.
-func guardGenerator(cfg *config.Config, tok *tokenizer.Tokenizer, tokPath string, stops []int, log io.Writer, name string) (rollout.Generator, error) {
+func guardGenerator(cfg *config.Config, tok *tokenizer.Tokenizer, tokPath string, stops []int, log io.Writer, name string) (generate.Generator, error) {
 	r := cfg.Rollout
 	if r.Generator == rollout.GeneratorOpenAI {
 		key := ""
