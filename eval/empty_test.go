@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
@@ -16,7 +17,7 @@ import (
 // and an all-null report) and one whose trajectories have no action are
 // errors, and EvaluateInto writes nothing.
 func TestNothingToEvaluateIsAnError(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	g, err := rollout.NewGuard(rollout.DefaultConfig(), tok, &scriptedGuard{tok: tok})
 	if err != nil {
 		t.Fatal(err)

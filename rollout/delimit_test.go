@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
 )
 
 func TestEscapeDelimitersCoversLookAlikes(t *testing.T) {
@@ -50,7 +51,7 @@ func TestEscapeDelimitersCoversLookAlikes(t *testing.T) {
 // smuggle a control token: every added token of the tokenizer, delimiters
 // in every look-alike form, and seeded random mixes of the pieces.
 func adversarialTexts(t *testing.T, n int) []string {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	var pieces []string
 	for id := 0; id < tok.VocabSize(); id++ {
 		if tok.IsAdded(id) {
@@ -85,7 +86,7 @@ func adversarialTexts(t *testing.T, n int) []string {
 // has exactly the added tokens and the block delimiters of the same prompt
 // with plain text in those places.
 func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	g, err := NewGuard(DefaultConfig(), tok, nil)
 	if err != nil {
 		t.Fatal(err)

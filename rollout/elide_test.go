@@ -3,37 +3,21 @@ package rollout
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
 
-// words is n bytes of random lowercase words: text that tokenizes at about
-// four bytes a token, like the issue's 533 KB argument.
-func words(n int, seed uint64) string {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	var b strings.Builder
-	for b.Len() < n {
-		w := make([]byte, 2+rng.IntN(8))
-		for i := range w {
-			w[i] = byte('a' + rng.IntN(26))
-		}
-		b.Write(w)
-		b.WriteByte(' ')
-	}
-	return b.String()[:n]
-}
-
-// TestAHugeArgumentIsElidedInPlace: a 533 KB argument (the issue's
-// 266K-token prompt) is cut to max_argument_tokens with its head, tail and
+// TestAHugeArgumentIsElidedInPlace: a 533 KB argument (a 266K-token
+// prompt) is cut to max_argument_tokens with its head, tail and
 // a marker, the arguments stay valid JSON, and the short argument beside
 // it stays whole.
 func TestAHugeArgumentIsElidedInPlace(t *testing.T) {
-	tok := qwenTokenizer(t)
-	body := "BODY-START " + words(533_000, 1) + " BODY-END"
+	tok := guardtest.Tokenizer(t)
+	body := "BODY-START " + guardtest.Words(533_000, 1) + " BODY-END"
 	args, _ := json.Marshal(map[string]string{"recipient": "US133000000121212121212", "body": body})
 	var stats Stats
 	a := ElideAction(tok, dataset.Action{Name: "send_email", Arguments: args}, 512, 1024, &stats)
@@ -53,7 +37,7 @@ func TestAHugeArgumentIsElidedInPlace(t *testing.T) {
 		t.Fatalf("the rendered action has %d tokens, more than max_action_tokens", n)
 	}
 	// A short action is left exactly as it was.
-	short := action("send_money", `{"recipient":"US1","amount":10.0}`)
+	short := guardtest.Action("send_money", `{"recipient":"US1","amount":10.0}`)
 	if b := ElideAction(tok, short, 512, 1024, &stats); string(b.Arguments) != string(short.Arguments) || b.Name != short.Name {
 		t.Fatalf("a short action changed: %s", b.Arguments)
 	}
@@ -62,7 +46,7 @@ func TestAHugeArgumentIsElidedInPlace(t *testing.T) {
 // TestAHugeActionOfSmallValuesIsElidedWhole: arguments too long without
 // any long string (a list of 100,000 numbers) are elided as a whole.
 func TestAHugeActionOfSmallValuesIsElidedWhole(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	ids := make([]int, 100_000)
 	for i := range ids {
 		ids[i] = i
@@ -87,10 +71,10 @@ func TestAHugeActionOfSmallValuesIsElidedWhole(t *testing.T) {
 // 266K-token prompts failed the whole batch, and with it the eval or the
 // training run.
 func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
-	tok := qwenTokenizer(t)
-	huge := func(seed uint64) string { return words(533_000, seed) }
+	tok := guardtest.Tokenizer(t)
+	huge := func(seed uint64) string { return guardtest.Words(533_000, seed) }
 	args, _ := json.Marshal(map[string]string{"to": "mallory@evil.com", "body": huge(2)})
-	tr := bankTrajectory()
+	tr := guardtest.BankTrajectory()
 	tr.UserPrompt = huge(3)
 	tr.Turns[1].Action = dataset.Action{Name: "send_email", Arguments: args}
 	tr.Turns[1].User = str(huge(4))
@@ -99,12 +83,12 @@ func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
 		t.Run(variant, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Variant = variant
-			gen := &scripted{tok: tok, reply: func(p string) string {
+			gen := guardtest.Script(tok, func(p string) string {
 				if strings.Contains(p, "update_memory call") {
-					return fmt.Sprintf(memCall, "m")
+					return guardtest.MemoryCall("m")
 				}
-				return fmt.Sprintf(judgeCall, "approve")
-			}}
+				return guardtest.JudgeCall("approve", "r")
+			})
 			longest := 0
 			g, err := NewGuard(cfg, tok, generatorFunc(func(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 				for _, r := range reqs {

@@ -5,35 +5,16 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-
-	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
-
-// tinyModel is a random Qwen3 with the real vocabulary, small enough for tests.
-func tinyModel(t testing.TB) *model.Model {
-	t.Helper()
-	backend, err := model.NewBackend(model.DefaultBackendConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := model.DefaultTinyConfig()
-	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 32, 64, 1
-	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 2, 1, 16
-	m, err := model.New(backend, &cfg, 7, dtypes.Float32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 func TestModelGeneratorStructured(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
-	tok := qwenTokenizer(t)
-	m := tinyModel(t)
+	tok := guardtest.Tokenizer(t)
+	m := guardtest.TinyModel(t, 32, 64, 16, 7)
 	cfg := DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
@@ -42,7 +23,7 @@ func TestModelGeneratorStructured(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.gen = &ModelGenerator{Model: m}
-	ep := []*Episode{{Traj: bankTrajectory(), Start: 1, End: 2}}
+	ep := []*Episode{{Traj: guardtest.BankTrajectory(), Start: 1, End: 2}}
 	run := func(seed uint64) []*Chain {
 		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: generate.Sampling{Temperature: 1, TopP: 1, Seed: seed}})
 		if err != nil {
@@ -92,8 +73,8 @@ func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
-	tok := qwenTokenizer(t)
-	m := tinyModel(t)
+	tok := guardtest.Tokenizer(t)
+	m := guardtest.TinyModel(t, 32, 64, 16, 7)
 	cfg := DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
@@ -101,7 +82,7 @@ func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ec := g.EpisodeCalls(&Episode{Traj: bankTrajectory(), Start: 0, End: 2}, nil)
+	ec := g.EpisodeCalls(&Episode{Traj: guardtest.BankTrajectory(), Start: 0, End: 2}, nil)
 	var reqs []generate.Request
 	for turn := range 2 {
 		reqs = append(reqs, g.request(ec.Memory(turn, "m"), MemoryRole), g.request(ec.Judge(turn, "m"), JudgeRole))

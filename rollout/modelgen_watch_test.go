@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
 
@@ -16,7 +17,7 @@ func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	cfg := DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
@@ -24,8 +25,8 @@ func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.gen = &ModelGenerator{Model: tinyModel(t)}
-	tr := bankTrajectory()
+	g.gen = &ModelGenerator{Model: guardtest.TinyModel(t, 32, 64, 16, 7)}
+	tr := guardtest.BankTrajectory()
 	turns, _, err := g.Step([]StepInput{
 		{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[0].Action},
 		{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[1].Action},

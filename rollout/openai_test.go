@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
 )
@@ -97,7 +98,7 @@ func (f *fakeServer) hits() int {
 // remoteGuard builds a guard whose calls go to f with the given API.
 func remoteGuard(t *testing.T, f *fakeServer, api string, structured bool) (*Guard, *OpenAIGenerator) {
 	t.Helper()
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	cfg := DefaultConfig()
 	cfg.Structured = structured
 	cfg.Generator, cfg.Endpoint, cfg.RemoteAPI, cfg.RemoteModel = GeneratorOpenAI, f.srv.URL+"/v1", api, "mage-guard"
@@ -128,7 +129,7 @@ func judgeOrMemory(judge, memory string) func(map[string]json.RawMessage) reply 
 // firstStep runs the first step of a session of bankTrajectory.
 func firstStep(t *testing.T, g *Guard) Turn {
 	t.Helper()
-	tr := bankTrajectory()
+	tr := guardtest.BankTrajectory()
 	turns, _, err := g.Step([]StepInput{{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[1].Action}},
 		generate.Sampling{Greedy: true, Temperature: 1, TopP: 1})
 	if err != nil {
@@ -346,17 +347,17 @@ func TestRetryAfter(t *testing.T) {
 // calls the local grammar produces (random ones, under the real
 // vocabulary) and against texts it must refuse.
 func TestRegexMatchesTheGrammar(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	cfg := DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 40, 30
-	g, err := NewGuard(cfg, tok, &randomModel{tok: tok, rng: rand.New(rand.NewPCG(2, 2))})
+	g, err := NewGuard(cfg, tok, &guardtest.Random{Tok: tok, Rng: rand.New(rand.NewPCG(2, 2))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	judge := regexp.MustCompile("^" + grammar.Regex(g.grammar[JudgeRole]) + "$")
 	memory := regexp.MustCompile("^" + grammar.Regex(g.grammar[MemoryRole]) + "$")
-	chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 4, Sampling: generate.Sampling{Temperature: 1}})
+	chains, _, err := g.Run([]*Episode{{Traj: guardtest.BankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 4, Sampling: generate.Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,9 +375,9 @@ func TestRegexMatchesTheGrammar(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{
-		strings.ReplaceAll(judgeCall, "%s", "maybe"),
-		strings.Replace(strings.ReplaceAll(judgeCall, "%s", "approve"), `"r"`, `"a \" quote"`, 1),
-		strings.ReplaceAll(judgeCall, "%s", "approve") + " extra",
+		guardtest.JudgeCall("maybe", "r"),
+		guardtest.JudgeCall("approve", `a \" quote`),
+		guardtest.JudgeCall("approve", "r") + " extra",
 	} {
 		if judge.MatchString(bad) {
 			t.Errorf("the regex accepts %q", bad)
@@ -416,7 +417,7 @@ func TestRemoteConfigValidate(t *testing.T) {
 // TestFixturesDecodeToTheirText checks that the fixtures' token ids are the
 // bundled tokenizer's for their text (the stop token aside).
 func TestFixturesDecodeToTheirText(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	files, err := filepath.Glob(filepath.Join("testdata", "openai", "*completion*.json"))
 	if err != nil || len(files) < 4 {
 		t.Fatalf("fixtures %v: %v", files, err)

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/mageguard/mageguard/internal/guardtest"
 )
 
 // judgeCallWith returns a judge completion whose decision is d (and whose
@@ -12,7 +14,7 @@ func judgeText(d string, rationaleFirst bool) string {
 	if rationaleFirst {
 		return "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"rationale\": \"not \\\"decision\\\": \\\"approve\\\"\", \"decision\": \"" + d + "\"}}\n</tool_call>"
 	}
-	return strings.ReplaceAll(judgeCall, "%s", d)
+	return guardtest.JudgeCall(d, "r")
 }
 
 // watchedCall builds a parsed-looking judge call of text with every watched
@@ -62,7 +64,7 @@ func valueStep(t *testing.T, g *Guard, c *Call) int {
 }
 
 func TestDecisionScore(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	free, err := NewGuard(DefaultConfig(), tok, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,31 +6,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
 
-// recorder is a Generator that answers every memory call with a memory
-// naming its turn and every judge call with an approval, and records the
-// prompts it was asked, in order.
-type recorder struct {
-	tok     *tokenizer.Tokenizer
-	prompts [][]int
-}
-
-func (r *recorder) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
-	var out []generate.Completion
-	end, _ := r.tok.TokenID("<|im_end|>")
-	for _, q := range reqs {
-		r.prompts = append(r.prompts, q.Prompt)
-		text := strings.ReplaceAll(judgeCall, "%s", "approve")
-		if p := r.tok.Decode(q.Prompt, false); strings.Contains(p, "Update the memory with one update_memory call.") {
-			text = strings.ReplaceAll(memCall, "%s", fmt.Sprintf("memory after %d prompts", len(r.prompts)))
+// recorder returns a Generator that answers every memory call with a
+// memory naming its turn and every judge call with an approval, and
+// records the prompts it was asked, in order, in *prompts.
+func recorder(tok *tokenizer.Tokenizer, prompts *[][]int) *guardtest.Scripted {
+	return &guardtest.Scripted{Tok: tok, Reply: func(r generate.Request, p string) (string, error) {
+		*prompts = append(*prompts, r.Prompt)
+		if strings.Contains(p, "Update the memory with one update_memory call.") {
+			return guardtest.MemoryCall(fmt.Sprintf("memory after %d prompts", len(*prompts))), nil
 		}
-		ids := append(r.tok.Encode(text), end)
-		out = append(out, generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
-	}
-	return out, nil
+		return guardtest.JudgeCall("approve", "r"), nil
+	}}
 }
 
 // TestEpisodeCallsAreTheGuardLoopsPrompts renders every call of an episode
@@ -38,7 +29,7 @@ func (r *recorder) Generate(reqs []generate.Request, _ generate.Sampling) ([]gen
 // the prompts the loop sent to its generator, in order: for both variants
 // and for a window that starts after the trajectory's first turn.
 func TestEpisodeCallsAreTheGuardLoopsPrompts(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	for _, tc := range []struct {
 		variant    string
 		start, end int
@@ -46,12 +37,13 @@ func TestEpisodeCallsAreTheGuardLoopsPrompts(t *testing.T) {
 		t.Run(fmt.Sprintf("%s[%d,%d)", tc.variant, tc.start, tc.end), func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Variant = tc.variant
-			gen := &recorder{tok: tok}
+			var prompts [][]int
+			gen := recorder(tok, &prompts)
 			g, err := NewGuard(cfg, tok, gen)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ep := &Episode{Traj: bankTrajectory(), Start: tc.start, End: tc.end}
+			ep := &Episode{Traj: guardtest.BankTrajectory(), Start: tc.start, End: tc.end}
 			chains, _, err := g.Run([]*Episode{ep}, RunOptions{Chains: 1, Sampling: generate.Sampling{Temperature: 1}})
 			if err != nil {
 				t.Fatal(err)
@@ -71,12 +63,12 @@ func TestEpisodeCallsAreTheGuardLoopsPrompts(t *testing.T) {
 				want = append(want, calls.Judge(i, tu.MemoryOut).Prompt)
 				prev = tu.MemoryOut
 			}
-			if len(want) != len(gen.prompts) {
-				t.Fatalf("rendered %d calls, the loop made %d", len(want), len(gen.prompts))
+			if len(want) != len(prompts) {
+				t.Fatalf("rendered %d calls, the loop made %d", len(want), len(prompts))
 			}
 			for i := range want {
-				if !slices.Equal(want[i], gen.prompts[i]) {
-					t.Errorf("call %d differs:\nrendered %q\nloop     %q", i, tok.Decode(want[i], false), tok.Decode(gen.prompts[i], false))
+				if !slices.Equal(want[i], prompts[i]) {
+					t.Errorf("call %d differs:\nrendered %q\nloop     %q", i, tok.Decode(want[i], false), tok.Decode(prompts[i], false))
 				}
 			}
 		})
@@ -102,7 +94,7 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 		var tok *tokenizer.Tokenizer
 		cfg := DefaultConfig()
 		if tokName == "qwen3" {
-			tok = qwenTokenizer(t)
+			tok = guardtest.Tokenizer(t)
 		} else {
 			tok = synthTokenizer(t)
 			cfg.PromptVersion = "synth"
