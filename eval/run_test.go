@@ -18,6 +18,7 @@ import (
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // The scripted trajectories tag every action with a marker @<traj><turn>@
@@ -532,7 +533,7 @@ func TestNewDecisionBenignAttackTypeIsNull(t *testing.T) {
 		want      *string
 	}{{nil, nil}, {&inj, &at}} {
 		tr := &dataset.Trajectory{ID: "t", Suite: "banking", AttackType: &at, InjectionTaskID: c.injection}
-		d := NewDecision(tr, &rollout.Turn{Decision: rollout.DecisionReject, Score: 1}) // a violation scores 1
+		d := NewDecision(tr, &rollout.Turn{Decision: prompt.DecisionReject, Score: 1}) // a violation scores 1
 		if (d.AttackType == nil) != (c.want == nil) || d.Attack != (c.injection != nil) {
 			t.Errorf("injection %v: attack %v, attack_type %v, want %v", c.injection, d.Attack, d.AttackType, c.want)
 		}

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -10,59 +9,6 @@ import (
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
-
-// TestAHugeArgumentIsElidedInPlace: a 533 KB argument (a 266K-token
-// prompt) is cut to max_argument_tokens with its head, tail and
-// a marker, the arguments stay valid JSON, and the short argument beside
-// it stays whole.
-func TestAHugeArgumentIsElidedInPlace(t *testing.T) {
-	tok := guardtest.Tokenizer(t)
-	body := "BODY-START " + guardtest.Words(533_000, 1) + " BODY-END"
-	args, _ := json.Marshal(map[string]string{"recipient": "US133000000121212121212", "body": body})
-	var stats Stats
-	a := ElideAction(tok, dataset.Action{Name: "send_email", Arguments: args}, 512, 1024, &stats)
-	var got map[string]string
-	if err := json.Unmarshal(a.Arguments, &got); err != nil {
-		t.Fatalf("elided arguments are not JSON: %v", err)
-	}
-	full := len(tok.EncodeUntrusted(body))
-	if got["recipient"] != "US133000000121212121212" || !strings.HasPrefix(got["body"], "BODY-START") ||
-		!strings.HasSuffix(got["body"], "BODY-END") || !strings.Contains(got["body"], fmt.Sprintf("[... %d tokens elided ...]", full-512)) {
-		t.Fatalf("elided arguments %.300q", a.Arguments)
-	}
-	if stats.ElidedArguments != 1 || stats.ElidedActionTokens != full-512 || stats.ElidedActions != 0 {
-		t.Fatalf("stats %+v, want 1 argument and %d tokens", stats, full-512)
-	}
-	if n := len(tok.EncodeUntrusted(ActionJSON(a))); n > 1024 {
-		t.Fatalf("the rendered action has %d tokens, more than max_action_tokens", n)
-	}
-	// A short action is left exactly as it was.
-	short := guardtest.Action("send_money", `{"recipient":"US1","amount":10.0}`)
-	if b := ElideAction(tok, short, 512, 1024, &stats); string(b.Arguments) != string(short.Arguments) || b.Name != short.Name {
-		t.Fatalf("a short action changed: %s", b.Arguments)
-	}
-}
-
-// TestAHugeActionOfSmallValuesIsElidedWhole: arguments too long without
-// any long string (a list of 100,000 numbers) are elided as a whole.
-func TestAHugeActionOfSmallValuesIsElidedWhole(t *testing.T) {
-	tok := guardtest.Tokenizer(t)
-	ids := make([]int, 100_000)
-	for i := range ids {
-		ids[i] = i
-	}
-	args, _ := json.Marshal(map[string]any{"ids": ids})
-	var stats Stats
-	a := ElideAction(tok, dataset.Action{Name: "delete", Arguments: args}, 512, 1024, &stats)
-	var got map[string]string
-	if err := json.Unmarshal(a.Arguments, &got); err != nil || !strings.HasPrefix(got[elidedArgumentsKey], `{"ids":[0,1,2,`) ||
-		!strings.HasSuffix(got[elidedArgumentsKey], `99998,99999]}`) {
-		t.Fatalf("elided arguments %.300s (%v)", a.Arguments, err)
-	}
-	if stats.ElidedActions != 1 || stats.ElidedActionTokens != len(tok.EncodeUntrusted(string(args)))-1024 {
-		t.Fatalf("stats %+v", stats)
-	}
-}
 
 // TestAHugeTrajectoryRunsWithBoundedPrompts: a trajectory with a 533 KB
 // user request, a 533 KB user message, a 533 KB argument and a 533 KB

@@ -10,6 +10,7 @@ import (
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Episode is one trajectory cut to the turns [Start, End) that the guard runs on.
@@ -65,9 +66,9 @@ type Turn struct {
 func (t *Turn) VoteDecisions() []string {
 	var ds []string
 	for i := range t.Votes {
-		d := DecisionReject
+		d := prompt.DecisionReject
 		if t.Votes[i].Parsed {
-			if j, err := ParseJudgement(t.Votes[i].Text); err == nil {
+			if j, err := prompt.ParseJudgement(t.Votes[i].Text); err == nil {
 				d = j.Decision
 			}
 		}
@@ -169,7 +170,7 @@ func (s Stats) String() string {
 type Guard struct {
 	cfg     Config
 	tok     *tokenizer.Tokenizer
-	prompts *Prompts
+	prompts *prompt.Prompts
 	gen     generate.Generator
 	grammar [2]*grammar.Grammar // per Role, nil without structured decoding
 	prefix  [3]int              // system-prompt tokens: memory, judge, judge-only
@@ -200,7 +201,7 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen generate.Generator) (*Gu
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rollout.%w", err)
 	}
-	prompts, err := NewPrompts(cfg)
+	prompts, err := prompt.NewPrompts(cfg.PromptOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -245,12 +246,12 @@ func (g *Guard) PrefixTokens() (memory, judge, judgeOnly int) {
 func (g *Guard) Stops() []int { return g.stops }
 
 // Prompts returns the guard's prompts.
-func (g *Guard) Prompts() *Prompts { return g.prompts }
+func (g *Guard) Prompts() *prompt.Prompts { return g.prompts }
 
 // newCall encodes a prompt with the chat template: the system prompt with
 // the role's tool declared, the user message, and the generation prompt
 // with thinking off.
-func (g *Guard) newCall(p Prompt, role Role) *Call {
+func (g *Guard) newCall(p prompt.Prompt, role Role) *Call {
 	tool, prefix := g.prompts.MemoryTool, g.prefix[0]
 	if role == JudgeRole {
 		tool, prefix = g.prompts.JudgeTool, g.prefix[1]
@@ -258,11 +259,7 @@ func (g *Guard) newCall(p Prompt, role Role) *Call {
 			prefix = g.prefix[2]
 		}
 	}
-	msgs := []chat.Message{
-		chat.NewMessage(chat.RoleSystem, p.System),
-		{Role: chat.RoleUser, Content: p.User},
-	}
-	ids := chat.Encode(g.tok, msgs, g.declared(tool), chat.Options{AddGenerationPrompt: true})
+	ids := prompt.Encode(g.tok, p, g.declared(tool))
 	return &Call{Prompt: ids, PrefixTokens: prefix, chat: generate.ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
 }
 
@@ -297,7 +294,7 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 	v := &episodeView{ep: e, obs: make([]string, len(tr.Turns)), actions: make([]dataset.Action, len(tr.Turns)),
 		users: make([]*string, len(tr.Turns))}
 	user := func(text string) string {
-		out, elided := ElideText(g.tok, text, g.cfg.MaxUserTokens)
+		out, elided := prompt.ElideText(g.tok, text, g.cfg.MaxUserTokens)
 		if elided > 0 {
 			stats.ElidedUsers++
 			stats.ElidedUserTokens += elided
@@ -307,13 +304,17 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 	v.userPrompt = user(tr.UserPrompt)
 	for t := max(e.Start-1, 0); t < e.End; t++ {
 		tu := &tr.Turns[t]
-		text, elided := ElideText(g.tok, tu.Observation, g.cfg.MaxObservationTokens)
+		text, elided := prompt.ElideText(g.tok, tu.Observation, g.cfg.MaxObservationTokens)
 		v.obs[t] = text
 		if elided > 0 {
 			stats.ElidedObs++
 			stats.ElidedTokens += elided
 		}
-		v.actions[t] = ElideAction(g.tok, tu.Action, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens, stats)
+		var n prompt.ActionElision
+		v.actions[t], n = prompt.ElideAction(g.tok, tu.Action, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens)
+		stats.ElidedArguments += n.Arguments
+		stats.ElidedActions += n.Actions
+		stats.ElidedActionTokens += n.Tokens
 		if tu.User != nil {
 			u := user(*tu.User)
 			v.users[t] = &u
@@ -327,17 +328,17 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 // before the window, if any; later the previous action with its
 // observation; then the user message that arrived before this turn's
 // action, if any.
-func (v *episodeView) events(t int) Events {
+func (v *episodeView) events(t int) prompt.Events {
 	abs := v.ep.Start + t
-	var ev Events
+	var ev prompt.Events
 	if t == 0 {
-		ev = append(ev, Event{User: &v.userPrompt})
+		ev = append(ev, prompt.Event{User: &v.userPrompt})
 	}
 	if abs > 0 {
-		ev = append(ev, Event{Action: &v.actions[abs-1], Observation: v.obs[abs-1]})
+		ev = append(ev, prompt.Event{Action: &v.actions[abs-1], Observation: v.obs[abs-1]})
 	}
 	if u := v.users[abs]; u != nil {
-		ev = append(ev, Event{User: u})
+		ev = append(ev, prompt.Event{User: u})
 	}
 	return ev
 }
@@ -346,10 +347,10 @@ func (v *episodeView) events(t int) Events {
 // user's request, the action just before the window (as the memory variant
 // sees it), the window's earlier steps with their user messages, then the
 // pending action.
-func (v *episodeView) judgeOnly(p *Prompts, t int) Prompt {
-	var hist []HistoryStep
+func (v *episodeView) judgeOnly(p *prompt.Prompts, t int) prompt.Prompt {
+	var hist []prompt.HistoryStep
 	for k := max(v.ep.Start-1, 0); k < v.ep.Start+t; k++ {
-		h := HistoryStep{Action: v.actions[k], Observation: v.obs[k]}
+		h := prompt.HistoryStep{Action: v.actions[k], Observation: v.obs[k]}
 		if k >= v.ep.Start {
 			h.UserRequest = v.users[k]
 		}

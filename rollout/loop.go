@@ -6,6 +6,7 @@ import (
 
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Role is a guard role: which tool it answers with.
@@ -157,14 +158,14 @@ const FallbackRationale = "format violation: rejected by default"
 func Majority(decisions []string) string {
 	approve := 0
 	for _, d := range decisions {
-		if d == DecisionApprove {
+		if d == prompt.DecisionApprove {
 			approve++
 		}
 	}
 	if 2*approve > len(decisions) {
-		return DecisionApprove
+		return prompt.DecisionApprove
 	}
-	return DecisionReject
+	return prompt.DecisionReject
 }
 
 // trajectoryIDs names the trajectories of the live chains, for errors.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // TestModelGeneratorScoresStructuredDecisions runs the judge of a random
@@ -56,7 +57,7 @@ func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
 		if math.Abs(tu.Score-want) > 1e-9 {
 			t.Errorf("session %d: score %g, want %g", i, tu.Score, want)
 		}
-		if (tu.Decision == DecisionReject) != (lr > la) {
+		if (tu.Decision == prompt.DecisionReject) != (lr > la) {
 			t.Errorf("session %d: greedy decision %s with log-probs approve %g reject %g", i, tu.Decision, la, lr)
 		}
 		// The watched log-prob of each emitted token is its own log-prob.

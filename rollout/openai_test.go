@@ -18,6 +18,7 @@ import (
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // reply is one scripted answer of a fake server: a fixture file (under
@@ -172,7 +173,7 @@ func TestOpenAIGeneratorCompletions(t *testing.T) {
 			if !tu.Memory.Parsed || tu.MemoryOut != wantMemory {
 				t.Errorf("memory %q parsed %v", tu.MemoryOut, tu.Memory.Parsed)
 			}
-			if tu.Decision != DecisionReject || tu.Rationale != wantRationale || !tu.Judge.Parsed {
+			if tu.Decision != prompt.DecisionReject || tu.Rationale != wantRationale || !tu.Judge.Parsed {
 				t.Errorf("judge: %s %q parsed %v (%s)", tu.Decision, tu.Rationale, tu.Judge.Parsed, tu.Judge.Violation)
 			}
 			if !tu.ScoreExact || math.Abs(tu.Score-c.score) > 1e-6 {
@@ -225,7 +226,7 @@ func TestOpenAIGeneratorNoToolCallIsAViolation(t *testing.T) {
 	f.pick = judgeOrMemory("completion_no_tool_call.json", "completion_no_tool_call.json")
 	g, _ := remoteGuard(t, f, RemoteVLLM, false)
 	tu := firstStep(t, g)
-	if tu.Memory.Parsed || tu.MemoryOut != "" || tu.Judge.Parsed || tu.Decision != DecisionReject || tu.Score != 1 || tu.ScoreExact {
+	if tu.Memory.Parsed || tu.MemoryOut != "" || tu.Judge.Parsed || tu.Decision != prompt.DecisionReject || tu.Score != 1 || tu.ScoreExact {
 		t.Errorf("got memory %q parsed %v, judge %s parsed %v score %g", tu.MemoryOut, tu.Memory.Parsed, tu.Decision, tu.Judge.Parsed, tu.Score)
 	}
 	if !strings.Contains(tu.Judge.Violation, "no <tool_call> block") {
@@ -240,9 +241,9 @@ func TestOpenAIGeneratorChat(t *testing.T) {
 		decision  string
 		violation string
 	}{
-		{"chat_tool_call.json", true, DecisionApprove, ""},
-		{"chat_malformed_arguments.json", false, DecisionReject, "not valid JSON"},
-		{"chat_no_tool_call.json", false, DecisionReject, "no <tool_call> block"},
+		{"chat_tool_call.json", true, prompt.DecisionApprove, ""},
+		{"chat_malformed_arguments.json", false, prompt.DecisionReject, "not valid JSON"},
+		{"chat_no_tool_call.json", false, prompt.DecisionReject, "no <tool_call> block"},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -255,7 +256,7 @@ func TestOpenAIGeneratorChat(t *testing.T) {
 			}
 			// No log-probs through a chat API: the score is the decision.
 			want := 0.0
-			if c.decision == DecisionReject {
+			if c.decision == prompt.DecisionReject {
 				want = 1
 			}
 			if tu.Score != want || tu.ScoreExact {
@@ -285,7 +286,7 @@ func TestOpenAIGeneratorChat(t *testing.T) {
 			}
 			if body.Model != "mage-guard" || len(body.Messages) != 2 || body.Messages[0].Role != "system" ||
 				body.Messages[0].Content != g.prompts.JudgeSystem || !strings.Contains(body.Messages[1].Content, `"name": "send_money"`) ||
-				len(body.Tools) != 1 || body.Tools[0].Function.Name != JudgeToolName || body.ToolChoice.Function.Name != JudgeToolName {
+				len(body.Tools) != 1 || body.Tools[0].Function.Name != prompt.JudgeToolName || body.ToolChoice.Function.Name != prompt.JudgeToolName {
 				t.Errorf("chat request %s", raw)
 			}
 		})

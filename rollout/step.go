@@ -6,6 +6,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // StepInput is one session's next step of the online guard loop (DESIGN.md
@@ -26,16 +27,16 @@ type StepInput struct {
 // events returns what the memory sees at this step, in the order Run's
 // episodes show it: the user's request at the first step, the previous
 // action with its observation, then the new user messages.
-func (in *StepInput) events(observation string) Events {
-	var ev Events
+func (in *StepInput) events(observation string) prompt.Events {
+	var ev prompt.Events
 	if in.First {
-		ev = append(ev, Event{User: &in.UserPrompt})
+		ev = append(ev, prompt.Event{User: &in.UserPrompt})
 	}
 	if in.Previous != nil {
-		ev = append(ev, Event{Action: in.Previous, Observation: observation})
+		ev = append(ev, prompt.Event{Action: in.Previous, Observation: observation})
 	}
 	for i := range in.UserMessages {
-		ev = append(ev, Event{User: &in.UserMessages[i]})
+		ev = append(ev, prompt.Event{User: &in.UserMessages[i]})
 	}
 	return ev
 }
@@ -70,7 +71,7 @@ func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, er
 		obs := ""
 		if in.Previous != nil {
 			var elided int
-			obs, elided = ElideObservation(g.tok, in.Observation, g.cfg.MaxObservationTokens)
+			obs, elided = prompt.ElideObservation(g.tok, in.Observation, g.cfg.MaxObservationTokens)
 			if elided > 0 {
 				stats.ElidedObs++
 				stats.ElidedTokens += elided
@@ -106,7 +107,7 @@ func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, er
 // memoryOutcome parses a memory call (marking it parsed or recording its
 // violation) and returns m_t: the new memory, or prev on a violation.
 func (g *Guard) memoryOutcome(c *Call, prev string, stats *Stats) string {
-	call, err := ParseMemory(c.Text)
+	call, err := prompt.ParseMemory(c.Text)
 	if err != nil {
 		c.Violation = err.Error()
 		stats.MemoryFailures++
@@ -128,11 +129,11 @@ type Judgement struct {
 // judgeOutcome parses a judge call (marking it parsed or recording its
 // violation) and returns its outcome.
 func (g *Guard) judgeOutcome(c *Call, stats *Stats) Judgement {
-	j, err := ParseJudgement(c.Text)
+	j, err := prompt.ParseJudgement(c.Text)
 	if err != nil {
 		c.Violation = err.Error()
 		stats.JudgeFailures++
-		return Judgement{Decision: DecisionReject, Rationale: FallbackRationale, Score: 1}
+		return Judgement{Decision: prompt.DecisionReject, Rationale: FallbackRationale, Score: 1}
 	}
 	c.Parsed = true
 	score, exact := g.watch.score(g.tok, c, j, g.grammar[JudgeRole] != nil)

@@ -9,6 +9,7 @@ import (
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // recorder returns a Generator that answers every memory call with a
@@ -107,15 +108,15 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 			}
 			for _, tc := range []struct {
 				role   Role
-				call   ToolCall
+				call   prompt.ToolCall
 				values []string // the free string values, in order
 			}{
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "acct-bako allowed, acct-tesa injected"}, []string{"acct-bako allowed, acct-tesa injected"}},
+				{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: "acct-bako allowed, acct-tesa injected"}, []string{"acct-bako allowed, acct-tesa injected"}},
 				// A value that reads like the template's own keys.
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "name: content arguments"}, []string{"name: content arguments"}},
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: ""}, []string{""}},
-				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "reject", Rationale: "acct-tesa injected"}, []string{"acct-tesa injected"}},
-				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "approve", Rationale: "rationale"}, []string{"rationale"}},
+				{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: "name: content arguments"}, []string{"name: content arguments"}},
+				{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: ""}, []string{""}},
+				{JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "reject", Rationale: "acct-tesa injected"}, []string{"acct-tesa injected"}},
+				{JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "approve", Rationale: "rationale"}, []string{"rationale"}},
 			} {
 				name := fmt.Sprintf("%s/structured=%v/%s %q", tokName, structured, tc.role, tc.values[0])
 				toks, forced, err := g.Completion(tc.role, tc.call)
@@ -186,7 +187,7 @@ func TestCompletionRefusesWhatTheGuardCannotWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		quoted := ToolCall{Name: MemoryToolName, Content: `the "quoted" id`}
+		quoted := prompt.ToolCall{Name: prompt.MemoryToolName, Content: `the "quoted" id`}
 		toks, _, err := g.Completion(MemoryRole, quoted)
 		if structured {
 			if err == nil || !strings.Contains(err.Error(), "structured decoding cannot write") {
@@ -194,17 +195,17 @@ func TestCompletionRefusesWhatTheGuardCannotWrite(t *testing.T) {
 			}
 		} else if err != nil {
 			t.Errorf("free decoding: a quote in a value: %v", err)
-		} else if c, err := ParseMemory(tok.Decode(toks, false)); err != nil || c.Content != quoted.Content {
+		} else if c, err := prompt.ParseMemory(tok.Decode(toks, false)); err != nil || c.Content != quoted.Content {
 			t.Errorf("free decoding: the quoted value parses as %q, %v", c.Content, err)
 		}
 		for _, tc := range []struct {
 			role Role
-			call ToolCall
+			call prompt.ToolCall
 			want string
 		}{
-			{MemoryRole, ToolCall{Name: MemoryToolName, Content: strings.Repeat("acct-kolo ", 20)}, "over the budget of 40"},
-			{MemoryRole, ToolCall{Name: JudgeToolName, Decision: "approve"}, "want update_memory"},
-			{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "allow"}, "neither"},
+			{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: strings.Repeat("acct-kolo ", 20)}, "over the budget of 40"},
+			{MemoryRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "approve"}, "want update_memory"},
+			{JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "allow"}, "neither"},
 		} {
 			if _, _, err := g.Completion(tc.role, tc.call); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("structured %v: %+v: err %v, want %q", structured, tc.call, err, tc.want)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 //go:embed openapi.yaml
@@ -670,7 +671,7 @@ func (s *Server) run(batch []*job) {
 // block when the judge rejects, or with serve.threshold when the score
 // reaches it.
 func (s *Server) record(j *job, t *rollout.Turn, decided time.Time) Step {
-	block := t.Decision == rollout.DecisionReject
+	block := t.Decision == prompt.DecisionReject
 	if s.cfg.Threshold > 0 {
 		block = t.Score >= s.cfg.Threshold
 	}

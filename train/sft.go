@@ -16,6 +16,7 @@ import (
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // SFTConfig is the `sft` section: the supervised warm start's own keys.
@@ -249,7 +250,7 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 			where = "teacher " + tg.Where + ": " + where
 		}
 		if c := calls.Memory(t, prev); c != nil {
-			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: tg.Memory})
+			toks, forced, err := r.guard.Completion(rollout.MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: tg.Memory})
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: memory: %w", where, err)
 			}
@@ -259,7 +260,7 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))
 		}
 		c := calls.Judge(t, tg.Memory)
-		toks, forced, err := r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
+		toks, forced, err := r.guard.Completion(rollout.JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: decision/rationale: %w", where, err)
 		}
@@ -376,14 +377,14 @@ func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight,
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: %w", where, err)
 			}
-			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: target})
+			toks, forced, err := r.guard.Completion(rollout.MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: target})
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: memory: %w", where, err)
 			}
 			seqs = append(seqs, teacherSequence(calls.Memory(t, prev).Prompt, toks, forced, grpo.PhaseMemory))
 			own := tu.MemoryOut
 			d, why := corr.JudgeOn(tr, ep.Start+t, own)
-			toks, forced, err = r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: why})
+			toks, forced, err = r.guard.Completion(rollout.JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: d, Rationale: why})
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: decision/rationale: %w", where, err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Metrics is one line of metrics.jsonl: one training step.
@@ -119,7 +120,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 				m.AccuracyJudge += sc.rewards.Correct[t][c]
 				m.AccuracyMemory += sc.rewards.Discounted[t][c]
 				m.MemoryChars += float64(tu.MemoryChars())
-				if tu.Decision == rollout.DecisionReject {
+				if tu.Decision == prompt.DecisionReject {
 					m.RejectRate++
 				}
 				if !tu.Judge.Parsed {
@@ -258,7 +259,7 @@ func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*
 				MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
 				MemoryChars:  tu.MemoryChars(),
 				JudgeParsed:  tu.Judge.Parsed,
-				Reject:       tu.Decision == rollout.DecisionReject,
+				Reject:       tu.Decision == prompt.DecisionReject,
 			}
 		}
 	}

@@ -1,8 +1,9 @@
-package rollout
+package prompt
 
 // This file holds the guard's two tools, declared as JSON schemas for the
 // chat template, and the strict parser of the tool call a completion must
-// be (DESIGN.md, "Format and fallback").
+// be (docs/design.md#the-guard-loop: a completion that is no valid call is
+// a format violation, with its fallback).
 
 import (
 	"encoding/json"

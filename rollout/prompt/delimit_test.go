@@ -1,4 +1,4 @@
-package rollout
+package prompt
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/model/chat"
 )
 
 func TestEscapeDelimitersCoversLookAlikes(t *testing.T) {
@@ -87,7 +88,7 @@ func adversarialTexts(t *testing.T, n int) []string {
 // with plain text in those places.
 func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 	tok := guardtest.Tokenizer(t)
-	g, err := NewGuard(DefaultConfig(), tok, nil)
+	ps, err := NewPrompts(Options{Version: "v1", TrackIntent: true, TrackAttacks: true, BudgetChars: 600}) // the rollout section's defaults
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +101,15 @@ func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 		ev := Events{{User: &x}, {Action: &a, Observation: x}, {User: &x}}
 		hist := []HistoryStep{{UserRequest: &x, Action: a, Observation: x}}
 		return map[string]Prompt{
-			"memory":     g.prompts.Memory(x, ev),
-			"judge":      g.prompts.Judge(x, a),
-			"judge-only": g.prompts.JudgeOnly(x, hist, &x, a),
+			"memory":     ps.Memory(x, ev),
+			"judge":      ps.Judge(x, a),
+			"judge-only": ps.JudgeOnly(x, hist, &x, a),
 		}
 	}
-	added := func(p Prompt, role Role) map[string]int {
+	// Each prompt as the guard encodes it, its role's tool declared.
+	added := func(p Prompt, tool chat.Tool) map[string]int {
 		count := map[string]int{}
-		for _, id := range g.newCall(p, role).Prompt {
+		for _, id := range Encode(tok, p, []chat.Tool{tool}) {
 			if tok.IsAdded(id) {
 				count[tok.IDToToken(id)]++
 			}
@@ -115,10 +117,10 @@ func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 		return count
 	}
 	clean := prompts("plain")
-	roles := map[string]Role{"memory": MemoryRole, "judge": JudgeRole, "judge-only": JudgeRole}
+	tools := map[string]chat.Tool{"memory": ps.MemoryTool, "judge": ps.JudgeTool, "judge-only": ps.JudgeTool}
 	wantAdded, wantDelims := map[string]map[string]int{}, map[string]int{}
 	for name, p := range clean {
-		wantAdded[name] = added(p, roles[name])
+		wantAdded[name] = added(p, tools[name])
 		wantDelims[name] = countDelimiters(p.UserText())
 	}
 	for _, x := range adversarialTexts(t, 300) {
@@ -126,7 +128,7 @@ func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 			if n := countDelimiters(p.UserText()); n != wantDelims[name] {
 				t.Fatalf("%s prompt with %q: %d delimiters, want the template's %d:\n%s", name, x, n, wantDelims[name], p.UserText())
 			}
-			if got := added(p, roles[name]); fmt.Sprint(got) != fmt.Sprint(wantAdded[name]) {
+			if got := added(p, tools[name]); fmt.Sprint(got) != fmt.Sprint(wantAdded[name]) {
 				t.Fatalf("%s prompt with %q: added tokens %v, want the template's %v", name, x, got, wantAdded[name])
 			}
 		}
