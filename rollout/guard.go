@@ -272,7 +272,10 @@ func (g *Guard) declared(tool chat.Tool) []chat.Tool {
 	return []chat.Tool{tool}
 }
 
-func (g *Guard) request(c *Call, role Role) generate.Request {
+// Request returns the generation request of call c in role: its prompt,
+// the role's token budget, the stop tokens, the role's grammar with
+// structured decoding, and for the judge the decision's watched tokens.
+func (g *Guard) Request(c *Call, role Role) generate.Request {
 	if role == JudgeRole {
 		return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
 	}

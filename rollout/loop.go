@@ -88,7 +88,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 					prev = all[i].Turns[t-1].MemoryOut
 				}
 				calls[k] = g.memoryCall(viewOf(all[i], i), t, prev)
-				reqs[k] = g.request(calls[k], MemoryRole)
+				reqs[k] = g.Request(calls[k], MemoryRole)
 			}
 			if err := g.generate(reqs, calls, s, uint64(2*t), &stats); err != nil {
 				return nil, stats, fmt.Errorf("turn %d memory calls of %s: %w", t, trajectoryIDs(all, live), err)
@@ -108,7 +108,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 		calls := make([]*Call, len(live))
 		for k, i := range live {
 			calls[k] = g.judgeCall(viewOf(all[i], i), t, turns[k].MemoryOut)
-			reqs[k] = g.request(calls[k], JudgeRole)
+			reqs[k] = g.Request(calls[k], JudgeRole)
 		}
 		votes := max(opts.Votes, 1)
 		for v := 0; v < votes; v++ {

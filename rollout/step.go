@@ -78,7 +78,7 @@ func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, er
 			}
 		}
 		calls[k] = g.newCall(g.prompts.Memory(in.Memory, in.events(obs)), MemoryRole)
-		reqs[k] = g.request(calls[k], MemoryRole)
+		reqs[k] = g.Request(calls[k], MemoryRole)
 	}
 	if err := g.generate(reqs, calls, s, 0, &stats); err != nil {
 		return nil, stats, fmt.Errorf("memory calls of %d sessions: %w", len(inputs), err)
@@ -90,7 +90,7 @@ func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, er
 
 	for k := range inputs {
 		calls[k] = g.newCall(g.prompts.Judge(turns[k].MemoryOut, inputs[k].Action), JudgeRole)
-		reqs[k] = g.request(calls[k], JudgeRole)
+		reqs[k] = g.Request(calls[k], JudgeRole)
 	}
 	if err := g.generate(reqs, calls, s, 1, &stats); err != nil {
 		return nil, stats, fmt.Errorf("judge calls of %d sessions: %w", len(inputs), err)

@@ -16,6 +16,7 @@ import (
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/localgen"
 )
 
 const (
@@ -220,7 +221,7 @@ func TestTrainEvalHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := &rollout.ModelGenerator{Model: m}
+	gen := &localgen.Generator{Model: m}
 	guard, err := rollout.NewGuard(cfg.Rollout, tok, gen)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/localgen"
 )
 
 // guardGenerator returns what runs the guard's calls under cfg: the
@@ -41,5 +42,5 @@ func guardGenerator(cfg *config.Config, tok *tokenizer.Tokenizer, tokPath string
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &rollout.ModelGenerator{Model: m}, nil
+	return &localgen.Generator{Model: m}, nil
 }

@@ -1,4 +1,4 @@
-package rollout
+package localgen
 
 import (
 	"math"
@@ -6,26 +6,26 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
 
-func TestModelGeneratorStructured(t *testing.T) {
+func TestGeneratorStructured(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
 	tok := guardtest.Tokenizer(t)
 	m := guardtest.TinyModel(t, 32, 64, 16, 7)
-	cfg := DefaultConfig()
+	cfg := rollout.DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
-	g, err := NewGuard(cfg, tok, nil)
+	g, err := rollout.NewGuard(cfg, tok, &Generator{Model: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.gen = &ModelGenerator{Model: m}
-	ep := []*Episode{{Traj: guardtest.BankTrajectory(), Start: 1, End: 2}}
-	run := func(seed uint64) []*Chain {
-		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: generate.Sampling{Temperature: 1, TopP: 1, Seed: seed}})
+	ep := []*rollout.Episode{{Traj: guardtest.BankTrajectory(), Start: 1, End: 2}}
+	run := func(seed uint64) []*rollout.Chain {
+		chains, stats, err := g.Run(ep, rollout.RunOptions{Chains: 2, Sampling: generate.Sampling{Temperature: 1, TopP: 1, Seed: seed}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,24 +75,24 @@ func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
 	}
 	tok := guardtest.Tokenizer(t)
 	m := guardtest.TinyModel(t, 32, 64, 16, 7)
-	cfg := DefaultConfig()
+	cfg := rollout.DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
-	g, err := NewGuard(cfg, tok, nil)
+	g, err := rollout.NewGuard(cfg, tok, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ec := g.EpisodeCalls(&Episode{Traj: guardtest.BankTrajectory(), Start: 0, End: 2}, nil)
+	ec := g.EpisodeCalls(&rollout.Episode{Traj: guardtest.BankTrajectory(), Start: 0, End: 2}, nil)
 	var reqs []generate.Request
 	for turn := range 2 {
-		reqs = append(reqs, g.request(ec.Memory(turn, "m"), MemoryRole), g.request(ec.Judge(turn, "m"), JudgeRole))
+		reqs = append(reqs, g.Request(ec.Memory(turn, "m"), rollout.MemoryRole), g.Request(ec.Judge(turn, "m"), rollout.JudgeRole))
 	}
 	for _, s := range []generate.Sampling{{Greedy: true, Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1, Seed: 5}} {
-		fast, err := (&ModelGenerator{Model: m}).Generate(reqs, s)
+		fast, err := (&Generator{Model: m}).Generate(reqs, s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		slow, err := (&ModelGenerator{Model: m, stepByStep: true}).Generate(reqs, s)
+		slow, err := (&Generator{Model: m, stepByStep: true}).Generate(reqs, s)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,15 +6,16 @@ import (
 
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/localgen"
 	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// TestModelGeneratorScoresStructuredDecisions runs the judge of a random
+// TestLocalGeneratorScoresStructuredDecisions runs the judge of a random
 // model under structured decoding: every judge call parses, so every score
 // is read from the watched log-probs at the enum choice, and it must be the
 // two alternatives' probabilities renormalised — which for a sampled
 // decision also bounds it away from 0 and 1 — and the same score Step reads.
-func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
+func TestLocalGeneratorScoresStructuredDecisions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
@@ -22,11 +23,10 @@ func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
-	g, err := NewGuard(cfg, tok, nil)
+	g, err := NewGuard(cfg, tok, &localgen.Generator{Model: guardtest.TinyModel(t, 32, 64, 16, 7)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.gen = &ModelGenerator{Model: guardtest.TinyModel(t, 32, 64, 16, 7)}
 	tr := guardtest.BankTrajectory()
 	turns, _, err := g.Step([]StepInput{
 		{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[0].Action},
