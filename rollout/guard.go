@@ -242,6 +242,10 @@ func (g *Guard) PrefixTokens() (memory, judge, judgeOnly int) {
 	return g.prefix[0], g.prefix[1], g.prefix[2]
 }
 
+// Grammar returns the grammar of role's calls: nil without structured
+// decoding.
+func (g *Guard) Grammar(role Role) *grammar.Grammar { return g.grammar[role] }
+
 // Stops returns the token ids that end a completion.
 func (g *Guard) Stops() []int { return g.stops }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/localgen"
+	"github.com/mageguard/mageguard/rollout/openai"
 )
 
 // guardGenerator returns what runs the guard's calls under cfg: the
@@ -24,7 +25,7 @@ func guardGenerator(cfg *config.Config, tok *tokenizer.Tokenizer, tokPath string
 		if r.APIKeyEnv != "" {
 			key = os.Getenv(r.APIKeyEnv)
 		}
-		gen, err := rollout.NewOpenAIGenerator(r.RemoteConfig, tok, stops, key)
+		gen, err := openai.New(r.RemoteConfig, tok, stops, key)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

@@ -1,6 +1,4 @@
-package rollout
-
-// OpenAIGenerator: the guard's calls on an OpenAI-compatible server
+// Package openai runs the guard's calls on an OpenAI-compatible server
 // (rollout.generator: openai), for `eval` and `serve`.
 //
 // Against vLLM and SGLang (remote_api vllm | sglang) every call is our own
@@ -23,14 +21,12 @@ package rollout
 // errors are retried (remote_retries, waiting Retry-After when the server
 // sends it, else an exponential backoff); every HTTP request has a timeout
 // (remote_timeout_s).
+package openai
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -39,19 +35,16 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/internal/seed"
-	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
 )
 
-// maxResponseBytes bounds the body read from the server.
-const maxResponseBytes = 32 << 20
-
-// OpenAIGenerator generates completions on an OpenAI-compatible server.
-// Build it with NewOpenAIGenerator.
-type OpenAIGenerator struct {
-	cfg    RemoteConfig
+// Generator generates completions on an OpenAI-compatible server.
+// Build it with New.
+type Generator struct {
+	cfg    rollout.RemoteConfig
 	tok    *tokenizer.Tokenizer
 	stops  []int
 	key    string
@@ -62,26 +55,26 @@ type OpenAIGenerator struct {
 	Backoff, MaxWait time.Duration
 }
 
-// NewOpenAIGenerator returns a generator for cfg (cfg.Generator openai),
+// New returns a generator for cfg (cfg.Generator openai),
 // rendering with tok, stopping at stops (Guard.Stops), sending key (may be
 // empty) as a bearer token.
-func NewOpenAIGenerator(cfg RemoteConfig, tok *tokenizer.Tokenizer, stops []int, key string) (*OpenAIGenerator, error) {
+func New(cfg rollout.RemoteConfig, tok *tokenizer.Tokenizer, stops []int, key string) (*Generator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rollout.%w", err)
 	}
-	if cfg.Generator != GeneratorOpenAI {
-		return nil, fmt.Errorf("rollout.generator is %q, not %s", cfg.Generator, GeneratorOpenAI)
+	if cfg.Generator != rollout.GeneratorOpenAI {
+		return nil, fmt.Errorf("rollout.generator is %q, not %s", cfg.Generator, rollout.GeneratorOpenAI)
 	}
-	return &OpenAIGenerator{
+	return &Generator{
 		cfg: cfg, tok: tok, stops: stops, key: key,
 		client:  &http.Client{Timeout: time.Duration(cfg.RemoteTimeoutS * float64(time.Second))},
 		Backoff: 500 * time.Millisecond, MaxWait: 30 * time.Second,
 	}, nil
 }
 
-// Generate implements Generator: the requests run concurrently (at most
+// Generate implements generate.Generator: the requests run concurrently (at most
 // remote_concurrency at once); the first error stops the others.
-func (g *OpenAIGenerator) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
+func (g *Generator) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 	out := make([]generate.Completion, len(reqs))
 	errs := make([]error, len(reqs))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -100,7 +93,7 @@ func (g *OpenAIGenerator) Generate(reqs []generate.Request, s generate.Sampling)
 			}
 			defer func() { <-sem }()
 			seed := int64(seed.Mix(s.Seed, uint64(i)) >> 1) // servers take a signed 64-bit seed
-			if g.cfg.RemoteAPI == RemoteChat {
+			if g.cfg.RemoteAPI == rollout.RemoteChat {
 				out[i], errs[i] = g.chat(ctx, &reqs[i], s, seed)
 			} else {
 				out[i], errs[i] = g.complete(ctx, &reqs[i], s, seed)
@@ -174,7 +167,7 @@ type completionsResponse struct {
 }
 
 // complete runs one request on /completions.
-func (g *OpenAIGenerator) complete(ctx context.Context, r *generate.Request, s generate.Sampling, seed int64) (generate.Completion, error) {
+func (g *Generator) complete(ctx context.Context, r *generate.Request, s generate.Sampling, seed int64) (generate.Completion, error) {
 	temp, topP, topK := sampling(s)
 	body := completionsRequest{
 		Model: g.cfg.RemoteModel, Prompt: r.Prompt, MaxTokens: r.MaxNew,
@@ -184,12 +177,12 @@ func (g *OpenAIGenerator) complete(ctx context.Context, r *generate.Request, s g
 	if len(r.Watch) > 0 && g.cfg.RemoteLogprobs > 0 {
 		body.Logprobs = g.cfg.RemoteLogprobs
 	}
-	if g.cfg.RemoteAPI == RemoteVLLM {
+	if g.cfg.RemoteAPI == rollout.RemoteVLLM {
 		body.ReturnTokensAsTokenIDs = true
 	}
 	if r.Grammar != nil {
 		re := grammar.Regex(r.Grammar)
-		if g.cfg.RemoteAPI == RemoteVLLM {
+		if g.cfg.RemoteAPI == rollout.RemoteVLLM {
 			body.StructuredOutputs = &structuredOutputs{Regex: re}
 		} else {
 			body.Regex = re
@@ -246,7 +239,7 @@ func (g *OpenAIGenerator) complete(ctx context.Context, r *generate.Request, s g
 // watched builds Completion.Watch from a server's top log-probs: per token,
 // the log-prob of each watched id when the server listed it (or sampled
 // it), else −Inf.
-func (g *OpenAIGenerator) watched(watch, ids []int, top []map[string]float64, sampled []*float64) [][]float32 {
+func (g *Generator) watched(watch, ids []int, top []map[string]float64, sampled []*float64) [][]float32 {
 	slot := map[int]int{}
 	for j, id := range watch {
 		slot[id] = j
@@ -280,7 +273,7 @@ func (g *OpenAIGenerator) watched(watch, ids []int, top []map[string]float64, sa
 // watchedTexts maps the text of each watched id to the id (SGLang names
 // top log-probs by text; the watched tokens are ASCII, so their texts are
 // distinct).
-func (g *OpenAIGenerator) watchedTexts(watch []int) map[string]int {
+func (g *Generator) watchedTexts(watch []int) map[string]int {
 	byText := make(map[string]int, len(watch))
 	for _, id := range watch {
 		text := g.tok.Decode([]int{id}, false)
@@ -299,207 +292,4 @@ func tokenIDKey(s string) (int, bool) {
 	}
 	id, err := strconv.Atoi(rest)
 	return id, err == nil && id >= 0
-}
-
-// chatRequest is the body of POST /chat/completions.
-type chatRequest struct {
-	Model               string        `json:"model"`
-	Messages            []chatMessage `json:"messages"`
-	Tools               []chatTool    `json:"tools"`
-	ToolChoice          chatTool      `json:"tool_choice"`
-	MaxCompletionTokens int           `json:"max_completion_tokens"`
-	Temperature         float64       `json:"temperature"`
-	TopP                float64       `json:"top_p"`
-	Seed                int64         `json:"seed"`
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type chatTool struct {
-	Type     string       `json:"type"`
-	Function chatFunction `json:"function"`
-}
-
-type chatFunction struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Parameters  json.RawMessage `json:"parameters,omitempty"`
-}
-
-// chatResponse is what this generator reads of a /chat/completions answer.
-type chatResponse struct {
-	Choices []struct {
-		Message struct {
-			Content   *string `json:"content"`
-			ToolCalls []struct {
-				Function struct {
-					Name      string          `json:"name"`
-					Arguments json.RawMessage `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"message"`
-	} `json:"choices"`
-	Usage *generate.Usage `json:"usage"`
-}
-
-// chat runs one request on /chat/completions.
-func (g *OpenAIGenerator) chat(ctx context.Context, r *generate.Request, s generate.Sampling, seed int64) (generate.Completion, error) {
-	if r.Chat == nil {
-		return generate.Completion{}, errors.New("remote_api chat: the request carries no chat messages")
-	}
-	temp, topP, _ := sampling(s)
-	tool := chatTool{Type: "function", Function: chatFunction{
-		Name: r.Chat.Tool.Name, Description: r.Chat.Tool.Description, Parameters: r.Chat.Tool.Parameters}}
-	body := chatRequest{
-		Model: g.cfg.RemoteModel,
-		Messages: []chatMessage{
-			{Role: "system", Content: r.Chat.System},
-			{Role: "user", Content: r.Chat.User},
-		},
-		Tools:               []chatTool{tool},
-		ToolChoice:          chatTool{Type: "function", Function: chatFunction{Name: tool.Function.Name}},
-		MaxCompletionTokens: r.MaxNew,
-		Temperature:         temp, TopP: topP, Seed: seed,
-	}
-	var resp chatResponse
-	if err := g.post(ctx, "/chat/completions", body, &resp); err != nil {
-		return generate.Completion{}, err
-	}
-	if len(resp.Choices) != 1 {
-		return generate.Completion{}, fmt.Errorf("the server returned %d choices, want 1", len(resp.Choices))
-	}
-	msg := resp.Choices[0].Message
-	// The tool calls written back as Qwen3 writes them, for our parser: a
-	// malformed arguments string stays malformed (a format violation), two
-	// calls stay two, no call leaves the text content (a violation unless
-	// it holds a valid call).
-	var text strings.Builder
-	for _, tc := range msg.ToolCalls {
-		text.WriteString(chat.ToolCallText(chat.ToolCall{Name: tc.Function.Name, Arguments: tc.Function.Arguments}))
-	}
-	if len(msg.ToolCalls) == 0 && msg.Content != nil {
-		text.WriteString(*msg.Content)
-	}
-	return generate.Completion{Text: text.String(), Usage: resp.Usage}, nil
-}
-
-// post sends body as JSON to the endpoint's path and decodes the answer
-// into out, retrying 429, 5xx and transport errors.
-func (g *OpenAIGenerator) post(ctx context.Context, path string, body, out any) error {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	url := strings.TrimRight(g.cfg.Endpoint, "/") + path
-	wait := g.Backoff
-	for attempt := 0; ; attempt++ {
-		retryAfter, err := g.once(ctx, url, data, out)
-		var re *retryable
-		if err == nil || !errors.As(err, &re) || attempt >= g.cfg.RemoteRetries {
-			if err != nil && attempt > 0 {
-				return fmt.Errorf("%w (after %d retries)", err, attempt)
-			}
-			return err
-		}
-		d := wait
-		if retryAfter >= 0 {
-			d = retryAfter
-		}
-		d = min(d, g.MaxWait)
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		wait *= 2
-	}
-}
-
-// retryable marks an error worth retrying.
-type retryable struct{ err error }
-
-func (r *retryable) Error() string { return r.err.Error() }
-func (r *retryable) Unwrap() error { return r.err }
-
-// once sends one HTTP request. It returns the server's Retry-After (-1 when
-// none) with a retryable error for 429 and 5xx.
-func (g *OpenAIGenerator) once(ctx context.Context, url string, data []byte, out any) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
-	if err != nil {
-		return -1, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if g.key != "" {
-		req.Header.Set("Authorization", "Bearer "+g.key)
-	}
-	resp, err := g.client.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return -1, ctx.Err()
-		}
-		return -1, &retryable{fmt.Errorf("POST %s: %w", url, err)}
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
-	if err != nil {
-		return -1, &retryable{fmt.Errorf("POST %s: reading the answer: %w", url, err)}
-	}
-	if len(raw) > maxResponseBytes {
-		return -1, fmt.Errorf("POST %s: the answer is larger than %d bytes", url, maxResponseBytes)
-	}
-	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("POST %s: %s: %s", url, resp.Status, serverMessage(raw))
-		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
-			return retryAfter(resp.Header.Get("Retry-After")), &retryable{err}
-		}
-		return -1, err
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return -1, fmt.Errorf("POST %s: the answer is not the expected JSON: %v", url, err)
-	}
-	return -1, nil
-}
-
-// retryAfter reads a Retry-After header: seconds or an HTTP date; -1 when
-// absent or unreadable.
-func retryAfter(h string) time.Duration {
-	if h == "" {
-		return -1
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return -1
-}
-
-// serverMessage extracts the message of an error answer: OpenAI's
-// {"error": {"message": …}} or vLLM's and SGLang's {"object": "error",
-// "message": …}; else the body, cut short. It is quoted: it is the server's
-// text, not ours.
-func serverMessage(raw []byte) string {
-	var e struct {
-		Error *struct {
-			Message string `json:"message"`
-		} `json:"error"`
-		Message string `json:"message"`
-	}
-	msg := string(raw)
-	if json.Unmarshal(raw, &e) == nil {
-		switch {
-		case e.Error != nil && e.Error.Message != "":
-			msg = e.Error.Message
-		case e.Message != "":
-			msg = e.Message
-		}
-	}
-	if len(msg) > 300 {
-		msg = strings.ToValidUTF8(msg[:300], "") + "…"
-	}
-	return strconv.Quote(msg)
 }
