@@ -1,7 +1,3 @@
-// Package rollout runs the guard over trajectories: the memory-manager and
-// judge prompts, tool-call rendering and parsing, structured decoding, and
-// the shadow-memory chains of DESIGN.md ("The guard loop"). Training samples
-// G chains per trajectory through it; eval runs one greedy chain.
 package rollout
 
 import (

@@ -77,8 +77,9 @@ func (t *Turn) VoteDecisions() []string {
 	return ds
 }
 
-// MemoryChars is |m_t| as DESIGN.md counts it for the length penalty and
-// the metrics: Unicode code points (not bytes, not tokens).
+// MemoryChars is |m_t| as the length penalty (docs/design.md#rewards) and
+// the metrics (docs/design.md#metrics) count it: Unicode code points (not
+// bytes, not tokens).
 func (t *Turn) MemoryChars() int { return utf8.RuneCountInString(t.MemoryOut) }
 
 // GuardTokens is the tokens every call of the turn reads and writes: the
@@ -286,8 +287,9 @@ func (g *Guard) Request(c *Call, role Role) generate.Request {
 	return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
 }
 
-// episodeView holds an episode's untrusted texts after elision (elide.go),
-// computed once and shared by its chains.
+// episodeView holds an episode's untrusted texts after elision
+// (prompt.ElideText, prompt.ElideAction), computed once and shared by its
+// chains.
 type episodeView struct {
 	ep         *Episode
 	userPrompt string           // the user's request

@@ -9,8 +9,8 @@ import (
 	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// StepInput is one session's next step of the online guard loop (DESIGN.md
-// "The guard loop", Algorithm 1): the state the session keeps between
+// StepInput is one session's next step of the online guard loop
+// (docs/design.md#the-guard-loop, Algorithm 1): the state the session keeps between
 // steps (the user's request, m_{t−1}, the previous action) and what the
 // agent reports now (the previous action's observation, new user messages,
 // the pending action a_t).
