@@ -13,31 +13,19 @@ import (
 // ids, and our parser judges the result.)
 func Regex(g *Grammar) string {
 	var b strings.Builder
-	rest := g.template
-	for rest != "" {
-		i := strings.Index(rest, "{choice:")
-		k := strings.Index(rest, "{string}")
-		if i < 0 || (k >= 0 && k < i) {
-			i = k
-		}
-		if i < 0 {
-			b.WriteString(regexQuote(rest))
-			break
-		}
-		b.WriteString(regexQuote(rest[:i]))
-		rest = rest[i:]
-		if strings.HasPrefix(rest, "{string}") {
+	for _, pt := range g.parts {
+		switch pt.kind {
+		case fixedPiece:
+			b.WriteString(regexQuote(pt.text))
+		case stringPiece:
 			b.WriteString(`[^"\\\x00-\x1f\x7f]*`)
-			rest = rest[len("{string}"):]
-			continue
+		case choicePiece:
+			opts := make([]string, len(pt.options))
+			for j, o := range pt.options {
+				opts[j] = regexQuote(o)
+			}
+			b.WriteString("(" + strings.Join(opts, "|") + ")")
 		}
-		end := strings.Index(rest, "}")
-		opts := strings.Split(rest[len("{choice:"):end], "|")
-		for j := range opts {
-			opts[j] = regexQuote(opts[j])
-		}
-		b.WriteString("(" + strings.Join(opts, "|") + ")")
-		rest = rest[end+1:]
 	}
 	return b.String()
 }
