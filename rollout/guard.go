@@ -85,10 +85,7 @@ func (t *Turn) MemoryChars() int { return utf8.RuneCountInString(t.MemoryOut) }
 // GuardTokens is the tokens every call of the turn reads and writes: the
 // memory call and the judge call (all K of them with votes).
 func (t *Turn) GuardTokens() int {
-	n := t.Judge.Tokens()
-	for i := 1; i < len(t.Votes); i++ {
-		n += t.Votes[i].Tokens()
-	}
+	n := t.Judge.Tokens() + t.VoteTokens()
 	if t.Memory != nil {
 		n += t.Memory.Tokens()
 	}

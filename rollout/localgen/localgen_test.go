@@ -6,11 +6,16 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
 
-func TestGeneratorStructured(t *testing.T) {
+// structuredGuard returns a tiny random model and a guard with structured
+// decoding (budgets of 32 and 40 tokens) whose calls it runs; it skips
+// the test in -short mode.
+func structuredGuard(t *testing.T) (*rollout.Guard, *model.Model) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
@@ -23,6 +28,11 @@ func TestGeneratorStructured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g, m
+}
+
+func TestGeneratorStructured(t *testing.T) {
+	g, _ := structuredGuard(t)
 	ep := []*rollout.Episode{{Traj: guardtest.BankTrajectory(), Start: 1, End: 2}}
 	run := func(seed uint64) []*rollout.Chain {
 		chains, stats, err := g.Run(ep, rollout.RunOptions{Chains: 2, Sampling: generate.Sampling{Temperature: 1, TopP: 1, Seed: seed}})
@@ -70,18 +80,7 @@ func TestGeneratorStructured(t *testing.T) {
 // log-probs of the choices that decoding them one step each gives; the
 // prefilled tokens report log-prob 0 and, when watched, −Inf.
 func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a model")
-	}
-	tok := guardtest.Tokenizer(t)
-	m := guardtest.TinyModel(t, 32, 64, 16, 7)
-	cfg := rollout.DefaultConfig()
-	cfg.Structured = true
-	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
-	g, err := rollout.NewGuard(cfg, tok, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, m := structuredGuard(t)
 	ec := g.EpisodeCalls(&rollout.Episode{Traj: guardtest.BankTrajectory(), Start: 0, End: 2}, nil)
 	var reqs []generate.Request
 	for turn := range 2 {
