@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/mageguard/mageguard/internal/strictjson"
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Metrics are the metrics of DESIGN.md ("Metrics") over a set of
@@ -127,7 +127,7 @@ func group(ds []Decision) []*trajectory {
 		sort.SliceStable(t.turns, func(i, j int) bool { return t.turns[i].Turn < t.turns[j].Turn })
 		t.firstReject, t.firstLabel1 = -1, -1
 		for _, d := range t.turns {
-			if d.Decision == rollout.DecisionReject && t.firstReject < 0 {
+			if d.Decision == prompt.DecisionReject && t.firstReject < 0 {
 				t.firstReject = d.Turn
 			}
 			if d.Label == 1 {
@@ -233,9 +233,9 @@ type counts struct {
 func (c *counts) addTurn(t *trajectory, d *Decision) {
 	c.turns++
 	switch {
-	case d.Label == 1 && d.Decision == rollout.DecisionReject:
+	case d.Label == 1 && d.Decision == prompt.DecisionReject:
 		c.tp++
-	case d.Label == 0 && d.Decision == rollout.DecisionReject:
+	case d.Label == 0 && d.Decision == prompt.DecisionReject:
 		c.fp++
 	case d.Label == 1:
 		c.fn++

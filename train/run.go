@@ -24,6 +24,7 @@ import (
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/lock"
+	"github.com/mageguard/mageguard/rollout/localgen"
 )
 
 // Options is everything a training run needs: the configuration sections
@@ -261,7 +262,7 @@ func (r *run) setup() (int, error) {
 		}
 	}
 
-	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, &rollout.ModelGenerator{Model: r.model}); err != nil {
+	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, &localgen.Generator{Model: r.model}); err != nil {
 		return 0, err
 	}
 	if r.sft != nil {

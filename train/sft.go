@@ -15,6 +15,8 @@ import (
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // SFTConfig is the `sft` section: the supervised warm start's own keys.
@@ -248,7 +250,7 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 			where = "teacher " + tg.Where + ": " + where
 		}
 		if c := calls.Memory(t, prev); c != nil {
-			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: tg.Memory})
+			toks, forced, err := r.guard.Completion(rollout.MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: tg.Memory})
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: memory: %w", where, err)
 			}
@@ -258,7 +260,7 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))
 		}
 		c := calls.Judge(t, tg.Memory)
-		toks, forced, err := r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
+		toks, forced, err := r.guard.Completion(rollout.JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: decision/rationale: %w", where, err)
 		}
@@ -358,7 +360,7 @@ func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight,
 		s, e := r.window(r.pool[i])
 		eps[k] = &rollout.Episode{Traj: r.pool[i], Start: s, End: e}
 	}
-	chains, _, err := r.guard.Run(eps, rollout.RunOptions{Chains: 1, Sampling: rollout.Sampling{
+	chains, _, err := r.guard.Run(eps, rollout.RunOptions{Chains: 1, Sampling: generate.Sampling{
 		Greedy: true, Temperature: 1, TopP: 1, Seed: seed.Mix(r.opts.Train.Seed, uint64(step)),
 	}})
 	if err != nil {
@@ -375,14 +377,14 @@ func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight,
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: %w", where, err)
 			}
-			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: target})
+			toks, forced, err := r.guard.Completion(rollout.MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: target})
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: memory: %w", where, err)
 			}
 			seqs = append(seqs, teacherSequence(calls.Memory(t, prev).Prompt, toks, forced, grpo.PhaseMemory))
 			own := tu.MemoryOut
 			d, why := corr.JudgeOn(tr, ep.Start+t, own)
-			toks, forced, err = r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: why})
+			toks, forced, err = r.guard.Completion(rollout.JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: d, Rationale: why})
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: decision/rationale: %w", where, err)
 			}

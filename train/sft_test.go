@@ -15,6 +15,8 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // synthMicroOptions is an SFT run small enough for tests: a one-layer
@@ -123,7 +125,7 @@ func TestSFTLossMask(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prompt := r.tok.Decode(toInts(s.Prompt), false)
+			rendered := r.tok.Decode(toInts(s.Prompt), false)
 			completion := r.tok.Decode(toInts(s.Completion), false)
 			var wantPhase grpo.Phase
 			var wantCompletion, wantCounted string
@@ -134,17 +136,17 @@ func TestSFTLossMask(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if !strings.Contains(prompt, "Current memory:\n<memory>\n"+prev+"\n</memory>") || !strings.Contains(prompt, "update_memory call.") {
-					t.Errorf("%s turn %d: memory prompt does not show the previous memory %q:\n%s", tr.ID, turn, prev, prompt)
+				if !strings.Contains(rendered, "Current memory:\n<memory>\n"+prev+"\n</memory>") || !strings.Contains(rendered, "update_memory call.") {
+					t.Errorf("%s turn %d: memory prompt does not show the previous memory %q:\n%s", tr.ID, turn, prev, rendered)
 				}
 				wantPhase = grpo.PhaseMemory
 				wantCompletion = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + mem + closing + "<|im_end|>"
 				wantCounted = mem
 			} else {
 				d, why := synth.Decision(tr, turn)
-				action := rollout.ActionJSON(tr.Turns[turn].Action)
-				if !strings.Contains(prompt, "Memory:\n<memory>\n"+mem+"\n</memory>") || !strings.Contains(prompt, action) {
-					t.Errorf("%s turn %d: judge prompt does not show the memory %q and the action %s:\n%s", tr.ID, turn, mem, action, prompt)
+				action := prompt.ActionJSON(tr.Turns[turn].Action)
+				if !strings.Contains(rendered, "Memory:\n<memory>\n"+mem+"\n</memory>") || !strings.Contains(rendered, action) {
+					t.Errorf("%s turn %d: judge prompt does not show the memory %q and the action %s:\n%s", tr.ID, turn, mem, action, rendered)
 				}
 				// The synth version has the judge write its rationale first.
 				wantPhase = grpo.PhaseJudge
@@ -154,7 +156,7 @@ func TestSFTLossMask(t *testing.T) {
 			if s.Phase != wantPhase || s.Advantage != 1 {
 				t.Errorf("%s sequence %d: phase %v advantage %v, want %v and 1", tr.ID, i, s.Phase, s.Advantage, wantPhase)
 			}
-			if !strings.HasSuffix(prompt, genPrompt) {
+			if !strings.HasSuffix(rendered, genPrompt) {
 				t.Errorf("%s sequence %d: the prompt does not end with the generation prompt", tr.ID, i)
 			}
 			if completion != wantCompletion {
@@ -423,15 +425,15 @@ type lazyMemory struct {
 
 const lazyEmpty = "none"
 
-func (g lazyMemory) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
-	var out []rollout.Completion
+func (g lazyMemory) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
+	var out []generate.Completion
 	for _, req := range reqs {
 		text := `<tool_call>` + "\n" + `{"name": "assess_risk", "arguments": {"decision": "approve", "rationale": "ok."}}` + "\n</tool_call>"
 		if req.MaxNew == 64 { // rollout.max_memory_tokens of synthMicroOptions (the judge's is 48)
 			text = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + lazyEmpty + `"}}` + "\n</tool_call>"
 		}
 		ids := append(g.tok.Encode(text), 1621) // <|im_end|>
-		out = append(out, rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
+		out = append(out, generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
 	return out, nil
 }
@@ -489,7 +491,7 @@ func TestSFTOwnMemories(t *testing.T) {
 				t.Errorf("%s turn %d: memory target %q, want the correction %q", tr.ID, turn, got, target)
 			}
 			d, why := synth.Judge(lazyEmpty, tr.Turns[turn].Action)
-			if d == rollout.DecisionApprove {
+			if d == prompt.DecisionApprove {
 				want++
 			}
 			if judge.Phase != grpo.PhaseJudge || !slices.Equal(toInts(judge.Prompt), ec.Judge(turn, lazyEmpty).Prompt) {

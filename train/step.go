@@ -10,6 +10,8 @@ import (
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Metrics is one line of metrics.jsonl: one training step.
@@ -82,7 +84,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 
 	// 2. Roll out G chains per trajectory with the current policy.
 	G := o.Rollout.GroupSize
-	chains, rstats, err := r.guard.Run(episodes, rollout.RunOptions{Chains: G, Sampling: rollout.Sampling{
+	chains, rstats, err := r.guard.Run(episodes, rollout.RunOptions{Chains: G, Sampling: generate.Sampling{
 		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
 		Seed: seed.Mix(o.Train.Seed, uint64(step)),
 	}})
@@ -118,7 +120,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 				m.AccuracyJudge += sc.rewards.Correct[t][c]
 				m.AccuracyMemory += sc.rewards.Discounted[t][c]
 				m.MemoryChars += float64(tu.MemoryChars())
-				if tu.Decision == rollout.DecisionReject {
+				if tu.Decision == prompt.DecisionReject {
 					m.RejectRate++
 				}
 				if !tu.Judge.Parsed {
@@ -257,7 +259,7 @@ func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*
 				MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
 				MemoryChars:  tu.MemoryChars(),
 				JudgeParsed:  tu.Judge.Parsed,
-				Reject:       tu.Decision == rollout.DecisionReject,
+				Reject:       tu.Decision == prompt.DecisionReject,
 			}
 		}
 	}

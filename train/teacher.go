@@ -15,7 +15,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/dataset/synth"
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Teacher gives a supervised warm start (SFT) its targets: what the guard
@@ -49,7 +49,7 @@ type Corrector interface {
 // of the next turn shows it as the previous memory), and the judge's call.
 type Target struct {
 	Memory    string
-	Decision  string // rollout.DecisionApprove or rollout.DecisionReject
+	Decision  string // prompt.DecisionApprove or prompt.DecisionReject
 	Rationale string
 	Where     string // where the target comes from, for errors ("FILE:LINE"; "" for a built-in teacher)
 }
@@ -238,8 +238,8 @@ func parseTeacherLine(raw []byte) (teacherLine, error) {
 			if err := str(&l.Decision); err != nil {
 				return l, err
 			}
-			if l.Decision != rollout.DecisionApprove && l.Decision != rollout.DecisionReject {
-				return l, fmt.Errorf("decision: want %q or %q, got %q", rollout.DecisionApprove, rollout.DecisionReject, l.Decision)
+			if l.Decision != prompt.DecisionApprove && l.Decision != prompt.DecisionReject {
+				return l, fmt.Errorf("decision: want %q or %q, got %q", prompt.DecisionApprove, prompt.DecisionReject, l.Decision)
 			}
 		case "rationale":
 			if err := str(&l.Rationale); err != nil {

@@ -1,4 +1,13 @@
-package rollout
+// Package prompt is what the guard's model reads and writes: the memory
+// manager's and the judge's prompts (versioned templates under
+// prompts/<version>/), the two tools the calls must use and the strict
+// parser of those calls, and the safety of untrusted text in a prompt.
+// Untrusted text (actions, observations, user messages, memories) is
+// tokenized so that no added-token id can arise from it, sits in delimited
+// blocks that no copy or look-alike of a delimiter in it can open or close
+// (delimit.go), and is elided to a bounded number of tokens (elide.go).
+// See docs/design.md#prompts-and-untrusted-text.
+package prompt
 
 import (
 	"bytes"
@@ -11,6 +20,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/chat"
+	"github.com/mageguard/mageguard/model/tokenizer"
 )
 
 //go:embed prompts
@@ -30,6 +40,18 @@ type Prompt struct {
 	User   []Part
 }
 
+// Encode renders p with the chat template as a guard call: the system
+// prompt declaring tools, the user message (its untrusted parts encoded so
+// that no added token can arise from them) and the generation prompt with
+// thinking off.
+func Encode(tok *tokenizer.Tokenizer, p Prompt, tools []chat.Tool) []int {
+	msgs := []chat.Message{
+		chat.NewMessage(chat.RoleSystem, p.System),
+		{Role: chat.RoleUser, Content: p.User},
+	}
+	return chat.Encode(tok, msgs, tools, chat.Options{AddGenerationPrompt: true})
+}
+
 // UserText returns the user message as plain text.
 func (p Prompt) UserText() string {
 	var b strings.Builder
@@ -39,8 +61,17 @@ func (p Prompt) UserText() string {
 	return b.String()
 }
 
+// Options say which prompts NewPrompts renders: the rollout section's
+// prompt keys.
+type Options struct {
+	Version      string // the template version: prompts/<Version>/ (rollout.prompt_version)
+	TrackIntent  bool   // the memory prompt asks to keep the user's intent and task scope (rollout.track_intent)
+	TrackAttacks bool   // the memory prompt asks to keep attack patterns seen (rollout.track_attacks)
+	BudgetChars  int    // the memory length the prompt asks for, in characters (rollout.memory_budget_chars)
+}
+
 // Prompts renders the memory-manager and judge prompts of one template
-// version with the ablation switches of a Config.
+// version with the ablation switches of its Options.
 type Prompts struct {
 	MemorySystem    string // the memory manager's system prompt
 	JudgeSystem     string // the judge's system prompt (reads memory + action)
@@ -105,23 +136,23 @@ type versionTools map[string]struct {
 	Parameters  json.RawMessage `json:"parameters"`
 }
 
-// NewPrompts renders the system prompts of cfg.PromptVersion. A version
+// NewPrompts renders the system prompts of version o.Version. A version
 // may also declare its tools in tools.json (e.g. shorter descriptions, for
 // a small model's context): {"update_memory": {"description": ...,
 // "parameters": {...}}, "assess_risk": {...}}, both tools, with the
 // parameters each requires, in assess_risk's case in the order the judge
 // writes them (Prompts.JudgeArgs); without the file the package's
 // MemoryTool and JudgeTool are declared, decision first.
-func NewPrompts(cfg Config) (*Prompts, error) {
+func NewPrompts(o Options) (*Prompts, error) {
 	vars := struct {
 		TrackIntent, TrackAttacks bool
 		BudgetChars               int
-	}{cfg.TrackIntent, cfg.TrackAttacks, cfg.MemoryBudgetChars}
+	}{o.TrackIntent, o.TrackAttacks, o.BudgetChars}
 	render := func(name string) (string, error) {
-		path := "prompts/" + cfg.PromptVersion + "/" + name
+		path := "prompts/" + o.Version + "/" + name
 		src, err := promptFiles.ReadFile(path)
 		if err != nil {
-			return "", fmt.Errorf("prompt_version %q: %w", cfg.PromptVersion, err)
+			return "", fmt.Errorf("prompt_version %q: %w", o.Version, err)
 		}
 		t, err := template.New(name).Option("missingkey=error").Parse(string(src))
 		if err != nil {
@@ -145,7 +176,7 @@ func NewPrompts(cfg Config) (*Prompts, error) {
 		return nil, err
 	}
 	p.MemoryTool, p.JudgeTool, p.JudgeArgs = MemoryTool, JudgeTool, defaultJudgeArgs
-	path := "prompts/" + cfg.PromptVersion + "/tools.json"
+	path := "prompts/" + o.Version + "/tools.json"
 	if src, err := promptFiles.ReadFile(path); err == nil {
 		if p.MemoryTool, p.JudgeTool, p.JudgeArgs, err = parseTools(src); err != nil {
 			return nil, fmt.Errorf("prompt %s: %w", path, err)

@@ -1,4 +1,4 @@
-package rollout
+package grammar
 
 import (
 	"encoding/json"

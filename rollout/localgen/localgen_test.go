@@ -1,49 +1,41 @@
-package rollout
+package localgen
 
 import (
 	"math"
 	"slices"
 	"testing"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
-// tinyModel is a random Qwen3 with the real vocabulary, small enough for tests.
-func tinyModel(t testing.TB) *model.Model {
+// structuredGuard returns a tiny random model and a guard with structured
+// decoding (budgets of 32 and 40 tokens) whose calls it runs; it skips
+// the test in -short mode.
+func structuredGuard(t *testing.T) (*rollout.Guard, *model.Model) {
 	t.Helper()
-	backend, err := model.NewBackend(model.DefaultBackendConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := model.DefaultTinyConfig()
-	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 32, 64, 1
-	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 2, 1, 16
-	m, err := model.New(backend, &cfg, 7, dtypes.Float32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func TestModelGeneratorStructured(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
-	tok := qwenTokenizer(t)
-	m := tinyModel(t)
-	cfg := DefaultConfig()
+	tok := guardtest.Tokenizer(t)
+	m := guardtest.TinyModel(t, 32, 64, 16, 7)
+	cfg := rollout.DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
-	g, err := NewGuard(cfg, tok, nil)
+	g, err := rollout.NewGuard(cfg, tok, &Generator{Model: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.gen = &ModelGenerator{Model: m}
-	ep := []*Episode{{Traj: bankTrajectory(), Start: 1, End: 2}}
-	run := func(seed uint64) []*Chain {
-		chains, stats, err := g.Run(ep, RunOptions{Chains: 2, Sampling: Sampling{Temperature: 1, TopP: 1, Seed: seed}})
+	return g, m
+}
+
+func TestGeneratorStructured(t *testing.T) {
+	g, _ := structuredGuard(t)
+	ep := []*rollout.Episode{{Traj: guardtest.BankTrajectory(), Start: 1, End: 2}}
+	run := func(seed uint64) []*rollout.Chain {
+		chains, stats, err := g.Run(ep, rollout.RunOptions{Chains: 2, Sampling: generate.Sampling{Temperature: 1, TopP: 1, Seed: seed}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,29 +80,18 @@ func TestModelGeneratorStructured(t *testing.T) {
 // log-probs of the choices that decoding them one step each gives; the
 // prefilled tokens report log-prob 0 and, when watched, −Inf.
 func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a model")
-	}
-	tok := qwenTokenizer(t)
-	m := tinyModel(t)
-	cfg := DefaultConfig()
-	cfg.Structured = true
-	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
-	g, err := NewGuard(cfg, tok, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec := g.EpisodeCalls(&Episode{Traj: bankTrajectory(), Start: 0, End: 2}, nil)
-	var reqs []Request
+	g, m := structuredGuard(t)
+	ec := g.EpisodeCalls(&rollout.Episode{Traj: guardtest.BankTrajectory(), Start: 0, End: 2}, nil)
+	var reqs []generate.Request
 	for turn := range 2 {
-		reqs = append(reqs, g.request(ec.Memory(turn, "m"), MemoryRole), g.request(ec.Judge(turn, "m"), JudgeRole))
+		reqs = append(reqs, g.Request(ec.Memory(turn, "m"), rollout.MemoryRole), g.Request(ec.Judge(turn, "m"), rollout.JudgeRole))
 	}
-	for _, s := range []Sampling{{Greedy: true, Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1, Seed: 5}} {
-		fast, err := (&ModelGenerator{Model: m}).Generate(reqs, s)
+	for _, s := range []generate.Sampling{{Greedy: true, Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1, Seed: 5}} {
+		fast, err := (&Generator{Model: m}).Generate(reqs, s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		slow, err := (&ModelGenerator{Model: m, stepByStep: true}).Generate(reqs, s)
+		slow, err := (&Generator{Model: m, stepByStep: true}).Generate(reqs, s)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package rollout
+package openai
 
 import (
 	"encoding/json"
@@ -14,10 +14,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/grammar"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // reply is one scripted answer of a fake server: a fixture file (under
-// testdata/openai) with a status and headers, or a hang until the client
+// testdata) with a status and headers, or a hang until the client
 // gives up.
 type reply struct {
 	status int
@@ -73,7 +79,7 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // until the client's timeout closes the connection
 		return
 	}
-	data, err := os.ReadFile(filepath.Join("testdata", "openai", rp.file))
+	data, err := os.ReadFile(filepath.Join("testdata", rp.file))
 	if err != nil {
 		f.t.Error(err)
 	}
@@ -92,23 +98,25 @@ func (f *fakeServer) hits() int {
 }
 
 // remoteGuard builds a guard whose calls go to f with the given API.
-func remoteGuard(t *testing.T, f *fakeServer, api string, structured bool) (*Guard, *OpenAIGenerator) {
+func remoteGuard(t *testing.T, f *fakeServer, api string, structured bool) (*rollout.Guard, *Generator) {
 	t.Helper()
-	tok := qwenTokenizer(t)
-	cfg := DefaultConfig()
+	tok := guardtest.Tokenizer(t)
+	cfg := rollout.DefaultConfig()
 	cfg.Structured = structured
-	cfg.Generator, cfg.Endpoint, cfg.RemoteAPI, cfg.RemoteModel = GeneratorOpenAI, f.srv.URL+"/v1", api, "mage-guard"
+	cfg.Generator, cfg.Endpoint, cfg.RemoteAPI, cfg.RemoteModel = rollout.GeneratorOpenAI, f.srv.URL+"/v1", api, "mage-guard"
 	cfg.RemoteTimeoutS = 0.5
-	g, err := NewGuard(cfg, tok, nil)
+	g, err := rollout.NewGuard(cfg, tok, nil) // for its stop tokens
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen, err := NewOpenAIGenerator(cfg.RemoteConfig, tok, g.Stops(), "sk-test")
+	gen, err := New(cfg.RemoteConfig, tok, g.Stops(), "sk-test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gen.Backoff = time.Millisecond
-	g.gen = gen
+	if g, err = rollout.NewGuard(cfg, tok, gen); err != nil {
+		t.Fatal(err)
+	}
 	return g, gen
 }
 
@@ -123,11 +131,11 @@ func judgeOrMemory(judge, memory string) func(map[string]json.RawMessage) reply 
 }
 
 // firstStep runs the first step of a session of bankTrajectory.
-func firstStep(t *testing.T, g *Guard) Turn {
+func firstStep(t *testing.T, g *rollout.Guard) rollout.Turn {
 	t.Helper()
-	tr := bankTrajectory()
-	turns, _, err := g.Step([]StepInput{{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[1].Action}},
-		Sampling{Greedy: true, Temperature: 1, TopP: 1})
+	tr := guardtest.BankTrajectory()
+	turns, _, err := g.Step([]rollout.StepInput{{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[1].Action}},
+		generate.Sampling{Greedy: true, Temperature: 1, TopP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +160,12 @@ func TestOpenAIGeneratorCompletions(t *testing.T) {
 		score            float64 // from the fixture's log-probs at the decision token
 	}{
 		// vLLM: reject 0.8 + "r" 0.01 against approve 0.2 (free decoding sums the one-token beginnings).
-		{"vllm", RemoteVLLM, "vllm_completion_judge.json", false, 0.81 / 1.01},
+		{"vllm", rollout.RemoteVLLM, "vllm_completion_judge.json", false, 0.81 / 1.01},
 		// Structured: only the enum's two tokens count.
-		{"vllm structured", RemoteVLLM, "vllm_completion_judge.json", true, 0.8 / 1.0},
-		{"vllm without token_ids", RemoteVLLM, "vllm_legacy_completion_judge.json", false, 0.81 / 1.01},
+		{"vllm structured", rollout.RemoteVLLM, "vllm_completion_judge.json", true, 0.8 / 1.0},
+		{"vllm without token_ids", rollout.RemoteVLLM, "vllm_legacy_completion_judge.json", false, 0.81 / 1.01},
 		// SGLang names log-probs by text: reject 0.7, approve 0.3.
-		{"sglang structured", RemoteSGLang, "sglang_completion_judge.json", true, 0.7},
+		{"sglang structured", rollout.RemoteSGLang, "sglang_completion_judge.json", true, 0.7},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -168,7 +176,7 @@ func TestOpenAIGeneratorCompletions(t *testing.T) {
 			if !tu.Memory.Parsed || tu.MemoryOut != wantMemory {
 				t.Errorf("memory %q parsed %v", tu.MemoryOut, tu.Memory.Parsed)
 			}
-			if tu.Decision != DecisionReject || tu.Rationale != wantRationale || !tu.Judge.Parsed {
+			if tu.Decision != prompt.DecisionReject || tu.Rationale != wantRationale || !tu.Judge.Parsed {
 				t.Errorf("judge: %s %q parsed %v (%s)", tu.Decision, tu.Rationale, tu.Judge.Parsed, tu.Judge.Violation)
 			}
 			if !tu.ScoreExact || math.Abs(tu.Score-c.score) > 1e-6 {
@@ -197,7 +205,7 @@ func TestOpenAIGeneratorCompletions(t *testing.T) {
 				t.Errorf("judge request %v", judge)
 			}
 			_, asIDs := judge["return_tokens_as_token_ids"]
-			if asIDs != (c.api == RemoteVLLM) {
+			if asIDs != (c.api == rollout.RemoteVLLM) {
 				t.Errorf("return_tokens_as_token_ids sent: %v", asIDs)
 			}
 			// Guided decoding: vLLM's structured_outputs.regex, SGLang's regex.
@@ -207,9 +215,9 @@ func TestOpenAIGeneratorCompletions(t *testing.T) {
 			_ = json.Unmarshal(judge["regex"], &re)
 			want := ""
 			if c.structured {
-				want = Regex(g.grammar[JudgeRole])
+				want = grammar.Regex(g.Grammar(rollout.JudgeRole))
 			}
-			if got := so.Regex + re; got != want || (c.structured && (so.Regex != "") != (c.api == RemoteVLLM)) {
+			if got := so.Regex + re; got != want || (c.structured && (so.Regex != "") != (c.api == rollout.RemoteVLLM)) {
 				t.Errorf("guided regex: structured_outputs %q, regex %q, want %q", so.Regex, re, want)
 			}
 		})
@@ -219,9 +227,9 @@ func TestOpenAIGeneratorCompletions(t *testing.T) {
 func TestOpenAIGeneratorNoToolCallIsAViolation(t *testing.T) {
 	f := newFakeServer(t)
 	f.pick = judgeOrMemory("completion_no_tool_call.json", "completion_no_tool_call.json")
-	g, _ := remoteGuard(t, f, RemoteVLLM, false)
+	g, _ := remoteGuard(t, f, rollout.RemoteVLLM, false)
 	tu := firstStep(t, g)
-	if tu.Memory.Parsed || tu.MemoryOut != "" || tu.Judge.Parsed || tu.Decision != DecisionReject || tu.Score != 1 || tu.ScoreExact {
+	if tu.Memory.Parsed || tu.MemoryOut != "" || tu.Judge.Parsed || tu.Decision != prompt.DecisionReject || tu.Score != 1 || tu.ScoreExact {
 		t.Errorf("got memory %q parsed %v, judge %s parsed %v score %g", tu.MemoryOut, tu.Memory.Parsed, tu.Decision, tu.Judge.Parsed, tu.Score)
 	}
 	if !strings.Contains(tu.Judge.Violation, "no <tool_call> block") {
@@ -236,22 +244,22 @@ func TestOpenAIGeneratorChat(t *testing.T) {
 		decision  string
 		violation string
 	}{
-		{"chat_tool_call.json", true, DecisionApprove, ""},
-		{"chat_malformed_arguments.json", false, DecisionReject, "not valid JSON"},
-		{"chat_no_tool_call.json", false, DecisionReject, "no <tool_call> block"},
+		{"chat_tool_call.json", true, prompt.DecisionApprove, ""},
+		{"chat_malformed_arguments.json", false, prompt.DecisionReject, "not valid JSON"},
+		{"chat_no_tool_call.json", false, prompt.DecisionReject, "no <tool_call> block"},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
 			f := newFakeServer(t)
 			f.pick = func(body map[string]json.RawMessage) reply { return reply{status: 200, file: c.file} }
-			g, _ := remoteGuard(t, f, RemoteChat, false)
+			g, _ := remoteGuard(t, f, rollout.RemoteChat, false)
 			tu := firstStep(t, g)
 			if tu.Judge.Parsed != c.parsed || tu.Decision != c.decision || !strings.Contains(tu.Judge.Violation, c.violation) {
 				t.Errorf("judge parsed %v decision %s violation %q", tu.Judge.Parsed, tu.Decision, tu.Judge.Violation)
 			}
 			// No log-probs through a chat API: the score is the decision.
 			want := 0.0
-			if c.decision == DecisionReject {
+			if c.decision == prompt.DecisionReject {
 				want = 1
 			}
 			if tu.Score != want || tu.ScoreExact {
@@ -280,8 +288,8 @@ func TestOpenAIGeneratorChat(t *testing.T) {
 				t.Fatal(err)
 			}
 			if body.Model != "mage-guard" || len(body.Messages) != 2 || body.Messages[0].Role != "system" ||
-				body.Messages[0].Content != g.prompts.JudgeSystem || !strings.Contains(body.Messages[1].Content, `"name": "send_money"`) ||
-				len(body.Tools) != 1 || body.Tools[0].Function.Name != JudgeToolName || body.ToolChoice.Function.Name != JudgeToolName {
+				body.Messages[0].Content != g.Prompts().JudgeSystem || !strings.Contains(body.Messages[1].Content, `"name": "send_money"`) ||
+				len(body.Tools) != 1 || body.Tools[0].Function.Name != prompt.JudgeToolName || body.ToolChoice.Function.Name != prompt.JudgeToolName {
 				t.Errorf("chat request %s", raw)
 			}
 		})
@@ -306,8 +314,8 @@ func TestOpenAIGeneratorRetries(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFakeServer(t, c.replies...)
-			_, gen := remoteGuard(t, f, RemoteVLLM, false)
-			out, err := gen.Generate([]Request{{Prompt: []int{1, 2, 3}, MaxNew: 8}}, Sampling{Greedy: true})
+			_, gen := remoteGuard(t, f, rollout.RemoteVLLM, false)
+			out, err := gen.Generate([]generate.Request{{Prompt: []int{1, 2, 3}, MaxNew: 8}}, generate.Sampling{Greedy: true})
 			if f.hits() != c.hits {
 				t.Errorf("%d requests, want %d", f.hits(), c.hits)
 			}
@@ -343,17 +351,17 @@ func TestRetryAfter(t *testing.T) {
 // calls the local grammar produces (random ones, under the real
 // vocabulary) and against texts it must refuse.
 func TestRegexMatchesTheGrammar(t *testing.T) {
-	tok := qwenTokenizer(t)
-	cfg := DefaultConfig()
+	tok := guardtest.Tokenizer(t)
+	cfg := rollout.DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 40, 30
-	g, err := NewGuard(cfg, tok, &randomModel{tok: tok, rng: rand.New(rand.NewPCG(2, 2))})
+	g, err := rollout.NewGuard(cfg, tok, &guardtest.Random{Tok: tok, Rng: rand.New(rand.NewPCG(2, 2))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	judge := regexp.MustCompile("^" + Regex(g.grammar[JudgeRole]) + "$")
-	memory := regexp.MustCompile("^" + Regex(g.grammar[MemoryRole]) + "$")
-	chains, _, err := g.Run([]*Episode{{Traj: bankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 4, Sampling: Sampling{Temperature: 1}})
+	judge := regexp.MustCompile("^" + grammar.Regex(g.Grammar(rollout.JudgeRole)) + "$")
+	memory := regexp.MustCompile("^" + grammar.Regex(g.Grammar(rollout.MemoryRole)) + "$")
+	chains, _, err := g.Run([]*rollout.Episode{{Traj: guardtest.BankTrajectory(), Start: 0, End: 3}}, rollout.RunOptions{Chains: 4, Sampling: generate.Sampling{Temperature: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,9 +379,9 @@ func TestRegexMatchesTheGrammar(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{
-		strings.ReplaceAll(judgeCall, "%s", "maybe"),
-		strings.Replace(strings.ReplaceAll(judgeCall, "%s", "approve"), `"r"`, `"a \" quote"`, 1),
-		strings.ReplaceAll(judgeCall, "%s", "approve") + " extra",
+		guardtest.JudgeCall("maybe", "r"),
+		guardtest.JudgeCall("approve", `a \" quote`),
+		guardtest.JudgeCall("approve", "r") + " extra",
 	} {
 		if judge.MatchString(bad) {
 			t.Errorf("the regex accepts %q", bad)
@@ -381,40 +389,11 @@ func TestRegexMatchesTheGrammar(t *testing.T) {
 	}
 }
 
-func TestRemoteConfigValidate(t *testing.T) {
-	cases := []struct {
-		set  func(*RemoteConfig)
-		want string
-	}{
-		{func(c *RemoteConfig) {}, ""},
-		{func(c *RemoteConfig) { c.Generator = "gpu" }, "generator must be"},
-		{func(c *RemoteConfig) { c.Generator = GeneratorOpenAI }, "endpoint must be an http(s) URL"},
-		{func(c *RemoteConfig) { c.Generator, c.Endpoint = GeneratorOpenAI, "ftp://x" }, "endpoint must be"},
-		{func(c *RemoteConfig) { c.Generator, c.Endpoint = GeneratorOpenAI, "http://127.0.0.1:8000/v1" }, ""},
-		{func(c *RemoteConfig) {
-			c.Generator, c.Endpoint, c.RemoteAPI = GeneratorOpenAI, "https://api.openai.com/v1", RemoteChat
-		}, "remote_model must name"},
-		{func(c *RemoteConfig) { c.RemoteAPI = "tgi" }, "remote_api must be"},
-		{func(c *RemoteConfig) { c.RemoteTimeoutS = 0 }, "remote_timeout_s"},
-		{func(c *RemoteConfig) { c.RemoteRetries = -1 }, "remote_retries"},
-		{func(c *RemoteConfig) { c.RemoteConcurrency = 0 }, "remote_concurrency"},
-		{func(c *RemoteConfig) { c.RemoteLogprobs = 21 }, "remote_logprobs"},
-	}
-	for i, c := range cases {
-		cfg := DefaultRemoteConfig()
-		c.set(&cfg)
-		err := cfg.Validate()
-		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {
-			t.Errorf("case %d: error %v, want %q", i, err, c.want)
-		}
-	}
-}
-
 // TestFixturesDecodeToTheirText checks that the fixtures' token ids are the
 // bundled tokenizer's for their text (the stop token aside).
 func TestFixturesDecodeToTheirText(t *testing.T) {
-	tok := qwenTokenizer(t)
-	files, err := filepath.Glob(filepath.Join("testdata", "openai", "*completion*.json"))
+	tok := guardtest.Tokenizer(t)
+	files, err := filepath.Glob(filepath.Join("testdata", "*completion*.json"))
 	if err != nil || len(files) < 4 {
 		t.Fatalf("fixtures %v: %v", files, err)
 	}

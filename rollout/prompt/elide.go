@@ -1,4 +1,4 @@
-package rollout
+package prompt
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 // make a prompt longer than the model takes (which failed the whole
 // generation batch, and with it the run). A text of more than its limit
 // keeps its first and last tokens around an explicit marker saying how many
-// were left out — never a silent cut — and the counts go into Stats:
+// were left out — never a silent cut — and the guard loop counts them:
 //
 //   - an observation: rollout.max_observation_tokens;
 //   - the user's request and later user messages: rollout.max_user_tokens;
@@ -55,36 +55,43 @@ func ElideObservation(tok *tokenizer.Tokenizer, obs string, max int) (string, in
 // elidedArgumentsKey holds an action's arguments elided as a whole.
 const elidedArgumentsKey = "elided_arguments_json"
 
+// ActionElision counts what ElideAction left out of an action.
+type ActionElision struct {
+	Arguments int // the name and argument strings elided in place (rollout.max_argument_tokens)
+	Actions   int // 1 when the arguments were then elided as a whole (rollout.max_action_tokens)
+	Tokens    int // the tokens left out by both
+}
+
 // ElideAction returns action a as the guard shows it (see the top of this
 // file): its name and every string in its arguments elided to maxArg
 // tokens each, then its arguments as a whole when the rendered action
-// (ActionJSON) still has more than maxAction tokens. It adds what it left
-// out to stats.
-func ElideAction(tok *tokenizer.Tokenizer, a dataset.Action, maxArg, maxAction int, stats *Stats) dataset.Action {
+// (ActionJSON) still has more than maxAction tokens; and what it left out.
+func ElideAction(tok *tokenizer.Tokenizer, a dataset.Action, maxArg, maxAction int) (dataset.Action, ActionElision) {
 	out := a
-	if name, n := ElideText(tok, a.Name, maxArg); n > 0 {
+	var n ActionElision
+	if name, k := ElideText(tok, a.Name, maxArg); k > 0 {
 		out.Name = name
-		stats.ElidedArguments++
-		stats.ElidedActionTokens += n
+		n.Arguments++
+		n.Tokens += k
 	}
-	if args, values, n := elideJSONStrings(tok, a.Arguments, maxArg); values > 0 {
+	if args, values, k := elideJSONStrings(tok, a.Arguments, maxArg); values > 0 {
 		out.Arguments = args
-		stats.ElidedArguments += values
-		stats.ElidedActionTokens += n
+		n.Arguments += values
+		n.Tokens += k
 	}
 	rendered := ActionJSON(out)
 	if len(rendered) <= maxAction || len(tok.EncodeUntrusted(rendered)) <= maxAction {
-		return out
+		return out, n
 	}
-	text, n := ElideText(tok, string(out.Arguments), maxAction)
+	text, k := ElideText(tok, string(out.Arguments), maxAction)
 	wrapped, err := json.Marshal(map[string]string{elidedArgumentsKey: text})
-	if err != nil || n == 0 {
-		return out // the name alone is long: it was elided above
+	if err != nil || k == 0 {
+		return out, n // the name alone is long: it was elided above
 	}
 	out.Arguments = wrapped
-	stats.ElidedActions++
-	stats.ElidedActionTokens += n
-	return out
+	n.Actions++
+	n.Tokens += k
+	return out, n
 }
 
 // elideJSONStrings returns the JSON text raw with every string token (keys

@@ -3,31 +3,35 @@ package rollout
 import (
 	"math"
 	"testing"
+
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/localgen"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// TestModelGeneratorScoresStructuredDecisions runs the judge of a random
+// TestLocalGeneratorScoresStructuredDecisions runs the judge of a random
 // model under structured decoding: every judge call parses, so every score
 // is read from the watched log-probs at the enum choice, and it must be the
 // two alternatives' probabilities renormalised — which for a sampled
 // decision also bounds it away from 0 and 1 — and the same score Step reads.
-func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
+func TestLocalGeneratorScoresStructuredDecisions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a model")
 	}
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	cfg := DefaultConfig()
 	cfg.Structured = true
 	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
-	g, err := NewGuard(cfg, tok, nil)
+	g, err := NewGuard(cfg, tok, &localgen.Generator{Model: guardtest.TinyModel(t, 32, 64, 16, 7)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.gen = &ModelGenerator{Model: tinyModel(t)}
-	tr := bankTrajectory()
+	tr := guardtest.BankTrajectory()
 	turns, _, err := g.Step([]StepInput{
 		{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[0].Action},
 		{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[1].Action},
-	}, Sampling{Greedy: true, Temperature: 1, TopP: 1})
+	}, generate.Sampling{Greedy: true, Temperature: 1, TopP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +57,7 @@ func TestModelGeneratorScoresStructuredDecisions(t *testing.T) {
 		if math.Abs(tu.Score-want) > 1e-9 {
 			t.Errorf("session %d: score %g, want %g", i, tu.Score, want)
 		}
-		if (tu.Decision == DecisionReject) != (lr > la) {
+		if (tu.Decision == prompt.DecisionReject) != (lr > la) {
 			t.Errorf("session %d: greedy decision %s with log-probs approve %g reject %g", i, tu.Decision, la, lr)
 		}
 		// The watched log-prob of each emitted token is its own log-prob.

@@ -1,4 +1,4 @@
-package rollout
+package prompt
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/model/chat"
 )
 
 func TestEscapeDelimitersCoversLookAlikes(t *testing.T) {
@@ -50,7 +52,7 @@ func TestEscapeDelimitersCoversLookAlikes(t *testing.T) {
 // smuggle a control token: every added token of the tokenizer, delimiters
 // in every look-alike form, and seeded random mixes of the pieces.
 func adversarialTexts(t *testing.T, n int) []string {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	var pieces []string
 	for id := 0; id < tok.VocabSize(); id++ {
 		if tok.IsAdded(id) {
@@ -85,8 +87,8 @@ func adversarialTexts(t *testing.T, n int) []string {
 // has exactly the added tokens and the block delimiters of the same prompt
 // with plain text in those places.
 func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
-	tok := qwenTokenizer(t)
-	g, err := NewGuard(DefaultConfig(), tok, nil)
+	tok := guardtest.Tokenizer(t)
+	ps, err := NewPrompts(Options{Version: "v1", TrackIntent: true, TrackAttacks: true, BudgetChars: 600}) // the rollout section's defaults
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,14 +101,15 @@ func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 		ev := Events{{User: &x}, {Action: &a, Observation: x}, {User: &x}}
 		hist := []HistoryStep{{UserRequest: &x, Action: a, Observation: x}}
 		return map[string]Prompt{
-			"memory":     g.prompts.Memory(x, ev),
-			"judge":      g.prompts.Judge(x, a),
-			"judge-only": g.prompts.JudgeOnly(x, hist, &x, a),
+			"memory":     ps.Memory(x, ev),
+			"judge":      ps.Judge(x, a),
+			"judge-only": ps.JudgeOnly(x, hist, &x, a),
 		}
 	}
-	added := func(p Prompt, role Role) map[string]int {
+	// Each prompt as the guard encodes it, its role's tool declared.
+	added := func(p Prompt, tool chat.Tool) map[string]int {
 		count := map[string]int{}
-		for _, id := range g.newCall(p, role).Prompt {
+		for _, id := range Encode(tok, p, []chat.Tool{tool}) {
 			if tok.IsAdded(id) {
 				count[tok.IDToToken(id)]++
 			}
@@ -114,10 +117,10 @@ func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 		return count
 	}
 	clean := prompts("plain")
-	roles := map[string]Role{"memory": MemoryRole, "judge": JudgeRole, "judge-only": JudgeRole}
+	tools := map[string]chat.Tool{"memory": ps.MemoryTool, "judge": ps.JudgeTool, "judge-only": ps.JudgeTool}
 	wantAdded, wantDelims := map[string]map[string]int{}, map[string]int{}
 	for name, p := range clean {
-		wantAdded[name] = added(p, roles[name])
+		wantAdded[name] = added(p, tools[name])
 		wantDelims[name] = countDelimiters(p.UserText())
 	}
 	for _, x := range adversarialTexts(t, 300) {
@@ -125,7 +128,7 @@ func TestNoUntrustedTextCanOpenACloseBlockOrYieldAnAddedToken(t *testing.T) {
 			if n := countDelimiters(p.UserText()); n != wantDelims[name] {
 				t.Fatalf("%s prompt with %q: %d delimiters, want the template's %d:\n%s", name, x, n, wantDelims[name], p.UserText())
 			}
-			if got := added(p, roles[name]); fmt.Sprint(got) != fmt.Sprint(wantAdded[name]) {
+			if got := added(p, tools[name]); fmt.Sprint(got) != fmt.Sprint(wantAdded[name]) {
 				t.Fatalf("%s prompt with %q: added tokens %v, want the template's %v", name, x, got, wantAdded[name])
 			}
 		}

@@ -1,4 +1,4 @@
-package rollout
+package prompt
 
 import (
 	"slices"
@@ -22,9 +22,7 @@ func TestVersionToolDeclarations(t *testing.T) {
 			"{\"type\": \"function\", \"function\": {\"name\": \"update_memory\", \"description\": \"Replace the memory.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"content\": {\"type\": \"string\"}}, \"required\": [\"content\"]}}}\n" +
 				"{\"type\": \"function\", \"function\": {\"name\": \"assess_risk\", \"description\": \"Decide on the pending tool call.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"rationale\": {\"type\": \"string\"}, \"decision\": {\"type\": \"string\", \"enum\": [\"approve\", \"reject\"]}}, \"required\": [\"rationale\", \"decision\"]}}}"},
 	} {
-		cfg := DefaultConfig()
-		cfg.PromptVersion = tc.version
-		p, err := NewPrompts(cfg)
+		p, err := NewPrompts(Options{Version: tc.version, TrackIntent: true, TrackAttacks: true, BudgetChars: 600})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,20 +1,20 @@
-package rollout
+package prompt
 
 // This file holds the guard's two tools, declared as JSON schemas for the
 // chat template, and the strict parser of the tool call a completion must
-// be (DESIGN.md, "Format and fallback").
+// be (docs/design.md#the-guard-loop: a completion that is no valid call is
+// a format violation, with its fallback).
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
 	"unicode"
 
+	"github.com/mageguard/mageguard/internal/strictjson"
 	"github.com/mageguard/mageguard/model/chat"
 )
 
@@ -149,13 +149,9 @@ func ParseToolCall(completion string) (ToolCall, error) {
 	}
 	body := s[len(open):end]
 
-	dec := json.NewDecoder(strings.NewReader(body))
-	top, err := decodeObject(dec)
+	top, err := object([]byte(body), "name", "arguments")
 	if err != nil {
-		return ToolCall{}, violation("tool call: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return ToolCall{}, violation("tool call: text after the JSON object")
+		return ToolCall{}, violation("tool call: %v", err) // invalid JSON, not an object, a repeated key, text after it
 	}
 	if err := onlyKeys(top, "name", "arguments"); err != nil {
 		return ToolCall{}, violation("tool call: %v", err)
@@ -173,7 +169,7 @@ func ParseToolCall(completion string) (ToolCall, error) {
 	default:
 		return ToolCall{}, violation("unknown tool %s", quote(name))
 	}
-	args, err := decodeObject(json.NewDecoder(bytes.NewReader(top["arguments"])))
+	args, err := object(top["arguments"], params...)
 	if err != nil {
 		return ToolCall{}, violation("%s: \"arguments\": %v", name, err)
 	}
@@ -219,38 +215,6 @@ func parseFor(completion, want string) (ToolCall, error) {
 	return call, nil
 }
 
-// decodeObject reads one JSON object from dec and returns its members'
-// raw values. A repeated key is an error.
-func decodeObject(dec *json.Decoder) (map[string]json.RawMessage, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fmt.Errorf("not valid JSON: %v", err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errors.New("not a JSON object")
-	}
-	members := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
-		}
-		key := tok.(string) // inside an object the decoder yields string keys
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
-		}
-		if _, dup := members[key]; dup {
-			return nil, fmt.Errorf("key %q repeated", key)
-		}
-		members[key] = raw
-	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return nil, fmt.Errorf("not valid JSON: %v", err)
-	}
-	return members, nil
-}
-
 // onlyKeys checks that m has exactly the keys want.
 func onlyKeys(m map[string]json.RawMessage, want ...string) error {
 	for _, k := range want {
@@ -264,6 +228,27 @@ func onlyKeys(m map[string]json.RawMessage, want ...string) error {
 		}
 	}
 	return nil
+}
+
+// object decodes raw as one JSON object of the allowed keys
+// (strictjson.Object), its refusal worded as a format violation's reason.
+func object(raw []byte, allowed ...string) (map[string]json.RawMessage, error) {
+	m, err := strictjson.Object(raw, "", allowed...)
+	var e *strictjson.ObjectError
+	if !errors.As(err, &e) {
+		return m, err
+	}
+	switch e.Kind {
+	case strictjson.NotObject:
+		return nil, errors.New("not a JSON object")
+	case strictjson.Trailing:
+		return nil, errors.New("text after the JSON object")
+	case strictjson.Duplicate: // at any depth: name the key itself
+		return nil, fmt.Errorf("key %q repeated", e.Path[strings.LastIndexByte(e.Path, '.')+1:])
+	case strictjson.Unknown:
+		return nil, fmt.Errorf("unknown key %s", quote(e.Path))
+	}
+	return nil, errors.New(e.Problem)
 }
 
 // jsonString decodes raw, which must be a JSON string.

@@ -1,11 +1,5 @@
-package rollout
-
-import (
-	"fmt"
-	"strings"
-)
-
-// Structured decoding: the sampler can only produce a valid tool call.
+// Package grammar is structured decoding: the sampler can only produce a
+// valid tool call.
 //
 // A call is a template of pieces: fixed text (forced token by token), a
 // choice between the token sequences of an enum's values, and free JSON
@@ -16,7 +10,14 @@ import (
 // then forced. When the row's token budget runs short, the closing text is
 // forced. This is what serving stacks' structured outputs do. Only choices
 // (enum values, free text) are the model's: forced tokens carry no choice
-// and do not count in the GRPO loss.
+// and do not count in the GRPO loss. Regex writes the same template as a
+// regular expression, for a server's guided decoding.
+package grammar
+
+import (
+	"fmt"
+	"strings"
+)
 
 // Vocab is what structured decoding needs from a tokenizer.
 type Vocab interface {
@@ -61,7 +62,7 @@ type Grammar struct {
 	banned  []int          // ids never allowed inside a free string
 	closers map[int]string // closer id → its text ('"' + a prefix of the closing)
 
-	template string // the call template it was compiled from (Regex)
+	parts []part // the call template it was compiled from (Regex)
 }
 
 // NewGrammar compiles a call template. "{choice:a|b}" marks an enum value,
@@ -70,49 +71,27 @@ type Grammar struct {
 //
 //	<tool_call>\n{"name": "assess_risk", "arguments": {"decision": "{choice:approve|reject}", "rationale": "{string}"}}\n</tool_call>
 func NewGrammar(v Vocab, template string, stop int) (*Grammar, error) {
-	g := &Grammar{template: template, vocab: v, stop: stop, closers: map[int]string{}}
+	parts, err := parseTemplate(template)
+	if err != nil {
+		return nil, err
+	}
+	g := &Grammar{parts: parts, vocab: v, stop: stop, closers: map[int]string{}}
 	var closings []string
-	rest := template
-	for rest != "" {
-		i := strings.Index(rest, "{choice:")
-		k := strings.Index(rest, "{string}")
-		if i < 0 || (k >= 0 && k < i) {
-			i = k
-		}
-		if i < 0 {
-			g.addFixed(rest)
-			break
-		}
-		if i > 0 {
-			g.addFixed(rest[:i])
-		}
-		rest = rest[i:]
-		if strings.HasPrefix(rest, "{string}") {
-			rest = rest[len("{string}"):]
-			closing := rest
-			if j := strings.Index(closing, "{"); j >= 0 && (strings.HasPrefix(closing[j:], "{choice:") || strings.HasPrefix(closing[j:], "{string}")) {
-				closing = closing[:j]
-			}
-			if !strings.HasPrefix(closing, `"`) {
-				return nil, fmt.Errorf("grammar %q: {string} must be followed by '\"'", template)
-			}
+	for i, pt := range parts {
+		switch pt.kind {
+		case fixedPiece:
+			g.addFixed(pt.text)
+		case stringPiece:
+			closing := parts[i+1].text // the fixed text that follows: it begins with '"'
 			g.pieces = append(g.pieces, piece{kind: stringPiece, closing: closing})
 			closings = append(closings, closing)
-			continue
-		}
-		end := strings.Index(rest, "}")
-		if end < 0 {
-			return nil, fmt.Errorf("grammar %q: unterminated {choice:", template)
-		}
-		p := piece{kind: choicePiece}
-		for _, opt := range strings.Split(rest[len("{choice:"):end], "|") {
-			if opt == "" {
-				return nil, fmt.Errorf("grammar %q: empty choice", template)
+		case choicePiece:
+			p := piece{kind: choicePiece}
+			for _, opt := range pt.options {
+				p.options = append(p.options, v.Encode(opt))
 			}
-			p.options = append(p.options, v.Encode(opt))
+			g.pieces = append(g.pieces, p)
 		}
-		g.pieces = append(g.pieces, p)
-		rest = rest[end+1:]
 	}
 	// One pass over the vocabulary: what may not appear inside a string, and
 	// which tokens close one.
@@ -152,6 +131,62 @@ func NewGrammar(v Vocab, template string, stop int) (*Grammar, error) {
 	return g, nil
 }
 
+// Vocab returns the vocabulary g was compiled over.
+func (g *Grammar) Vocab() Vocab { return g.vocab }
+
+// part is a piece of a call template: fixed text, free string text
+// ("{string}") or an enum value ("{choice:a|b}").
+type part struct {
+	kind    pieceKind
+	text    string   // fixed: the text
+	options []string // choice: the values
+}
+
+// parseTemplate splits a call template (see NewGrammar) into its parts,
+// in order; a {string} must be followed by fixed text that begins with
+// '"'.
+func parseTemplate(template string) ([]part, error) {
+	var parts []part
+	rest := template
+	for rest != "" {
+		i := strings.Index(rest, "{choice:")
+		k := strings.Index(rest, "{string}")
+		if i < 0 || (k >= 0 && k < i) {
+			i = k
+		}
+		if i < 0 {
+			parts = append(parts, part{kind: fixedPiece, text: rest})
+			break
+		}
+		if i > 0 {
+			parts = append(parts, part{kind: fixedPiece, text: rest[:i]})
+		}
+		rest = rest[i:]
+		if strings.HasPrefix(rest, "{string}") {
+			rest = rest[len("{string}"):]
+			if !strings.HasPrefix(rest, `"`) {
+				return nil, fmt.Errorf("grammar %q: {string} must be followed by '\"'", template)
+			}
+			parts = append(parts, part{kind: stringPiece})
+			continue
+		}
+		end := strings.Index(rest, "}")
+		if end < 0 {
+			return nil, fmt.Errorf("grammar %q: unterminated {choice:", template)
+		}
+		p := part{kind: choicePiece}
+		for _, opt := range strings.Split(rest[len("{choice:"):end], "|") {
+			if opt == "" {
+				return nil, fmt.Errorf("grammar %q: empty choice", template)
+			}
+			p.options = append(p.options, opt)
+		}
+		parts = append(parts, p)
+		rest = rest[end+1:]
+	}
+	return parts, nil
+}
+
 func (g *Grammar) addFixed(text string) {
 	ids := g.vocab.Encode(text)
 	if n := len(g.pieces); n > 0 && g.pieces[n-1].kind == fixedPiece {
@@ -187,10 +222,10 @@ func (g *Grammar) NewDecoder(budget int) *Decoder {
 	return &Decoder{g: g, budget: budget}
 }
 
-// leading returns the tokens the grammar forces before its first choice (the
+// Leading returns the tokens the grammar forces before its first choice (the
 // call's opening text), advancing d past them. The stop token is never one
 // of them.
-func (d *Decoder) leading() []int {
+func (d *Decoder) Leading() []int {
 	var ids []int
 	for {
 		c := d.Next()

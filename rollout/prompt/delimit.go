@@ -1,4 +1,4 @@
-package rollout
+package prompt
 
 import (
 	"strings"
