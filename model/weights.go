@@ -613,7 +613,7 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		}
 	}
 	if fresh {
-		if err := os.Rename(dir, final); err != nil {
+		if err := atomicfile.ReplaceDir(dir, final); err != nil {
 			return fmt.Errorf("save %s: %w", final, err)
 		}
 	}

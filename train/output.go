@@ -129,36 +129,6 @@ func (j *jsonlFile) close() {
 	j.f.Close()
 }
 
-// replaceDir moves the complete directory tmp to final, replacing an older
-// final: the old one is renamed aside first and removed last, so a crash
-// leaves one of the two under its name or aside, never neither.
-func replaceDir(tmp, final string) error {
-	aside := final + ".old"
-	os.RemoveAll(aside)
-	if _, err := os.Stat(final); err == nil {
-		if err := os.Rename(final, aside); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Rename(aside, final)
-		return err
-	}
-	if err := os.Chmod(final, 0o755); err != nil {
-		return err
-	}
-	syncDir(filepath.Dir(final))
-	return os.RemoveAll(aside)
-}
-
-// syncDir makes a rename in dir durable (best effort).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
-
 var checkpointRe = regexp.MustCompile(`^checkpoint-(\d+)$`)
 
 func checkpointDir(out string, step int) string {
@@ -169,8 +139,8 @@ func checkpointDir(out string, step int) string {
 // directory that already holds checkpoints, so nothing is overwritten. It
 // then cleans up after a run that was killed mid-write (the caller holds
 // the folder's lock, so no one else is writing there): temporary files and
-// folders are removed, and a checkpoint moved aside by replaceDir whose
-// replacement never arrived is put back.
+// folders are removed, and a checkpoint moved aside by
+// atomicfile.ReplaceDir whose replacement never arrived is put back.
 func prepareOut(out string, resume bool, log io.Writer) error {
 	if out == "" {
 		return fmt.Errorf("train: no output directory (--out)")
@@ -191,8 +161,8 @@ func prepareOut(out string, resume bool, log io.Writer) error {
 	return nil
 }
 
-// asideRe matches a checkpoint replaceDir moved aside.
-var asideRe = regexp.MustCompile(`^checkpoint-(\d+|best)\.old$`)
+// asideRe matches a checkpoint atomicfile.ReplaceDir moved aside.
+var asideRe = regexp.MustCompile(`^checkpoint-(\d+|best)` + regexp.QuoteMeta(atomicfile.AsideSuffix) + `$`)
 
 // removeStale removes what a killed run left in out: atomicfile's
 // temporary files and model.Save's temporary folders (".NAME.tmp-DIGITS"),
@@ -220,7 +190,7 @@ func removeStale(out string, log io.Writer) error {
 			continue
 		}
 		if asideRe.MatchString(name) {
-			final := strings.TrimSuffix(path, ".old")
+			final := strings.TrimSuffix(path, atomicfile.AsideSuffix)
 			if _, err := os.Stat(final); os.IsNotExist(err) {
 				if err := os.Rename(path, final); err != nil {
 					return err
@@ -318,7 +288,7 @@ func (r *run) saveCheckpoint(step int) (string, error) {
 	if err := atomicfile.WriteFile(filepath.Join(tmp, "trainer_state.json"), ts); err != nil {
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
-	if err := replaceDir(tmp, final); err != nil { // final may be a stale copy without trainer_state.json
+	if err := atomicfile.ReplaceDir(tmp, final); err != nil { // final may be a stale copy without trainer_state.json
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
 	fmt.Fprintf(r.log, "saved %s\n", final)
