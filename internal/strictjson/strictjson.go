@@ -4,7 +4,9 @@
 // raw inside a json.RawMessage) and escapes of lone UTF-16 surrogates such
 // as "\ud800" (also U+FFFD). Every reader of outside JSON (trajectories,
 // safetensors headers, config.json, trainer_state.json, decisions.jsonl,
-// report.json) runs Check after the text parsed.
+// report.json) runs Check after the text parsed. DecodeObject and Object
+// read one JSON object into its members' raw values, refusing a key given
+// twice, for readers that check each member themselves.
 package strictjson
 
 import (
