@@ -15,6 +15,7 @@ import (
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // SFTConfig is the `sft` section: the supervised warm start's own keys.
@@ -26,7 +27,7 @@ type SFTConfig struct {
 	// Teacher names the targets: "synth" (the synthetic world's perfect
 	// memory manager and judge), "synth-myopic" (its memory of the latest
 	// turn only, with the judge's rule on it), or a teacher JSONL file
-	// (FileTeacher; a file named synth needs a path such as ./synth).
+	// (teacher.File; a file named synth needs a path such as ./synth).
 	Teacher string `yaml:"teacher"`
 	// JudgePairs adds to every step, besides the calls of its
 	// trajectories, the judge calls of that many pairs of turns: the
@@ -52,9 +53,9 @@ type SFTConfig struct {
 	// memories the model writes itself (DAgger-style): the step first runs
 	// the guard loop greedily with the current weights; each memory call's
 	// prompt shows the model's own previous memory and its target is what
-	// the teacher would write from it (Corrector.NextMemory), each judge
+	// the teacher would write from it (teacher.Corrector.Next), each judge
 	// call's prompt shows the memory the model wrote and its target is the
-	// teacher's call on that memory (Corrector.JudgeOn). Teacher forcing
+	// teacher's call on that memory (teacher.Corrector.JudgeOn). Teacher forcing
 	// alone trains on the teacher's memories, which the model never reads
 	// at eval. Needs a teacher that can correct (synth, synth-myopic); no
 	// effect on the judge-only variant, which keeps no memory; the extra
@@ -63,12 +64,12 @@ type SFTConfig struct {
 }
 
 // DefaultSFTConfig returns the defaults: the synthetic world's perfect teacher.
-func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: TeacherSynth} }
+func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: teacher.NameSynth} }
 
 // Validate checks the values; errors start with the key's name.
 func (c *SFTConfig) Validate() error {
 	if c.Teacher == "" {
-		return fmt.Errorf("teacher must be %s, %s or a teacher file", TeacherSynth, TeacherSynthMyopic)
+		return fmt.Errorf("teacher must be %s, %s or a teacher file", teacher.NameSynth, teacher.NameSynthMyopic)
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
@@ -112,7 +113,7 @@ func (m *SFTMetrics) summary() string {
 
 // sftState is an SFT run's teacher and its targets, rendered once.
 type sftState struct {
-	teacher       Teacher
+	teacher       teacher.Teacher
 	judgePairs    int
 	memoryChanges int
 	ownMemories   bool
@@ -148,8 +149,8 @@ type judgeCall struct {
 // Trajectories the teacher has no targets for are left out (and counted);
 // opts.GRPO's beta, num_iterations, clip_epsilon and scale_rewards do not
 // apply.
-func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Result, error) {
-	if teacher == nil {
+func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) (*Result, error) {
+	if tch == nil {
 		return nil, errors.New("sft: no teacher")
 	}
 	// The cross-entropy through the GRPO trainer. With advantage 1 for
@@ -164,10 +165,10 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
-	if _, ok := teacher.(Corrector); cfg.OwnMemories && !ok {
-		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", teacher, TeacherSynth, TeacherSynthMyopic)
+	if _, ok := tch.(teacher.Corrector); cfg.OwnMemories && !ok {
+		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", tch, teacher.NameSynth, teacher.NameSynthMyopic)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage"}}
+	r := &run{opts: opts, sft: &sftState{teacher: tch, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage"}}
 	return r.loop(ctx)
 }
 
@@ -181,7 +182,7 @@ func (r *run) sftTargets() error {
 	skipped := 0
 	for i, tr := range r.pool {
 		seqs, changes, err := r.sftSequences(tr, &stats)
-		if errors.Is(err, ErrNotTaught) {
+		if errors.Is(err, teacher.ErrNotTaught) {
 			skipped++
 			continue
 		}
@@ -209,7 +210,7 @@ func (r *run) sftTargets() error {
 	if len(pool) == 0 {
 		return fmt.Errorf("sft: teacher %s has targets for none of the %d trajectories of %s", r.sft.teacher, len(r.pool), o.Train.Data)
 	}
-	if ft, ok := r.sft.teacher.(*FileTeacher); ok {
+	if ft, ok := r.sft.teacher.(*teacher.File); ok {
 		ids := map[string]bool{}
 		for _, tr := range r.pool {
 			ids[tr.ID] = true
@@ -352,7 +353,7 @@ func (r *run) memoryChanges(step, n int) []grpo.Sequence {
 // returns the share of the model's memories, and of its decisions, that
 // already were those targets.
 func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight, judgeRight float64, err error) {
-	corr := r.sft.teacher.(Corrector)
+	corr := r.sft.teacher.(teacher.Corrector)
 	eps := make([]*rollout.Episode, len(idx))
 	for k, i := range idx {
 		s, e := r.window(r.pool[i])
@@ -371,7 +372,7 @@ func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight,
 		prev := ""
 		for t, tu := range ch.Turns {
 			where := fmt.Sprintf("trajectory %s turn %d", tr.ID, ep.Start+t)
-			target, err := corr.NextMemory(tr, ep.Start, ep.Start+t, prev)
+			target, err := corr.Next(tr, ep.Start, ep.Start+t, prev)
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: %w", where, err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // synthMicroOptions is an SFT run small enough for tests: a one-layer
@@ -56,7 +57,7 @@ func synthMicroOptions(t *testing.T) Options {
 
 // sftRun is the part of an SFT run that renders targets: its guard and
 // teacher, without a model.
-func sftRun(t *testing.T, o Options, teacher Teacher) *run {
+func sftRun(t *testing.T, o Options, tch teacher.Teacher) *run {
 	t.Helper()
 	tok, _, err := o.Model.LoadTokenizer()
 	if err != nil {
@@ -66,7 +67,7 @@ func sftRun(t *testing.T, o Options, teacher Teacher) *run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &run{opts: o, guard: g, tok: tok, sft: &sftState{teacher: teacher}}
+	return &run{opts: o, guard: g, tok: tok, sft: &sftState{teacher: tch}}
 }
 
 // TestSFTLossMask pins what each SFT sequence trains on: a memory call's
@@ -79,7 +80,7 @@ func sftRun(t *testing.T, o Options, teacher Teacher) *run {
 // with the token that closes its string.
 func TestSFTLossMask(t *testing.T) {
 	o := synthMicroOptions(t)
-	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	r := sftRun(t, o, teacher.Synth{BudgetChars: 100})
 	trajs, err := dataset.ReadAll(o.Train.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestSFTLossMask(t *testing.T) {
 		var wantChanges []int
 		prevMem := ""
 		for turn := range tr.Turns {
-			mem, err := synth.Teacher{}.Memory(tr, 0, turn)
+			mem, err := teacher.Synth{}.Memory(tr, 0, turn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +117,7 @@ func TestSFTLossMask(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		perfect := synth.Teacher{}
+		perfect := teacher.Synth{}
 		for i, s := range seqs {
 			turn := i / 2
 			mem, err := perfect.Memory(tr, 0, turn)
@@ -141,7 +142,7 @@ func TestSFTLossMask(t *testing.T) {
 				wantCompletion = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + mem + closing + "<|im_end|>"
 				wantCounted = mem
 			} else {
-				d, why := synth.Decision(tr, turn)
+				d, why := teacher.Decision(tr, turn)
 				action := rollout.ActionJSON(tr.Turns[turn].Action)
 				if !strings.Contains(prompt, "Memory:\n<memory>\n"+mem+"\n</memory>") || !strings.Contains(prompt, action) {
 					t.Errorf("%s turn %d: judge prompt does not show the memory %q and the action %s:\n%s", tr.ID, turn, mem, action, prompt)
@@ -181,7 +182,7 @@ func TestSFTLossMask(t *testing.T) {
 			rest, ok := strings.CutPrefix(got, wantCounted)
 			after := closing
 			if i%2 == 1 {
-				d, _ := synth.Decision(tr, turn)
+				d, _ := teacher.Decision(tr, turn)
 				var withDecision bool
 				rest, withDecision = strings.CutSuffix(rest, d)
 				ok = ok && withDecision
@@ -221,8 +222,8 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 		t.Skip("trains a model")
 	}
 	o := synthMicroOptions(t)
-	teacher := SynthTeacher{synth.Teacher{BudgetChars: 100}}
-	if _, err := SFT(context.Background(), o, DefaultSFTConfig(), teacher); err != nil {
+	tch := teacher.Synth{BudgetChars: 100}
+	if _, err := SFT(context.Background(), o, DefaultSFTConfig(), tch); err != nil {
 		t.Fatal(err)
 	}
 	lines := readJSONL[SFTMetrics](t, filepath.Join(o.Out, "metrics.jsonl"))
@@ -232,7 +233,7 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	got := lines[0]
 
 	// The step's sequences, scored by the starting model.
-	r := sftRun(t, o, teacher)
+	r := sftRun(t, o, tch)
 	trajs, err := dataset.ReadAll(o.Train.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +300,7 @@ func sftPooled(t *testing.T, o Options) (*run, []*dataset.Trajectory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	r := sftRun(t, o, teacher.Synth{BudgetChars: 100})
 	r.log = io.Discard
 	r.pool, r.positive = trajs, make([]bool, len(trajs))
 	if err := r.sftTargets(); err != nil {
@@ -447,8 +448,8 @@ func TestSFTOwnMemories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	teacher := SynthTeacher{synth.Teacher{BudgetChars: 100}}
-	r := sftRun(t, o, teacher)
+	tch := teacher.Synth{BudgetChars: 100}
+	r := sftRun(t, o, tch)
 	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, lazyMemory{r.tok}); err != nil {
 		t.Fatal(err)
 	}
@@ -468,12 +469,12 @@ func TestSFTOwnMemories(t *testing.T) {
 			if turn == 0 {
 				shown = ""
 			}
-			target, err := teacher.Next(tr, 0, turn, shown)
+			target, err := tch.Next(tr, 0, turn, shown)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if turn == 0 {
-				if perfect, _ := teacher.Memory(tr, 0, 0); target != perfect {
+				if perfect, _ := tch.Memory(tr, 0, 0); target != perfect {
 					t.Fatalf("%s: first target %q, the perfect memory is %q", tr.ID, target, perfect)
 				}
 			}
@@ -488,7 +489,7 @@ func TestSFTOwnMemories(t *testing.T) {
 			if got := r.tok.Decode(toInts(mem.Completion), false); !strings.Contains(got, `"content": "`+target+`"`) {
 				t.Errorf("%s turn %d: memory target %q, want the correction %q", tr.ID, turn, got, target)
 			}
-			d, why := synth.Judge(lazyEmpty, tr.Turns[turn].Action)
+			d, why := teacher.Judge(lazyEmpty, tr.Turns[turn].Action)
 			if d == rollout.DecisionApprove {
 				want++
 			}
@@ -508,7 +509,7 @@ func TestSFTOwnMemories(t *testing.T) {
 		t.Errorf("own memories right %v, decisions %v; want %d/%d and %d/%d", memRight, judgeRight, right, calls, want, calls)
 	}
 	// A teacher that cannot correct is refused.
-	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: "f", OwnMemories: true}, &FileTeacher{}); err == nil || !strings.Contains(err.Error(), "sft.own_memories") {
+	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: "f", OwnMemories: true}, &teacher.File{}); err == nil || !strings.Contains(err.Error(), "sft.own_memories") {
 		t.Errorf("own_memories with a file teacher: %v", err)
 	}
 }

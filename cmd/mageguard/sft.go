@@ -7,10 +7,11 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/train"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 func newSFTCmd() *cobra.Command {
-	var data, modelDir, out, teacher string
+	var data, modelDir, out, teacherSpec string
 	var resume bool
 	cmd := &cobra.Command{
 		Use:   "sft --config FILE [--teacher synth|synth-myopic|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
@@ -71,12 +72,12 @@ checkpoint is what train --model starts GRPO from.`,
 				cfg.Model.Path = modelDir
 			}
 			if cmd.Flags().Changed("teacher") {
-				cfg.SFT.Teacher = teacher
+				cfg.SFT.Teacher = teacherSpec
 			}
 			if err := config.Validate(cfg); err != nil {
 				return err
 			}
-			t, err := train.NewTeacher(cfg.SFT.Teacher, cfg.Rollout.MemoryBudgetChars)
+			t, err := teacher.New(cfg.SFT.Teacher, cfg.Rollout.MemoryBudgetChars)
 			if err != nil {
 				return err
 			}
@@ -88,7 +89,7 @@ checkpoint is what train --model starts GRPO from.`,
 	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")
 	cmd.Flags().StringVar(&modelDir, "model", "", "starting checkpoint directory (sets model.path; default: a random model from model.*)")
 	cmd.Flags().StringVar(&out, "out", "runs/sft", "output directory")
-	cmd.Flags().StringVar(&teacher, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
+	cmd.Flags().StringVar(&teacherSpec, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
 	cmd.Flags().BoolVar(&resume, "resume", false, "continue from the newest checkpoint in --out")
 	return cmd
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // The corpus and the vocabulary.
@@ -127,7 +128,7 @@ func corpus() ([]string, error) {
 			return nil, err
 		}
 		for _, tr := range trs {
-			ms, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
+			ms, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
 			if err != nil {
 				return nil, err
 			}
@@ -145,7 +146,7 @@ func corpus() ([]string, error) {
 				}
 				mem := rollout.ToolCall{Name: rollout.MemoryToolName, Content: ms[t]}
 				texts = append(texts, render(p, version.declare, p.Memory(prev, ev), p.MemoryTool, mem))
-				d, r := synth.Decision(tr, t)
+				d, r := teacher.Decision(tr, t)
 				judge := rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}
 				texts = append(texts, render(p, version.declare, p.Judge(ms[t], tu.Action), p.JudgeTool, judge))
 				texts = append(texts, render(p, version.declare, p.JudgeOnly(tr.UserPrompt, history, nil, tu.Action), p.JudgeTool, judge))

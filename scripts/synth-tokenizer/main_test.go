@@ -17,6 +17,7 @@ import (
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 const (
@@ -241,7 +242,7 @@ func TestPromptLengths(t *testing.T) {
 	}
 	var memP, judgeP, memC, judgeC, chars []int
 	for _, tr := range trs {
-		ms, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
+		ms, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +254,7 @@ func TestPromptLengths(t *testing.T) {
 			memP = append(memP, encode(p.Memory(prev, ev), p.MemoryTool))
 			judgeP = append(judgeP, encode(p.Judge(ms[i], tu.Action), p.JudgeTool))
 			memC = append(memC, len(tok.Encode(rollout.ToolCall{Name: rollout.MemoryToolName, Content: ms[i]}.Text()+"<|im_end|>")))
-			d, r := synth.Decision(tr, i)
+			d, r := teacher.Decision(tr, i)
 			judgeC = append(judgeC, len(tok.Encode(rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}.TextIn(p.JudgeArgs)+"<|im_end|>")))
 			chars = append(chars, utf8.RuneCountInString(ms[i]))
 		}

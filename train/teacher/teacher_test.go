@@ -1,4 +1,4 @@
-package train
+package teacher
 
 import (
 	"errors"
@@ -48,7 +48,7 @@ func TestTeacherFileErrorsNameFileLineAndField(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeTeacher(t, goodTeacherLine, "", tc.line) // the bad line is line 3
-			_, err := ReadTeacherFile(path)
+			_, err := ReadFile(path)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -67,7 +67,7 @@ func TestFileTeacherCoverage(t *testing.T) {
 		return fmt.Sprintf(`{"trajectory_id": %q, "turn": %d, "memory": "m%d", "decision": "approve", "rationale": "r%d"}`, id, turn, turn, turn)
 	}
 	path := writeTeacher(t, line("a", 1), line("a", 0), line("a", 2), line("b", 0), line("b", 2), line("c", 0), line("c", 1))
-	ft, err := ReadTeacherFile(path)
+	ft, err := ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestFileTeacherCoverage(t *testing.T) {
 
 // TestSynthTeachers: the built-in teachers' targets are the synth
 // teacher's memories with the judge's rule on them; the perfect teacher's
-// decision and rationale are every action's right ones (synth.Decision),
+// decision and rationale are every action's right ones (Decision),
 // the myopic one's decision misses exactly the malicious actions of
 // attacks with a gap of 2 or more (its rationales say what its memory
 // knows: a forgotten allowed id "is not flagged").
@@ -110,7 +110,7 @@ func TestSynthTeachers(t *testing.T) {
 	}
 	missed := 0
 	for _, myopic := range []bool{false, true} {
-		st := SynthTeacher{synth.Teacher{BudgetChars: 100, Myopic: myopic}}
+		st := Synth{BudgetChars: 100, Myopic: myopic}
 		for _, tr := range trajs {
 			got, err := st.Targets(tr, 0, len(tr.Turns))
 			if err != nil {
@@ -121,7 +121,7 @@ func TestSynthTeachers(t *testing.T) {
 				if tg.Memory != mems[i] {
 					t.Fatalf("%s turn %d: memory %q, want %q", tr.ID, i, tg.Memory, mems[i])
 				}
-				d, why := synth.Decision(tr, i)
+				d, why := Decision(tr, i)
 				gap := 0
 				if tr.AttackType != nil {
 					gap, _ = synth.Gap(*tr.AttackType)
@@ -141,7 +141,7 @@ func TestSynthTeachers(t *testing.T) {
 	if missed == 0 {
 		t.Fatal("no attack of gap >= 2 in the data: the test checks nothing")
 	}
-	if _, err := (SynthTeacher{}).Targets(&dataset.Trajectory{ID: "x", Source: "agentdojo", Turns: make([]dataset.Turn, 1)}, 0, 1); !errors.Is(err, ErrNotTaught) {
+	if _, err := (Synth{}).Targets(&dataset.Trajectory{ID: "x", Source: "agentdojo", Turns: make([]dataset.Turn, 1)}, 0, 1); !errors.Is(err, ErrNotTaught) {
 		t.Errorf("a trajectory of another source: %v, want ErrNotTaught", err)
 	}
 }
