@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/strictjson"
 )
 
 // File is a teacher read from a JSONL file (ReadFile): the
@@ -40,7 +43,8 @@ type fileLine struct {
 var fileKeys = []string{"trajectory_id", "turn", "memory", "decision", "rationale"}
 
 // ReadFile reads and validates a teacher file. It is strict: every
-// line (blank lines aside) is one JSON object with exactly the keys
+// line (blank lines aside) is one JSON object (strictjson: valid UTF-8, no
+// escaped lone surrogate) with exactly the keys
 // trajectory_id (a non-empty string), turn (an integer ≥ 0), memory and
 // rationale (strings) and decision ("approve" or "reject"), with no key
 // repeated, and no (trajectory_id, turn) on two lines. Errors name the
@@ -86,104 +90,96 @@ func ReadFile(path string) (*File, error) {
 	return ft, nil
 }
 
-// parseLine decodes one line strictly; errors start with the field.
+// parseLine decodes one line strictly (strictjson: one JSON object, no key
+// given twice, nothing after it, no invalid UTF-8 or lone surrogate);
+// errors start with the field.
 func parseLine(raw []byte) (fileLine, error) {
 	var l fileLine
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return l, errors.New("not a JSON object")
+	members, err := strictjson.Object(raw)
+	if err != nil {
+		var oe *strictjson.ObjectError
+		switch {
+		case errors.As(err, &oe) && errors.Is(err, strictjson.ErrRepeatedKey):
+			return l, fmt.Errorf("%s: repeated", oe.Key)
+		case errors.As(err, &oe) && oe.Key != "":
+			return l, fmt.Errorf("%s: %v", oe.Key, oe.Err)
+		}
+		return l, err
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return l, fmt.Errorf("not valid JSON: %v", err)
+	if where, problem, ok := strictjson.Check(raw); !ok {
+		return l, fmt.Errorf("%s: %s", where, problem)
+	}
+	for _, key := range slices.Sorted(maps.Keys(members)) {
+		if !slices.Contains(fileKeys, key) {
+			return l, fmt.Errorf("%s: unknown key (want %s)", key, strings.Join(fileKeys, ", "))
 		}
-		key := tok.(string) // inside an object the decoder yields string keys
-		if seen[key] {
-			return l, fmt.Errorf("%s: repeated", key)
+	}
+	str := func(key string, dst *string) error {
+		if k := kind(members[key]); k != "a string" {
+			return fmt.Errorf("%s: want a string, got %s", key, k)
 		}
-		seen[key] = true
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return l, fmt.Errorf("%s: not valid JSON: %v", key, err)
-		}
-		str := func(dst *string) error {
-			s, ok := v.(string)
-			if !ok {
-				return fmt.Errorf("%s: want a string, got %s", key, jsonKind(v))
-			}
-			*dst = s
-			return nil
+		return json.Unmarshal(members[key], dst)
+	}
+	for _, key := range fileKeys {
+		v, ok := members[key]
+		if !ok {
+			continue
 		}
 		switch key {
 		case "trajectory_id":
-			if err := str(&l.TrajectoryID); err != nil {
+			if err := str(key, &l.TrajectoryID); err != nil {
 				return l, err
 			}
 			if l.TrajectoryID == "" {
 				return l, fmt.Errorf("trajectory_id: empty")
 			}
 		case "turn":
-			num, ok := v.(json.Number)
-			t, err := num.Int64()
-			if !ok || err != nil || t < 0 || t > 1<<30 {
-				return l, fmt.Errorf("turn: want an integer >= 0, got %s", jsonText(v))
+			t, err := strconv.ParseInt(string(v), 10, 64)
+			if kind(v) != "a number" || err != nil || t < 0 || t > 1<<30 {
+				return l, fmt.Errorf("turn: want an integer >= 0, got %s", v)
 			}
 			l.Turn = int(t)
 		case "memory":
-			if err := str(&l.Memory); err != nil {
+			if err := str(key, &l.Memory); err != nil {
 				return l, err
 			}
 		case "decision":
-			if err := str(&l.Decision); err != nil {
+			if err := str(key, &l.Decision); err != nil {
 				return l, err
 			}
 			if l.Decision != Approve && l.Decision != Reject {
 				return l, fmt.Errorf("decision: want %q or %q, got %q", Approve, Reject, l.Decision)
 			}
 		case "rationale":
-			if err := str(&l.Rationale); err != nil {
+			if err := str(key, &l.Rationale); err != nil {
 				return l, err
 			}
-		default:
-			return l, fmt.Errorf("%s: unknown key (want %s)", key, strings.Join(fileKeys, ", "))
 		}
 	}
-	if _, err := dec.Token(); err != nil {
-		return l, fmt.Errorf("not valid JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return l, errors.New("text after the JSON object")
-	}
 	for _, k := range fileKeys {
-		if !seen[k] {
+		if _, ok := members[k]; !ok {
 			return l, fmt.Errorf("%s: missing", k)
 		}
 	}
 	return l, nil
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case json.Number:
-		return "a number"
-	case string:
+// kind names the kind of the JSON value raw, for errors: "a string",
+// "a number", "null", ...
+func kind(raw []byte) string {
+	switch raw[0] {
+	case '"':
 		return "a string"
-	case []any:
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "a boolean"
+	case '[':
 		return "an array"
+	case '{':
+		return "an object"
 	}
-	return "an object"
-}
-
-func jsonText(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
+	return "a number"
 }
 
 // Targets implements Teacher: the file's lines for turns [start, end) of

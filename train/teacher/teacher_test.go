@@ -44,6 +44,8 @@ func TestTeacherFileErrorsNameFileLineAndField(t *testing.T) {
 		{"memory null", `{"trajectory_id": "a", "turn": 1, "memory": null, "decision": "reject", "rationale": ""}`, "memory: want a string, got null"},
 		{"bad decision", `{"trajectory_id": "a", "turn": 1, "memory": "", "decision": "block", "rationale": ""}`, `decision: want "approve" or "reject", got "block"`},
 		{"rationale object", `{"trajectory_id": "a", "turn": 1, "memory": "", "decision": "reject", "rationale": {}}`, "rationale: want a string, got an object"},
+		{"invalid UTF-8", "{\"trajectory_id\": \"a\", \"turn\": 1, \"memory\": \"\xff\", \"decision\": \"reject\", \"rationale\": \"\"}", "memory: holds invalid UTF-8 (byte 0xff)"},
+		{"lone surrogate", `{"trajectory_id": "a", "turn": 1, "memory": "", "decision": "reject", "rationale": "\ud800"}`, `rationale: holds the escape \ud800 of a lone UTF-16 surrogate`},
 		{"duplicate turn", `{"trajectory_id": "a", "turn": 0, "memory": "x", "decision": "reject", "rationale": ""}`, `turn: trajectory "a" turn 0 is already on line 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
