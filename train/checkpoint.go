@@ -1,14 +1,19 @@
 package train
 
+// The run's checkpoints: the output folder's preparation and clean-up,
+// saving, pruning, and resuming from the newest one
+// (docs/design.md#checkpoints).
+
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,116 +23,10 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/model"
-	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/strictjson"
 )
-
-// rolloutRow is one line of rollouts.jsonl: one step × trajectory × turn ×
-// chain. Turns are numbered from 0 in the trajectory; decision is the
-// effective one (after the format fallback); memory_tokens and judge_tokens
-// are the calls' generated tokens.
-type rolloutRow struct {
-	Step            int     `json:"step"`
-	TrajectoryID    string  `json:"trajectory_id"`
-	Turn            int     `json:"turn"`
-	Chain           int     `json:"chain"`
-	Label           int     `json:"label"`
-	MemoryChars     int     `json:"memory_chars"`
-	MemoryParsed    bool    `json:"memory_parsed"`
-	JudgeParsed     bool    `json:"judge_parsed"`
-	Decision        string  `json:"decision"`
-	RewardJudge     float64 `json:"reward_judge"`
-	RewardMemory    float64 `json:"reward_memory"`
-	AdvantageJudge  float64 `json:"advantage_judge"`
-	AdvantageMemory float64 `json:"advantage_memory"`
-	MemoryTokens    int     `json:"memory_tokens"`
-	JudgeTokens     int     `json:"judge_tokens"`
-	MemoryText      *string `json:"memory_text,omitempty"`
-	JudgeText       *string `json:"judge_text,omitempty"`
-}
-
-func newRolloutRow(step int, ep *rollout.Episode, ch *rollout.Chain, t int, sc *scored, texts bool) rolloutRow {
-	tu := &ch.Turns[t]
-	row := rolloutRow{
-		Step: step, TrajectoryID: ep.Traj.ID, Turn: tu.Index, Chain: ch.Index, Label: tu.Label,
-		MemoryChars: tu.MemoryChars(), MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
-		JudgeParsed: tu.Judge.Parsed, Decision: tu.Decision,
-		RewardJudge: sc.rewards.Judge[t][ch.Index], RewardMemory: sc.rewards.Memory[t][ch.Index],
-		AdvantageJudge: sc.advJudge[t][ch.Index], AdvantageMemory: sc.advMemory[t][ch.Index],
-		JudgeTokens: len(tu.Judge.Completion),
-	}
-	if tu.Memory != nil {
-		row.MemoryTokens = len(tu.Memory.Completion)
-	}
-	if texts {
-		jt := tu.Judge.Text
-		row.JudgeText = &jt
-		if tu.Memory != nil {
-			mt := tu.Memory.Text
-			row.MemoryText = &mt
-		}
-	}
-	return row
-}
-
-// jsonlFile appends JSON lines to a file, flushing each line.
-type jsonlFile struct {
-	f *os.File
-	w *bufio.Writer
-}
-
-// openJSONL opens path for appending. Lines of steps after `keep` (left by
-// a run that was interrupted after its last checkpoint) are dropped first,
-// so a resumed run's file reads as one uninterrupted run's.
-func openJSONL(path string, keep int) (*jsonlFile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return nil, err
-	}
-	var kept bytes.Buffer
-	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
-		var s struct {
-			Step int `json:"step"`
-		}
-		if len(bytes.TrimSpace(line)) == 0 || json.Unmarshal(line, &s) != nil || s.Step > keep {
-			continue
-		}
-		if !bytes.HasSuffix(line, []byte("\n")) {
-			continue // a torn last line
-		}
-		kept.Write(line)
-	}
-	if !bytes.Equal(kept.Bytes(), data) {
-		if err := atomicfile.WriteFile(path, kept.Bytes()); err != nil {
-			return nil, err
-		}
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	return &jsonlFile{f: f, w: bufio.NewWriter(f)}, nil
-}
-
-func (j *jsonlFile) write(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	j.w.Write(b)
-	j.w.WriteByte('\n')
-	if err := j.w.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", j.f.Name(), err)
-	}
-	return nil
-}
-
-func (j *jsonlFile) close() {
-	j.w.Flush()
-	j.f.Close()
-}
 
 var checkpointRe = regexp.MustCompile(`^checkpoint-(\d+)$`)
 
@@ -249,9 +148,6 @@ type trainerState struct {
 	Time           string `json:"time"`
 }
 
-// saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,
-// optimizer.safetensors and trainer_state.json, built under a temporary
-// name and renamed, then prunes old checkpoints beyond keep_last.
 // saveModel writes the model into dir in train.checkpoint_dtype, its weights from the
 // trainer's float32 masters when it keeps them (bfloat16 training).
 func (r *run) saveModel(dir string) error {
@@ -262,6 +158,10 @@ func (r *run) saveModel(dir string) error {
 	return r.model.Save(dir, model.SaveOptions{DType: r.opts.Train.CheckpointDType, Tokenizer: r.tokFiles, Values: masters})
 }
 
+// saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,
+// optimizer.safetensors and trainer_state.json, built under a temporary
+// name and renamed (docs/design.md#checkpoints), then prunes old
+// checkpoints beyond keep_last.
 func (r *run) saveCheckpoint(step int) (string, error) {
 	o := r.opts
 	final := checkpointDir(o.Out, step)
@@ -383,7 +283,7 @@ func checkMoments(path string, shapes map[string][]int, m *model.Model) error {
 	m.Context().EnumerateVariables(func(v *mlctx.Variable) {
 		weights[strings.TrimSuffix(v.Scope(), mlctx.ScopeSeparator)+mlctx.ScopeSeparator+v.Name()] = v.Shape().Dimensions
 	})
-	for _, name := range sortedNames(shapes) {
+	for _, name := range slices.Sorted(maps.Keys(shapes)) {
 		kind, rest, _ := strings.Cut(name, "/")
 		want, ok := weights["/"+rest]
 		if (kind != "exp_avg" && kind != "exp_avg_sq" && kind != "master") || !ok {
@@ -394,55 +294,4 @@ func checkMoments(path string, shapes map[string][]int, m *model.Model) error {
 		}
 	}
 	return nil
-}
-
-func sortedNames(m map[string][]int) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// progress prints one step's summary, with the held-out F1, ASR and BU on
-// eval steps: an updating line on a terminal, plain lines otherwise.
-func (r *run) progress(step int, m record) {
-	T := r.opts.Train.Steps
-	eta := time.Duration(m.elapsed() / float64(max(step-r.firstStep()+1, 1)) * float64(T-step) * float64(time.Second))
-	line := fmt.Sprintf("step %d/%d  %s  ETA %s", step, T, m.summary(), eta.Round(time.Second))
-	if isTerminal(r.log) {
-		fmt.Fprintf(r.log, "\r\033[K%s", line)
-		if step == T {
-			fmt.Fprintln(r.log)
-		}
-		return
-	}
-	fmt.Fprintln(r.log, line)
-}
-
-// evalSummary is the held-out F1, ASR and BU of an eval step for the
-// progress line ("" without an eval).
-func evalSummary(ev map[string]any) string {
-	if ev == nil {
-		return ""
-	}
-	f := func(k string) string {
-		if v, ok := ev[k].(float64); ok {
-			return fmt.Sprintf("%.3f", v)
-		}
-		return "null"
-	}
-	return fmt.Sprintf("  held-out F1 %s ASR %s BU %s", f("f1"), f("asr"), f("bu"))
-}
-
-func (r *run) firstStep() int { return r.resumedFrom + 1 }
-
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
