@@ -223,11 +223,7 @@ func (ft *File) String() string { return ft.path }
 
 // turnList writes a set of turns as "0-2, 4".
 func turnList(turns map[int]Target) string {
-	var ts []int
-	for t := range turns {
-		ts = append(ts, t)
-	}
-	sort.Ints(ts)
+	ts := slices.Sorted(maps.Keys(turns))
 	var parts []string
 	for i := 0; i < len(ts); {
 		j := i
