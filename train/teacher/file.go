@@ -219,6 +219,7 @@ func (ft *File) Unused(ids map[string]bool) []string {
 	return out
 }
 
+// String names the teacher by its file's path.
 func (ft *File) String() string { return ft.path }
 
 // turnList writes a set of turns as "0-2, 4".
