@@ -80,21 +80,19 @@ type grpoSteps struct {
 func (g *grpoSteps) prepare(r *run, resumeDir string, start int) error {
 	g.r = r
 	o := r.opts
+	var err error
 	if o.GRPO.Beta > 0 {
 		ref := r.model
 		if resumeDir != "" {
-			var err error
 			if ref, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
 				return fmt.Errorf("reference model: %w", err)
 			}
 		}
-		var err error
 		if g.refCtx, err = grpo.FrozenCopy(ref.Context()); err != nil {
 			return err
 		}
 	}
 	if o.Train.LogRollouts {
-		var err error
 		if g.rollouts, err = openJSONL(filepath.Join(o.Out, "rollouts.jsonl"), start); err != nil {
 			return err
 		}
