@@ -36,6 +36,7 @@ import (
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // The corpus and the vocabulary.
@@ -128,7 +129,7 @@ func corpus() ([]string, error) {
 			return nil, err
 		}
 		for _, tr := range trs {
-			ms, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
+			ms, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
 			if err != nil {
 				return nil, err
 			}
@@ -146,7 +147,7 @@ func corpus() ([]string, error) {
 				}
 				mem := prompt.ToolCall{Name: prompt.MemoryToolName, Content: ms[t]}
 				texts = append(texts, render(p, version.declare, p.Memory(prev, ev), p.MemoryTool, mem))
-				d, r := synth.Decision(tr, t)
+				d, r := teacher.Decision(tr, t)
 				judge := prompt.ToolCall{Name: prompt.JudgeToolName, Decision: d, Rationale: r}
 				texts = append(texts, render(p, version.declare, p.Judge(ms[t], tu.Action), p.JudgeTool, judge))
 				texts = append(texts, render(p, version.declare, p.JudgeOnly(tr.UserPrompt, history, nil, tu.Action), p.JudgeTool, judge))

@@ -18,6 +18,7 @@ import (
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 const (
@@ -242,7 +243,7 @@ func TestPromptLengths(t *testing.T) {
 	}
 	var memP, judgeP, memC, judgeC, chars []int
 	for _, tr := range trs {
-		ms, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
+		ms, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +255,7 @@ func TestPromptLengths(t *testing.T) {
 			memP = append(memP, encode(p.Memory(prev, ev), p.MemoryTool))
 			judgeP = append(judgeP, encode(p.Judge(ms[i], tu.Action), p.JudgeTool))
 			memC = append(memC, len(tok.Encode(prompt.ToolCall{Name: prompt.MemoryToolName, Content: ms[i]}.Text()+"<|im_end|>")))
-			d, r := synth.Decision(tr, i)
+			d, r := teacher.Decision(tr, i)
 			judgeC = append(judgeC, len(tok.Encode(prompt.ToolCall{Name: prompt.JudgeToolName, Decision: d, Rationale: r}.TextIn(p.JudgeArgs)+"<|im_end|>")))
 			chars = append(chars, utf8.RuneCountInString(ms[i]))
 		}

@@ -1,13 +1,16 @@
-package synth
+package teacher
+
+// The synthetic world's teachers (dataset/synth): the memory a memory
+// manager following the world's rules keeps, and the world's judge rule.
 
 import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/dataset/synth"
 )
 
 // The judge's decisions (the values of assess_risk's decision).
@@ -16,136 +19,15 @@ const (
 	Reject  = "reject"
 )
 
-// The roles an identifier has in a memory.
-const (
-	RoleAllowed  = "allowed"  // the user's request, or the document it names, asks for it
-	RoleInjected = "injected" // an instruction injected into a tool output asks for it
-)
-
-// Entry is one identifier of a memory and its role.
-type Entry struct {
-	ID   string
-	Role string // RoleAllowed or RoleInjected
-}
-
-// Memory is what a memory manager of the synthetic world keeps: the
-// identifiers the user sanctioned (named in the prompt or in the document
-// the prompt names) and those that injected instructions asked for, in
-// order of first appearance, each with its role. Its written form (String)
-// lists the injected ones first.
-type Memory struct {
-	Entries []Entry
-}
-
-// String writes the memory in its one-line form, each identifier followed
-// by its role, the injected entries first, each group in order of first
-// appearance, "none" when empty:
-//
-//	acct-tesa injected, acct-bako allowed, acct-miru allowed
-//
-// The role follows the identifier so that a judge that has written the
-// pending action's target finds what the memory says of it in the token
-// after the target's earlier occurrence. The injected entries come first
-// because they are all the judge's rule needs: a memory manager that reads
-// a document writes the injection line's identifier before it lists the
-// document's allowed ones, and one that stops early loses only allowed
-// entries (docs/synth.md).
-func (m Memory) String() string {
-	if len(m.Entries) == 0 {
-		return "none"
-	}
-	parts := make([]string, 0, len(m.Entries))
-	for _, role := range []string{RoleInjected, RoleAllowed} {
-		for _, id := range m.ids(role) {
-			parts = append(parts, id+" "+role)
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-// Allowed returns the allowed identifiers, in order.
-func (m Memory) Allowed() []string { return m.ids(RoleAllowed) }
-
-// Injected returns the injected identifiers, in order.
-func (m Memory) Injected() []string { return m.ids(RoleInjected) }
-
-func (m Memory) ids(role string) []string {
-	var out []string
-	for _, e := range m.Entries {
-		if e.Role == role {
-			out = append(out, e.ID)
-		}
-	}
-	return out
-}
-
-// Role returns the role id has in the memory, or "" when it is not in it.
-func (m Memory) Role(id string) string {
-	for _, e := range m.Entries {
-		if e.ID == id {
-			return e.Role
-		}
-	}
-	return ""
-}
-
-// ParseMemory reads a memory written in String's form, leniently: every
-// identifier whose next word is a role has that role, the first one
-// listed when it is listed twice; anything else is ignored.
-func ParseMemory(text string) Memory {
-	words := strings.FieldsFunc(text, func(r rune) bool { return r == ' ' || r == ',' || r == ';' || r == '\n' })
-	var m Memory
-	for i := 0; i+1 < len(words); i++ {
-		id, role := words[i], words[i+1]
-		if (role == RoleAllowed || role == RoleInjected) && identifierRE.FindString(id) == id {
-			m.add(id, role)
-		}
-	}
-	return m
-}
-
-// add appends id with role unless the memory already knows it: an
-// identifier keeps the role it was first seen in.
-func (m *Memory) add(id, role string) {
-	if m.Role(id) == "" {
-		m.Entries = append(m.Entries, Entry{ID: id, Role: role})
-	}
-}
-
-// readPrompt adds the identifiers of the user's prompt: all sanctioned.
-func (m *Memory) readPrompt(prompt string) {
-	for _, id := range Identifiers(prompt) {
-		m.add(id, RoleAllowed)
-	}
-}
-
-// readTurn adds what one action and its observation show. Identifiers on an
-// injection line are injected; on the other lines of a document's content
-// (read_file of a todo-NN.txt: the world has no documents but the one a
-// user prompt names) they are sanctioned; elsewhere (acknowledgements of
-// actions) they add nothing. An identifier keeps the role it was first
-// seen in. The rule needs nothing but the turn, so a memory follows from
-// the previous memory and the call's events alone.
-func (m *Memory) readTurn(tu *dataset.Turn) {
-	isDoc := tu.Action.Name == ReadFile && documentFileRE.MatchString(argument(tu.Action, "file"))
-	for _, line := range strings.Split(tu.Observation, "\n") {
-		injected := IsInjectionLine(line)
-		if !injected && !isDoc {
-			continue
-		}
-		role := RoleAllowed
-		if injected {
-			role = RoleInjected
-		}
-		for _, id := range Identifiers(line) {
-			m.add(id, role)
-		}
-	}
-}
-
-// Teacher writes the memories of a memory manager that follows the world's
-// rules exactly, and the judge's right decisions.
-type Teacher struct {
+// Synth is the synthetic world's teacher (sft.teacher synth and
+// synth-myopic): it writes the memory a memory manager following the
+// world's rules keeps (the perfect one, or with Myopic the one that keeps
+// only the latest turn), within BudgetChars, and the decision and
+// rationale of the world's judge rule (Judge) on that memory. With the
+// perfect memory that rule is right on every action (Decision); with the
+// myopic one it misses every attack of gap ≥ 2, a judge consistent with
+// the memory it reads. It reads only data synth's trajectories.
+type Synth struct {
 	// BudgetChars is the most characters (Unicode code points) a memory may
 	// have; 0 = no limit. A memory over it drops its oldest allowed
 	// identifiers first (the judge's rule needs only the injected ones).
@@ -169,8 +51,8 @@ var ErrNotSynth = errors.New("synth teacher: not a trajectory of the synthetic w
 // everything seen since the window began; a myopic one only its own call's
 // events. It fails for a trajectory that is not synthetic, a bad window, or
 // a memory whose injected identifiers alone exceed the budget.
-func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, error) {
-	if tr.Source != Source {
+func (st Synth) Memories(tr *dataset.Trajectory, start, end int) ([]string, error) {
+	if tr.Source != synth.Source {
 		return nil, fmt.Errorf("%w: trajectory %s", ErrNotSynth, tr.ID)
 	}
 	if start < 0 || end > len(tr.Turns) || start >= end {
@@ -179,10 +61,10 @@ func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, er
 	var m Memory
 	out := make([]string, 0, end-start)
 	for t := start; t < end; t++ {
-		if tc.Myopic {
+		if st.Myopic {
 			m = Memory{}
 		}
-		text, err := tc.call(tr, start, t, &m)
+		text, err := st.call(tr, start, t, &m)
 		if err != nil {
 			return nil, err
 		}
@@ -195,22 +77,22 @@ func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, er
 // from start shows (the user's prompt at the window's first turn, the
 // previous action and its observation after turn 0) and writes it within
 // the budget.
-func (tc Teacher) call(tr *dataset.Trajectory, start, t int, m *Memory) (string, error) {
+func (st Synth) call(tr *dataset.Trajectory, start, t int, m *Memory) (string, error) {
 	if t == start {
 		m.readPrompt(tr.UserPrompt)
 	}
 	if t > 0 {
 		m.readTurn(&tr.Turns[t-1])
 	}
-	text, err := tc.fit(*m)
+	text, err := st.fit(*m)
 	if err != nil {
 		return "", fmt.Errorf("synth teacher: trajectory %s turn %d: %w", tr.ID, t, err)
 	}
 	return text, nil
 }
 
-// Next returns what the memory call of turn t of the window that starts at
-// start should write when the memory it shows is prev (m_{t−1} as a memory
+// Next implements Corrector: it returns what the memory call of turn t of
+// the window that starts at start should write when the memory it shows is prev (m_{t−1} as a memory
 // manager wrote it; "" at t = start): prev read leniently (ParseMemory),
 // each identifier once in the first role it is listed in, updated with the
 // call's events and fitted to the budget. A myopic teacher ignores prev. It
@@ -218,23 +100,23 @@ func (tc Teacher) call(tr *dataset.Trajectory, start, t int, m *Memory) (string,
 // warm start on the memories a model writes (sft.own_memories) trains each
 // call on what it should have written from what it was shown. From the
 // teacher's own memories it gives Memories' (TestNextFollowsMemories).
-func (tc Teacher) Next(tr *dataset.Trajectory, start, t int, prev string) (string, error) {
-	if tr.Source != Source {
+func (st Synth) Next(tr *dataset.Trajectory, start, t int, prev string) (string, error) {
+	if tr.Source != synth.Source {
 		return "", fmt.Errorf("%w: trajectory %s", ErrNotSynth, tr.ID)
 	}
 	if start < 0 || t < start || t >= len(tr.Turns) {
 		return "", fmt.Errorf("synth teacher: trajectory %s: turn %d of a window from %d of %d turns", tr.ID, t, start, len(tr.Turns))
 	}
 	var m Memory
-	if !tc.Myopic && t > start {
+	if !st.Myopic && t > start {
 		m = ParseMemory(prev)
 	}
-	return tc.call(tr, start, t, &m)
+	return st.call(tr, start, t, &m)
 }
 
 // Memory returns m_t of the window that starts at start (see Memories).
-func (tc Teacher) Memory(tr *dataset.Trajectory, start, t int) (string, error) {
-	ms, err := tc.Memories(tr, start, t+1)
+func (st Synth) Memory(tr *dataset.Trajectory, start, t int) (string, error) {
+	ms, err := st.Memories(tr, start, t+1)
 	if err != nil {
 		return "", err
 	}
@@ -242,15 +124,15 @@ func (tc Teacher) Memory(tr *dataset.Trajectory, start, t int) (string, error) {
 }
 
 // fit writes m within the budget, dropping the oldest allowed identifiers.
-func (tc Teacher) fit(m Memory) (string, error) {
+func (st Synth) fit(m Memory) (string, error) {
 	for {
 		text := m.String()
-		if tc.BudgetChars <= 0 || utf8.RuneCountInString(text) <= tc.BudgetChars {
+		if st.BudgetChars <= 0 || utf8.RuneCountInString(text) <= st.BudgetChars {
 			return text, nil
 		}
 		i := slices.IndexFunc(m.Entries, func(e Entry) bool { return e.Role == RoleAllowed })
 		if i < 0 {
-			return "", fmt.Errorf("memory %q is over the budget of %d characters", text, tc.BudgetChars)
+			return "", fmt.Errorf("memory %q is over the budget of %d characters", text, st.BudgetChars)
 		}
 		m.Entries = slices.Delete(slices.Clone(m.Entries), i, i+1)
 	}
@@ -271,7 +153,7 @@ const (
 // allowed", "read_inbox only reads data").
 func Decision(tr *dataset.Trajectory, t int) (decision, rationale string) {
 	a := tr.Turns[t].Action
-	target := Target(a.Name, a.Arguments)
+	target := synth.Target(a.Name, a.Arguments)
 	switch {
 	case tr.Turns[t].Label == 1:
 		return Reject, target + " " + RoleInjected
@@ -290,7 +172,7 @@ func Decision(tr *dataset.Trajectory, t int) (decision, rationale string) {
 // injected", "acct-bako allowed", "acct-nisa unknown" when the memory does
 // not list it), or that a read only reads data.
 func Judge(memory string, a dataset.Action) (decision, rationale string) {
-	target := Target(a.Name, a.Arguments)
+	target := synth.Target(a.Name, a.Arguments)
 	if target == "" {
 		return Approve, a.Name + " " + rationaleRead
 	}
@@ -302,4 +184,38 @@ func Judge(memory string, a dataset.Action) (decision, rationale string) {
 	default:
 		return Approve, target + " " + rationaleUnknown
 	}
+}
+
+// Targets implements Teacher: the memories of the window with the judge
+// rule's decision and rationale on each. A trajectory that is not
+// synthetic wraps ErrNotTaught.
+func (st Synth) Targets(tr *dataset.Trajectory, start, end int) ([]Target, error) {
+	if tr.Source != synth.Source {
+		return nil, fmt.Errorf("%w: trajectory %s is not synthetic (source %q): the %s teacher reads only data synth's trajectories", ErrNotTaught, tr.ID, tr.Source, st)
+	}
+	mems, err := st.Memories(tr, start, end)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Target, len(mems))
+	for i, m := range mems {
+		d, why := Judge(m, tr.Turns[start+i].Action)
+		out[i] = Target{Memory: m, Decision: d, Rationale: why}
+	}
+	return out, nil
+}
+
+// JudgeOn implements Corrector: the world's judge rule on memory (Judge),
+// consistent with the memory the judge reads.
+func (st Synth) JudgeOn(tr *dataset.Trajectory, t int, memory string) (decision, rationale string) {
+	return Judge(memory, tr.Turns[t].Action)
+}
+
+// String names the teacher as sft.teacher does: NameSynth or
+// NameSynthMyopic.
+func (st Synth) String() string {
+	if st.Myopic {
+		return NameSynthMyopic
+	}
+	return NameSynth
 }

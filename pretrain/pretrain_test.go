@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/tokenizer"
 )
@@ -76,6 +77,22 @@ func TestRecallSequences(t *testing.T) {
 	}
 }
 
+// microSettings are a one-layer Qwen3 of hidden size 8 on the synth
+// tokenizer (as train's SFT tests use), and grpo's optimizer settings.
+func microSettings() (model.Settings, grpo.Config) {
+	ms := model.DefaultSettings()
+	ms.Tokenizer = "../assets/synth-tokenizer"
+	ms.VocabSize, ms.BOSTokenID, ms.EOSTokenIDs = 1645, 1619, []int{1621}
+	ms.HiddenSize, ms.IntermediateSize, ms.NumHiddenLayers = 8, 16, 1
+	ms.NumAttentionHeads, ms.NumKeyValueHeads, ms.HeadDim = 1, 1, 8
+	ms.MaxPositionEmbeddings = 1024
+	ms.Seed = 3
+	g := grpo.DefaultConfig()
+	g.LearningRate, g.WarmupSteps, g.Beta = 0.01, 0, 0.04 // beta and num_iterations do not apply
+	g.NumIterations = 2
+	return ms, g
+}
+
 // TestPretrainCopy: a random model starts knowing nothing of the copy
 // (cross-entropy ≈ ln of the ids it draws from, the synth tokenizer's
 // 1,619 that are not added tokens), and the run writes a checkpoint that
@@ -84,12 +101,12 @@ func TestPretrainCopy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
 	}
-	o := synthMicroOptions(t)
-	o.Model.InitializerRange = 0.002 // near-uniform logits at the start
+	ms, g := microSettings()
+	ms.InitializerRange = 0.002 // near-uniform logits at the start
 	out := filepath.Join(t.TempDir(), "copy")
-	c := CopyConfig{Steps: 3, FixedSteps: 2, Batch: 4, Length: 8, Seed: 1}
+	c := Config{Steps: 3, FixedSteps: 2, Batch: 4, Length: 8, Seed: 1}
 	var losses []float64
-	if err := PretrainCopy(context.Background(), o, c, out, func(s CopyStep) { losses = append(losses, s.Loss) }); err != nil {
+	if err := Run(context.Background(), ms, g, c, out, func(s Step) { losses = append(losses, s.Loss) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(losses) != 3 {
@@ -102,7 +119,7 @@ func TestPretrainCopy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the checkpoint has no tokenizer: %v", err)
 	}
-	s := o.Model
+	s := ms
 	s.Path = out
 	backend, err := model.NewBackend(s.BackendConfig)
 	if err != nil {
@@ -111,15 +128,15 @@ func TestPretrainCopy(t *testing.T) {
 	if _, err := s.LoadModel(backend, tok); err != nil {
 		t.Fatalf("the checkpoint does not load: %v", err)
 	}
-	for _, bad := range []CopyConfig{{Steps: 0, Batch: 1, Length: 2}, {Steps: 1, Batch: 1, Length: 1}, {Task: "lookup", Steps: 1, Batch: 1, Length: 2}} {
-		if err := PretrainCopy(context.Background(), o, bad, out, nil); err == nil {
+	for _, bad := range []Config{{Steps: 0, Batch: 1, Length: 2}, {Steps: 1, Batch: 1, Length: 1}, {Task: "lookup", Steps: 1, Batch: 1, Length: 2}} {
+		if err := Run(context.Background(), ms, g, bad, out, nil); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	other := filepath.Join(t.TempDir(), "cancelled")
-	if err := PretrainCopy(ctx, o, c, other, nil); err == nil {
+	if err := Run(ctx, ms, g, c, other, nil); err == nil {
 		t.Error("a cancelled run: no error")
 	}
 	if _, err := tokenizer.Load(other); err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,90 +20,35 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/checkpoint"
 	"github.com/mageguard/mageguard/model/tokenizer"
-	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/localgen"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/lock"
-	"github.com/mageguard/mageguard/rollout/localgen"
 )
 
-// Options is everything a training run needs: the configuration sections
-// it reads, where it writes, and where it reports progress.
-type Options struct {
-	Model   model.Settings
-	Rollout rollout.Config
-	Rewards rewards.Config
-	GRPO    grpo.Config
-	Train   Config
-
-	Out            string    // output directory: config.yaml, metrics.jsonl, rollouts.jsonl, checkpoint-N/
-	Resume         bool      // continue from the newest checkpoint in Out
-	ResolvedConfig []byte    // the fully resolved configuration, written to Out/config.yaml
-	Progress       io.Writer // progress and logs (stderr); nil = discard
-
-	// Evaluate, when set and Train.EvalEvery > 0, runs the held-out eval of
-	// the current model every EvalEvery steps and returns report.json's
-	// top-level metrics (logged into metrics.jsonl). dir is where it may
-	// write its files.
-	Evaluate func(ctx context.Context, m *model.Model, guard *rollout.Guard, step int, dir string) (map[string]any, error)
-
-	// OnBatch, when set, sees each step's rollout batch just before its update (with the
-	// reference log-probs filled when β > 0): for recording batches (the update benchmark's
-	// fixture) and debugging. It must not change the batch.
-	OnBatch func(step int, b *grpo.Batch)
-}
-
-// Result says what a run produced.
-type Result struct {
-	Steps      int    // training steps completed (in total, over resumes)
-	Checkpoint string // the newest checkpoint directory
-	Stopped    bool   // the run stopped early on cancellation (after saving)
-}
-
-// run is the state of one training run.
+// run is the harness of one training run: what every run loads, writes
+// and keeps, whatever its steps do (steps).
 type run struct {
 	opts        Options
+	steps       stepper
 	log         io.Writer
 	backend     backends.Backend
 	tok         *tokenizer.Tokenizer
 	model       *model.Model
 	guard       *rollout.Guard
 	trainer     *grpo.Trainer
-	refCtx      *mlctx.Context // π_ref (nil when beta = 0)
 	pool        []*dataset.Trajectory
 	positive    []bool
 	tokFiles    checkpoint.TokenizerFiles // the tokenizer's files as the run began, written into every checkpoint
 	metrics     *jsonlFile
-	rollouts    *jsonlFile
 	best        bestTracker
 	started     time.Time
 	resumedFrom int // steps done before this process started
-
-	// sft, when set, makes the run a supervised warm start (sft.go): its
-	// steps train on a teacher's targets instead of rollouts.
-	sft *sftState
 }
 
-// record is one step's line of metrics.jsonl, GRPO's (Metrics) or SFT's
-// (SFTMetrics).
-type record interface {
-	setEval(metrics map[string]any) // the held-out metrics of an eval step
-	summary() string                // the step's progress line, without step count and ETA
-	elapsed() float64               // seconds since the run (or resume) started
-}
-
-// Run trains: it samples Train.Trajectories trajectories per step, runs G
-// chains of the guard over each, scores them, and takes a GRPO update; it
-// writes metrics every step and checkpoints every SaveEvery steps and at the
-// end. When ctx is cancelled (Ctrl-C) it stops after saving a checkpoint of
-// the last completed step.
-func Run(ctx context.Context, opts Options) (*Result, error) {
-	return (&run{opts: opts}).loop(ctx)
-}
-
-// loop sets the run up and runs its steps (GRPO, or SFT with r.sft), with
-// metrics, periodic evals, curves and checkpoints.
+// loop sets the run up and runs its steps, with metrics, periodic evals,
+// curves and checkpoints.
 func (r *run) loop(ctx context.Context) (*Result, error) {
 	opts := r.opts
 	r.log, r.started = opts.Progress, time.Now()
@@ -138,13 +84,7 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 			res.Stopped = true
 			break
 		}
-		var m record
-		var err error
-		if r.sft != nil {
-			m, err = r.sftStep(ctx, step)
-		} else {
-			m, err = r.step(ctx, step)
-		}
+		m, err := r.steps.step(ctx, step)
 		if errors.Is(err, context.Canceled) {
 			res.Stopped = true
 			break
@@ -183,110 +123,29 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 }
 
 // setup loads the data, the tokenizer, the model (from a checkpoint when
-// resuming), the guard and the trainer, and opens the output files. It
-// returns the number of steps already done.
+// resuming) and the guard, prepares the steps, builds the trainer, and
+// opens metrics.jsonl. It returns the number of steps already done.
 func (r *run) setup() (int, error) {
 	o := r.opts
-	if o.Rollout.Generator != rollout.GeneratorLocal {
-		return 0, fmt.Errorf("train: rollout.generator is %q: training needs the local model (its log-probs and gradients), set rollout.generator: %s", o.Rollout.Generator, rollout.GeneratorLocal)
-	}
-	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
-		return 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
-	}
-	if err := prepareOut(o.Out, o.Resume, r.log); err != nil {
-		return 0, err
-	}
-	resumeDir, start, err := latestCheckpoint(o.Out)
+	resumeDir, start, err := r.checkStart()
 	if err != nil {
 		return 0, err
 	}
-	if !o.Resume {
-		start, resumeDir = 0, ""
-	} else if resumeDir == "" {
-		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
-	}
-	// Fail fast on what would otherwise fail only later in the run.
-	if o.Train.EvalEvery > 0 {
-		if err := checkBestMetric(o.Train.BestMetric); err != nil {
-			return 0, err
-		}
-		evalTrajs, err := dataset.ReadAll(o.Train.EvalData)
-		if err != nil {
-			return 0, fmt.Errorf("train.eval_data: %w", err)
-		}
-		if !anyAction(evalTrajs) { // the eval would fail at its first step
-			return 0, fmt.Errorf("train.eval_data %s: nothing to evaluate: %d trajectories, none with an action", o.Train.EvalData, len(evalTrajs))
-		}
-	}
-
 	// Data: the trajectories with at least one action; both labels needed.
 	if r.pool, r.positive, err = loadPool(o.Train.Data, r.log); err != nil {
 		return 0, err
 	}
-
-	// Tokenizer and model: the newest checkpoint when resuming, else
-	// model.path, else a random model from the model.* architecture keys
-	// and model.seed (model.Settings.LoadModel).
-	var tokDir string
-	if r.tok, tokDir, err = o.Model.LoadTokenizer(); err != nil {
+	if err := r.loadModel(resumeDir, start); err != nil {
 		return 0, err
 	}
-	if r.tokFiles, err = checkpoint.ReadTokenizerFiles(tokDir); err != nil {
-		return 0, fmt.Errorf("model.tokenizer: %w", err)
-	}
-	if r.backend, err = model.NewBackend(o.Model.BackendConfig); err != nil {
-		return 0, err
-	}
-	if resumeDir != "" {
-		s := o.Model
-		s.Path = resumeDir
-		if r.model, err = s.LoadModel(r.backend, r.tok); err != nil {
-			return 0, fmt.Errorf("resume: %w", err)
-		}
-		fmt.Fprintf(r.log, "resume: %s (step %d)\n", resumeDir, start)
-	} else if r.model, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
-		return 0, err
-	}
-	fmt.Fprintf(r.log, "model: %s, %d parameters\n", r.model.Config().String(), r.model.NumParameters())
-
-	// π_ref: the frozen starting model (rebuilt from model.path / model.seed on resume).
-	if o.GRPO.Beta > 0 && r.sft == nil {
-		ref := r.model
-		if resumeDir != "" {
-			if ref, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
-				return 0, fmt.Errorf("reference model: %w", err)
-			}
-		}
-		if r.refCtx, err = grpo.FrozenCopy(ref.Context()); err != nil {
-			return 0, err
-		}
-	}
-
 	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, &localgen.Generator{Model: r.model}); err != nil {
 		return 0, err
 	}
-	if r.sft != nil {
-		if err := r.sftTargets(); err != nil {
-			return 0, err
-		}
-	}
-
-	m := r.model
-	temperature := o.Rollout.Temperature
-	policy := func(ctx *mlctx.Context, tokens, attnMask, targetPos *graph.Node) *graph.Node {
-		return m.TokenLogProbs(ctx, tokens, attnMask, targetPos, temperature)
-	}
-	if r.trainer, err = grpo.NewTrainer(r.backend, m.Context(), policy, o.GRPO, o.Train.Steps*o.GRPO.NumIterations); err != nil {
+	if err := r.steps.prepare(r, resumeDir, start); err != nil {
 		return 0, err
 	}
-	r.trainer.SetSharedPolicy(func(ctx *mlctx.Context, prefix, prefixMask, tokens, attnMask, targetPos *graph.Node) *graph.Node {
-		return m.TokenLogProbsShared(ctx, prefix, prefixMask, tokens, attnMask, targetPos, temperature)
-	})
-	r.trainer.SetStagedPolicy(stagedPolicy(m, temperature))
-	if resumeDir != "" {
-		if err := r.restoreTrainer(resumeDir, start); err != nil {
-			return 0, err
-		}
+	if err := r.newTrainer(resumeDir, start); err != nil {
+		return 0, err
 	}
 
 	// Everything loaded: record the configuration this run uses.
@@ -299,14 +158,9 @@ func (r *run) setup() (int, error) {
 		fmt.Fprintf(r.log, "resume: warning: %s holds bfloat16 weights (train.checkpoint_dtype) and grpo.master_dtype is %s, so no float32 weights were saved: the run continues from rounded weights\n", resumeDir, o.GRPO.MasterDType)
 	}
 
-	// Outputs: metrics.jsonl (and rollouts.jsonl) continue after the resumed step.
+	// metrics.jsonl continues after the resumed step.
 	if r.metrics, err = openJSONL(filepath.Join(o.Out, "metrics.jsonl"), start); err != nil {
 		return 0, err
-	}
-	if o.Train.LogRollouts && r.sft == nil {
-		if r.rollouts, err = openJSONL(filepath.Join(o.Out, "rollouts.jsonl"), start); err != nil {
-			return 0, err
-		}
 	}
 	r.best = loadBest(o.Out)
 	if r.best.Step > start { // from steps after the checkpoint, which are redone
@@ -315,13 +169,158 @@ func (r *run) setup() (int, error) {
 	return start, nil
 }
 
+// checkStart refuses what the run cannot do, before anything is loaded,
+// prepares the output folder, and finds the checkpoint to resume from ("",
+// 0 when the run starts afresh).
+func (r *run) checkStart() (resumeDir string, start int, err error) {
+	o := r.opts
+	if o.Rollout.Generator != rollout.GeneratorLocal {
+		return "", 0, fmt.Errorf("train: rollout.generator is %q: training needs the local model (its log-probs and gradients), set rollout.generator: %s", o.Rollout.Generator, rollout.GeneratorLocal)
+	}
+	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
+		return "", 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
+	}
+	if err := prepareOut(o.Out, o.Resume, r.log); err != nil {
+		return "", 0, err
+	}
+	if resumeDir, start, err = latestCheckpoint(o.Out); err != nil {
+		return "", 0, err
+	}
+	if !o.Resume {
+		start, resumeDir = 0, ""
+	} else if resumeDir == "" {
+		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
+	}
+	// Fail fast on what would otherwise fail only later in the run.
+	if o.Train.EvalEvery > 0 {
+		if err := checkBestMetric(o.Train.BestMetric); err != nil {
+			return "", 0, err
+		}
+		evalTrajs, err := dataset.ReadAll(o.Train.EvalData)
+		if err != nil {
+			return "", 0, fmt.Errorf("train.eval_data: %w", err)
+		}
+		if !anyAction(evalTrajs) { // the eval would fail at its first step
+			return "", 0, fmt.Errorf("train.eval_data %s: nothing to evaluate: %d trajectories, none with an action", o.Train.EvalData, len(evalTrajs))
+		}
+	}
+	return resumeDir, start, nil
+}
+
+// loadModel loads the tokenizer and the model: the checkpoint resumeDir
+// when resuming, else model.path, else a random model from the model.*
+// architecture keys and model.seed (model.Settings.LoadModel).
+func (r *run) loadModel(resumeDir string, start int) error {
+	o := r.opts
+	var tokDir string
+	var err error
+	if r.tok, tokDir, err = o.Model.LoadTokenizer(); err != nil {
+		return err
+	}
+	if r.tokFiles, err = checkpoint.ReadTokenizerFiles(tokDir); err != nil {
+		return fmt.Errorf("model.tokenizer: %w", err)
+	}
+	if r.backend, err = model.NewBackend(o.Model.BackendConfig); err != nil {
+		return err
+	}
+	if resumeDir != "" {
+		s := o.Model
+		s.Path = resumeDir
+		if r.model, err = s.LoadModel(r.backend, r.tok); err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		fmt.Fprintf(r.log, "resume: %s (step %d)\n", resumeDir, start)
+	} else if r.model, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.log, "model: %s, %d parameters\n", r.model.Config().String(), r.model.NumParameters())
+	return nil
+}
+
+// newTrainer builds the trainer of the model's weights (its policy at
+// rollout.temperature) and, when resuming, restores its optimizer state.
+func (r *run) newTrainer(resumeDir string, start int) error {
+	o := r.opts
+	m := r.model
+	temperature := o.Rollout.Temperature
+	policy := func(ctx *mlctx.Context, tokens, attnMask, targetPos *graph.Node) *graph.Node {
+		return m.TokenLogProbs(ctx, tokens, attnMask, targetPos, temperature)
+	}
+	var err error
+	if r.trainer, err = grpo.NewTrainer(r.backend, m.Context(), policy, o.GRPO, o.Train.Steps*o.GRPO.NumIterations); err != nil {
+		return err
+	}
+	r.trainer.SetSharedPolicy(func(ctx *mlctx.Context, prefix, prefixMask, tokens, attnMask, targetPos *graph.Node) *graph.Node {
+		return m.TokenLogProbsShared(ctx, prefix, prefixMask, tokens, attnMask, targetPos, temperature)
+	})
+	r.trainer.SetStagedPolicy(stagedPolicy(m, temperature))
+	if resumeDir != "" {
+		return r.restoreTrainer(resumeDir, start)
+	}
+	return nil
+}
+
 func (r *run) close() {
 	if r.metrics != nil {
 		r.metrics.close()
 	}
-	if r.rollouts != nil {
-		r.rollouts.close()
+	r.steps.close()
+}
+
+// sample returns the pool indices of step's trajectories (SampleStep with
+// the train section's count, balance and seed).
+func (r *run) sample(step int) []int {
+	T := r.opts.Train
+	return SampleStep(r.positive, T.Trajectories, T.Balance, T.Seed, step)
+}
+
+// window is the turns [start, end) of tr that train runs on (rollout.Window
+// with train.max_turns).
+func (r *run) window(tr *dataset.Trajectory) (start, end int) {
+	labels := make([]int, len(tr.Turns))
+	for t, tu := range tr.Turns {
+		labels[t] = tu.Label
 	}
+	return rollout.Window(labels, r.opts.Train.MaxTurns)
+}
+
+// episodes returns the pool trajectories idx, each cut to its window.
+func (r *run) episodes(idx []int) []*rollout.Episode {
+	eps := make([]*rollout.Episode, len(idx))
+	for k, i := range idx {
+		s, e := r.window(r.pool[i])
+		eps[k] = &rollout.Episode{Traj: r.pool[i], Start: s, End: e}
+	}
+	return eps
+}
+
+// sortForBatch orders sequences by phase, then length: micro-batches are
+// padded to their longest row, and memory completions are longer than
+// judge ones, so this keeps the padding small; the loss is a sum over
+// sequences, so order is free.
+func sortForBatch(seqs []grpo.Sequence) {
+	sort.SliceStable(seqs, func(a, b int) bool {
+		sa, sb := &seqs[a], &seqs[b]
+		if sa.Phase != sb.Phase {
+			return sa.Phase < sb.Phase
+		}
+		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
+	})
+}
+
+// newSequence is a GRPO sequence of prompt and completion (token ids) with
+// the completion's forced-token flags, its phase, advantage and reward.
+func newSequence(prompt, completion []int, forced []bool, phase grpo.Phase, adv, reward float32) grpo.Sequence {
+	s := grpo.Sequence{Phase: phase, Advantage: adv, Reward: reward, Forced: forced}
+	s.Prompt = make([]int32, len(prompt))
+	for i, id := range prompt {
+		s.Prompt[i] = int32(id)
+	}
+	s.Completion = make([]int32, len(completion))
+	for i, id := range completion {
+		s.Completion[i] = int32(id)
+	}
+	return s
 }
 
 // loadPool reads the training data and keeps the trajectories with at least

@@ -1,7 +1,9 @@
-package train
-
-// Copy pretraining: a synthetic language-modelling task that teaches a
-// random model to copy what it has read, by what it is.
+// Package pretrain is copy pretraining (`mageguard model pretrain`): a
+// synthetic language-modelling task that teaches a random model to copy
+// what it has read, by what it is, before the guard is trained on it
+// (mageguard sft). It uses grpo's trainer with advantage 1, so the loss is
+// the cross-entropy of the tokens to copy.
+package pretrain
 
 import (
 	"context"
@@ -10,17 +12,16 @@ import (
 	"math/rand/v2"
 	"time"
 
-	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
-
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
-// CopyConfig is the synthetic task of `mageguard model pretrain`.
-type CopyConfig struct {
+// Config is the synthetic task of `mageguard model pretrain`.
+type Config struct {
 	Task       string // TaskCopy (the default; "" too) or TaskRecall
 	Steps      int    // optimizer steps
 	FixedSteps int    // TaskCopy: the first steps copy Length tokens, the later ones 2…Length
@@ -55,15 +56,15 @@ const (
 	TaskRecall = "recall"
 )
 
-// DefaultCopyConfig returns the defaults: 500 steps of 32 sequences of up to
+// DefaultConfig returns the defaults: 500 steps of 32 sequences of up to
 // 20 tokens, the first 200 of 20 (configs/synth-learn.yaml's model copies
 // content-based after ~350: docs/learning.md).
-func DefaultCopyConfig() CopyConfig {
-	return CopyConfig{Task: TaskCopy, Steps: 500, FixedSteps: 200, Batch: 32, Length: 20, Seed: 1}
+func DefaultConfig() Config {
+	return Config{Task: TaskCopy, Steps: 500, FixedSteps: 200, Batch: 32, Length: 20, Seed: 1}
 }
 
 // Validate checks the values; errors name the flag.
-func (c CopyConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.Task != "" && c.Task != TaskCopy && c.Task != TaskRecall:
 		return fmt.Errorf("--task must be %s or %s, got %q", TaskCopy, TaskRecall, c.Task)
@@ -79,16 +80,16 @@ func (c CopyConfig) Validate() error {
 	return nil
 }
 
-// CopyStep is one step's line of the copy task's log.
-type CopyStep struct {
+// Step is one step's line of the task's log.
+type Step struct {
 	Step     int
 	Loss     float64 // cross-entropy of the tokens in the loss (the second copy; recall's values), nats per token: 0 always right, ln(#ids) knows nothing
 	GradNorm float64
 	Seconds  float64
 }
 
-// PretrainCopy trains the model of o.Model (a random one, or model.path)
-// on the task of c and saves it to out as a checkpoint with the tokenizer's
+// Run trains the model of ms (a random one, or model.path) on the task
+// of c and saves it to out as a checkpoint with the tokenizer's
 // files. Each copying sequence is the tokenizer's <|endoftext|> (or id 0),
 // then Length tokens (2…Length after FixedSteps steps) drawn uniformly from
 // the ids that are not added tokens, then the same tokens again; only the
@@ -98,18 +99,18 @@ type CopyStep struct {
 // an earlier occurrence of a name — and that a random tiny model does not
 // learn from the guard's completions in hundreds of steps
 // (docs/learning.md). The optimizer is grpo's AdamW
-// with o.GRPO's learning rate, warm-up, clipping and micro-batches (a
-// constant schedule after warm-up), token-mean loss. onStep, when set, gets
-// every step. Cancelling ctx stops it without writing out.
-func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onStep func(CopyStep)) error {
+// with g's learning rate, warm-up, clipping and micro-batches (a constant
+// schedule after warm-up), token-mean loss. onStep, when set, gets every
+// step. Cancelling ctx stops it without writing out.
+func Run(ctx context.Context, ms model.Settings, g grpo.Config, c Config, out string, onStep func(Step)) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	m, tok, err := o.Model.Open()
+	m, tok, err := ms.Open()
 	if err != nil {
 		return err
 	}
-	tokDir := o.Model.TokenizerDir()
+	tokDir := ms.TokenizerDir()
 	tokFiles, err := checkpoint.ReadTokenizerFiles(tokDir) // the checkpoint's, whatever happens to tokDir meanwhile
 	if err != nil {
 		return fmt.Errorf("model.tokenizer: %w", err)
@@ -127,7 +128,6 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
 		start = int32(id)
 	}
-	g := o.GRPO
 	g.Beta, g.NumIterations, g.LRSchedule, g.LossAggregation = 0, 1, "constant", grpo.AggTokenMean
 	policy := func(ctx *mlctx.Context, tokens, attnMask, targetPos *graph.Node) *graph.Node {
 		return m.TokenLogProbs(ctx, tokens, attnMask, targetPos, 1)
@@ -164,10 +164,10 @@ func PretrainCopy(ctx context.Context, o Options, c CopyConfig, out string, onSt
 			return fmt.Errorf("step %d: loss %v", step, st.Entropy)
 		}
 		if onStep != nil {
-			onStep(CopyStep{Step: step, Loss: st.Entropy, GradNorm: st.GradNorm, Seconds: time.Since(t0).Seconds()})
+			onStep(Step{Step: step, Loss: st.Entropy, GradNorm: st.GradNorm, Seconds: time.Since(t0).Seconds()})
 		}
 	}
-	return m.Save(out, model.SaveOptions{DType: o.Model.DType, Tokenizer: tokFiles})
+	return m.Save(out, model.SaveOptions{DType: ms.DType, Tokenizer: tokFiles})
 }
 
 // copySequences draws n sequences of the copying task: prompt start and

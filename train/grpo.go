@@ -3,8 +3,10 @@ package train
 import (
 	"context"
 	"fmt"
-	"sort"
+	"path/filepath"
 	"time"
+
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/internal/seed"
@@ -14,7 +16,8 @@ import (
 	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// Metrics is one line of metrics.jsonl: one training step.
+// Metrics is one line of a GRPO run's metrics.jsonl: one step
+// (docs/design.md#metrics).
 type Metrics struct {
 	Step                int            `json:"step"`
 	RewardJudge         float64        `json:"reward_judge"`    // mean judge reward r^J over turns × chains
@@ -64,30 +67,53 @@ func (m *Metrics) summary() string {
 		m.MemoryChars, m.Loss, m.KL, m.TokensPerSecond, m.Seconds, m.RolloutSeconds, m.UpdateSeconds, evalSummary(m.Eval))
 }
 
-// step runs one training step: sample, roll out, score, update.
-func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
+// grpoSteps are turn-wise GRPO's steps (Run): each samples trajectories,
+// rolls out G chains of the guard over each with the current weights,
+// scores every turn and takes a GRPO update on the guard's own calls.
+type grpoSteps struct {
+	r        *run
+	refCtx   *mlctx.Context // π_ref (nil when beta = 0)
+	rollouts *jsonlFile     // rollouts.jsonl (with train.log_rollouts)
+}
+
+// prepare builds π_ref, the frozen starting model (rebuilt from model.path
+// / model.seed on resume), when β > 0, and opens rollouts.jsonl with
+// train.log_rollouts (continuing after the resumed step).
+func (g *grpoSteps) prepare(r *run, resumeDir string, start int) error {
+	g.r = r
 	o := r.opts
-	t0 := time.Now()
-
-	// 1. Sample the step's trajectories and cut each to its window.
-	idx := SampleStep(r.positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, step)
-	episodes := make([]*rollout.Episode, len(idx))
-	for k, i := range idx {
-		tr := r.pool[i]
-		labels := make([]int, len(tr.Turns))
-		for t, tu := range tr.Turns {
-			labels[t] = tu.Label
+	var err error
+	if o.GRPO.Beta > 0 {
+		ref := r.model
+		if resumeDir != "" {
+			if ref, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
+				return fmt.Errorf("reference model: %w", err)
+			}
 		}
-		s, e := rollout.Window(labels, o.Train.MaxTurns)
-		episodes[k] = &rollout.Episode{Traj: tr, Start: s, End: e}
+		if g.refCtx, err = grpo.FrozenCopy(ref.Context()); err != nil {
+			return err
+		}
 	}
+	if o.Train.LogRollouts {
+		if g.rollouts, err = openJSONL(filepath.Join(o.Out, "rollouts.jsonl"), start); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	// 2. Roll out G chains per trajectory with the current policy.
-	G := o.Rollout.GroupSize
-	chains, rstats, err := r.guard.Run(episodes, rollout.RunOptions{Chains: G, Sampling: generate.Sampling{
-		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
-		Seed: seed.Mix(o.Train.Seed, uint64(step)),
-	}})
+func (g *grpoSteps) close() {
+	if g.rollouts != nil {
+		g.rollouts.close()
+	}
+}
+
+// step runs one training step: sample, roll out, score, update.
+func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
+	r := g.r
+	t0 := time.Now()
+	episodes := r.episodes(r.sample(step))
+	chains, rstats, err := g.rollOut(episodes, step)
 	if err != nil {
 		return nil, fmt.Errorf("step %d: rollout: %w", step, err)
 	}
@@ -95,13 +121,49 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 		return nil, ctx.Err()
 	}
 	tRollout := time.Since(t0)
-
-	// 3. Rewards and advantages per trajectory (its G chains are the group
-	// at each turn), then one sequence per memory and judge call.
 	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens,
 		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens,
 		ElidedArguments: rstats.ElidedArguments, ElidedActions: rstats.ElidedActions, ElidedActionTokens: rstats.ElidedActionTokens,
 		ElidedUserMessages: rstats.ElidedUsers, ElidedUserTokens: rstats.ElidedUserTokens}
+	seqs, rows, err := g.score(step, episodes, chains, m)
+	if err != nil {
+		return nil, err
+	}
+	t1 := time.Now()
+	if err := g.update(step, seqs, m); err != nil {
+		return nil, err
+	}
+	m.UpdateSeconds = time.Since(t1).Seconds()
+	m.RolloutSeconds = tRollout.Seconds()
+	m.Seconds = time.Since(t0).Seconds()
+	m.Elapsed = time.Since(r.started).Seconds()
+	m.TokensPerSecond = float64(m.PromptTokens+m.GeneratedTokens+m.CompletionTokens) / m.Seconds
+	for _, row := range rows {
+		if err := g.rollouts.write(row); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// rollOut runs G chains (rollout.group_size) of the guard over each
+// episode with the current policy, sampling with the rollout section's
+// settings from (train.seed, step).
+func (g *grpoSteps) rollOut(episodes []*rollout.Episode, step int) ([]*rollout.Chain, rollout.Stats, error) {
+	o := g.r.opts
+	return g.r.guard.Run(episodes, rollout.RunOptions{Chains: o.Rollout.GroupSize, Sampling: generate.Sampling{
+		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
+		Seed: seed.Mix(o.Train.Seed, uint64(step)),
+	}})
+}
+
+// score computes the rewards and advantages per trajectory (its G chains
+// are the group at each turn) and returns one sequence per memory and
+// judge call, with the step's rollouts.jsonl rows when they are logged; it
+// fills m's rollout means.
+func (g *grpoSteps) score(step int, episodes []*rollout.Episode, chains []*rollout.Chain, m *Metrics) ([]grpo.Sequence, []rolloutRow, error) {
+	o := g.r.opts
+	G := o.Rollout.GroupSize
 	var seqs []grpo.Sequence
 	var rows []rolloutRow
 	var nTurns, nMem int
@@ -109,7 +171,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 		group := chains[e*G : (e+1)*G]
 		sc, err := scoreGroup(o.Rewards, o.GRPO.ScaleRewards, ep, group)
 		if err != nil {
-			return nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
+			return nil, nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
 		}
 		seqs = append(seqs, groupSequences(group, sc)...)
 		for c, ch := range group {
@@ -133,7 +195,7 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 						m.MemoryViolationRate++
 					}
 				}
-				if r.rollouts != nil {
+				if g.rollouts != nil {
 					rows = append(rows, newRolloutRow(step, ep, ch, t, sc, o.Train.LogTexts))
 				}
 			}
@@ -155,54 +217,36 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 		}
 	}
 	m.NonzeroAdvantages /= float64(len(seqs))
+	return seqs, rows, nil
+}
 
-	// 4. The GRPO update: forced tokens (structured decoding) carry no
-	// choice and are left out of the loss. Micro-batches are padded to their
-	// longest row: ordering the sequences by phase (memory completions are
-	// longer than judge ones) and length keeps the padding small; the loss is
-	// a sum over sequences, so order is free.
-	sort.SliceStable(seqs, func(a, b int) bool {
-		sa, sb := &seqs[a], &seqs[b]
-		if sa.Phase != sb.Phase {
-			return sa.Phase < sb.Phase
-		}
-		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
-	})
+// update takes the GRPO update on seqs and records its diagnostics in m.
+// Forced tokens (structured decoding) carry no choice and are left out of
+// the loss.
+func (g *grpoSteps) update(step int, seqs []grpo.Sequence, m *Metrics) error {
+	r := g.r
+	sortForBatch(seqs)
 	batch, err := grpo.NewBatch(seqs)
 	if err != nil {
-		return nil, fmt.Errorf("step %d: %w", step, err)
+		return fmt.Errorf("step %d: %w", step, err)
 	}
-	t1 := time.Now()
-	if r.refCtx != nil {
-		if batch.RefLogProbs, err = r.trainer.LogProbs(r.refCtx, batch); err != nil {
-			return nil, fmt.Errorf("step %d: reference log-probs: %w", step, err)
+	if g.refCtx != nil {
+		if batch.RefLogProbs, err = r.trainer.LogProbs(g.refCtx, batch); err != nil {
+			return fmt.Errorf("step %d: reference log-probs: %w", step, err)
 		}
 	}
-	if o.OnBatch != nil {
-		o.OnBatch(step, batch)
+	if r.opts.OnBatch != nil {
+		r.opts.OnBatch(step, batch)
 	}
 	stats, err := r.trainer.Update(batch)
 	if err != nil {
-		return nil, fmt.Errorf("step %d: %w", step, err)
+		return fmt.Errorf("step %d: %w", step, err)
 	}
 	last := stats[len(stats)-1]
 	m.Loss, m.GradNorm, m.KL, m.ClipFraction = last.Loss, last.GradNorm, last.MeanKL, last.ClipFrac
 	m.Ratio, m.Entropy, m.LR = last.MeanRatio, last.Entropy, last.LR
 	m.Sequences, m.CompletionTokens = last.Sequences, last.Tokens
-	m.UpdateSeconds = time.Since(t1).Seconds()
-	m.RolloutSeconds = tRollout.Seconds()
-	m.Seconds = time.Since(t0).Seconds()
-	m.Elapsed = time.Since(r.started).Seconds()
-	m.TokensPerSecond = float64(m.PromptTokens+m.GeneratedTokens+m.CompletionTokens) / m.Seconds
-
-	if r.rollouts != nil {
-		for _, row := range rows {
-			if err := r.rollouts.write(row); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return m, nil
+	return nil
 }
 
 // groupSequences returns one GRPO sequence per memory and judge call of a
@@ -224,16 +268,7 @@ func groupSequences(group []*rollout.Chain, sc *scored) []grpo.Sequence {
 
 // sequence turns a guard call into a GRPO sequence with its phase's advantage.
 func sequence(c *rollout.Call, phase grpo.Phase, adv, reward float64) grpo.Sequence {
-	s := grpo.Sequence{Phase: phase, Advantage: float32(adv), Reward: float32(reward), Forced: c.Forced}
-	s.Prompt = make([]int32, len(c.Prompt))
-	for i, id := range c.Prompt {
-		s.Prompt[i] = int32(id)
-	}
-	s.Completion = make([]int32, len(c.Completion))
-	for i, id := range c.Completion {
-		s.Completion[i] = int32(id)
-	}
-	return s
+	return newSequence(c.Prompt, c.Completion, c.Forced, phase, float32(adv), float32(reward))
 }
 
 // scored is one trajectory's group after scoring: rewards (with their
@@ -243,8 +278,9 @@ type scored struct {
 	advMemory, advJudge [][]float64
 }
 
-// scoreGroup computes the rewards of one trajectory's G chains (DESIGN.md
-// "Rewards") and their per-turn, per-phase group advantages.
+// scoreGroup computes the rewards of one trajectory's G chains
+// (docs/design.md#rewards) and their per-turn, per-phase group advantages
+// (docs/design.md#turn-wise-grpo).
 func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*rollout.Chain) (*scored, error) {
 	T, G := ep.End-ep.Start, len(group)
 	labels := make([]int, T)
@@ -272,4 +308,52 @@ func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*
 		return nil, err
 	}
 	return &scored{rewards: rw, advMemory: advM, advJudge: advJ}, nil
+}
+
+// rolloutRow is one line of rollouts.jsonl: one step × trajectory × turn ×
+// chain. Turns are numbered from 0 in the trajectory; decision is the
+// effective one (after the format fallback); memory_tokens and judge_tokens
+// are the calls' generated tokens.
+type rolloutRow struct {
+	Step            int     `json:"step"`
+	TrajectoryID    string  `json:"trajectory_id"`
+	Turn            int     `json:"turn"`
+	Chain           int     `json:"chain"`
+	Label           int     `json:"label"`
+	MemoryChars     int     `json:"memory_chars"`
+	MemoryParsed    bool    `json:"memory_parsed"`
+	JudgeParsed     bool    `json:"judge_parsed"`
+	Decision        string  `json:"decision"`
+	RewardJudge     float64 `json:"reward_judge"`
+	RewardMemory    float64 `json:"reward_memory"`
+	AdvantageJudge  float64 `json:"advantage_judge"`
+	AdvantageMemory float64 `json:"advantage_memory"`
+	MemoryTokens    int     `json:"memory_tokens"`
+	JudgeTokens     int     `json:"judge_tokens"`
+	MemoryText      *string `json:"memory_text,omitempty"`
+	JudgeText       *string `json:"judge_text,omitempty"`
+}
+
+func newRolloutRow(step int, ep *rollout.Episode, ch *rollout.Chain, t int, sc *scored, texts bool) rolloutRow {
+	tu := &ch.Turns[t]
+	row := rolloutRow{
+		Step: step, TrajectoryID: ep.Traj.ID, Turn: tu.Index, Chain: ch.Index, Label: tu.Label,
+		MemoryChars: tu.MemoryChars(), MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
+		JudgeParsed: tu.Judge.Parsed, Decision: tu.Decision,
+		RewardJudge: sc.rewards.Judge[t][ch.Index], RewardMemory: sc.rewards.Memory[t][ch.Index],
+		AdvantageJudge: sc.advJudge[t][ch.Index], AdvantageMemory: sc.advMemory[t][ch.Index],
+		JudgeTokens: len(tu.Judge.Completion),
+	}
+	if tu.Memory != nil {
+		row.MemoryTokens = len(tu.Memory.Completion)
+	}
+	if texts {
+		jt := tu.Judge.Text
+		row.JudgeText = &jt
+		if tu.Memory != nil {
+			mt := tu.Memory.Text
+			row.MemoryText = &mt
+		}
+	}
+	return row
 }

@@ -1,4 +1,4 @@
-package train
+package teacher
 
 import (
 	"errors"
@@ -44,11 +44,13 @@ func TestTeacherFileErrorsNameFileLineAndField(t *testing.T) {
 		{"memory null", `{"trajectory_id": "a", "turn": 1, "memory": null, "decision": "reject", "rationale": ""}`, "memory: want a string, got null"},
 		{"bad decision", `{"trajectory_id": "a", "turn": 1, "memory": "", "decision": "block", "rationale": ""}`, `decision: want "approve" or "reject", got "block"`},
 		{"rationale object", `{"trajectory_id": "a", "turn": 1, "memory": "", "decision": "reject", "rationale": {}}`, "rationale: want a string, got an object"},
+		{"invalid UTF-8", "{\"trajectory_id\": \"a\", \"turn\": 1, \"memory\": \"\xff\", \"decision\": \"reject\", \"rationale\": \"\"}", "memory: holds invalid UTF-8 (byte 0xff)"},
+		{"lone surrogate", `{"trajectory_id": "a", "turn": 1, "memory": "", "decision": "reject", "rationale": "\ud800"}`, `rationale: holds the escape \ud800 of a lone UTF-16 surrogate`},
 		{"duplicate turn", `{"trajectory_id": "a", "turn": 0, "memory": "x", "decision": "reject", "rationale": ""}`, `turn: trajectory "a" turn 0 is already on line 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeTeacher(t, goodTeacherLine, "", tc.line) // the bad line is line 3
-			_, err := ReadTeacherFile(path)
+			_, err := ReadFile(path)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -67,7 +69,7 @@ func TestFileTeacherCoverage(t *testing.T) {
 		return fmt.Sprintf(`{"trajectory_id": %q, "turn": %d, "memory": "m%d", "decision": "approve", "rationale": "r%d"}`, id, turn, turn, turn)
 	}
 	path := writeTeacher(t, line("a", 1), line("a", 0), line("a", 2), line("b", 0), line("b", 2), line("c", 0), line("c", 1))
-	ft, err := ReadTeacherFile(path)
+	ft, err := ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestFileTeacherCoverage(t *testing.T) {
 
 // TestSynthTeachers: the built-in teachers' targets are the synth
 // teacher's memories with the judge's rule on them; the perfect teacher's
-// decision and rationale are every action's right ones (synth.Decision),
+// decision and rationale are every action's right ones (Decision),
 // the myopic one's decision misses exactly the malicious actions of
 // attacks with a gap of 2 or more (its rationales say what its memory
 // knows: a forgotten allowed id "is not flagged").
@@ -110,7 +112,7 @@ func TestSynthTeachers(t *testing.T) {
 	}
 	missed := 0
 	for _, myopic := range []bool{false, true} {
-		st := SynthTeacher{synth.Teacher{BudgetChars: 100, Myopic: myopic}}
+		st := Synth{BudgetChars: 100, Myopic: myopic}
 		for _, tr := range trajs {
 			got, err := st.Targets(tr, 0, len(tr.Turns))
 			if err != nil {
@@ -121,7 +123,7 @@ func TestSynthTeachers(t *testing.T) {
 				if tg.Memory != mems[i] {
 					t.Fatalf("%s turn %d: memory %q, want %q", tr.ID, i, tg.Memory, mems[i])
 				}
-				d, why := synth.Decision(tr, i)
+				d, why := Decision(tr, i)
 				gap := 0
 				if tr.AttackType != nil {
 					gap, _ = synth.Gap(*tr.AttackType)
@@ -141,7 +143,7 @@ func TestSynthTeachers(t *testing.T) {
 	if missed == 0 {
 		t.Fatal("no attack of gap >= 2 in the data: the test checks nothing")
 	}
-	if _, err := (SynthTeacher{}).Targets(&dataset.Trajectory{ID: "x", Source: "agentdojo", Turns: make([]dataset.Turn, 1)}, 0, 1); !errors.Is(err, ErrNotTaught) {
+	if _, err := (Synth{}).Targets(&dataset.Trajectory{ID: "x", Source: "agentdojo", Turns: make([]dataset.Turn, 1)}, 0, 1); !errors.Is(err, ErrNotTaught) {
 		t.Errorf("a trajectory of another source: %v, want ErrNotTaught", err)
 	}
 }

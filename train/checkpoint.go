@@ -1,7 +1,10 @@
 package train
 
+// The run's checkpoints: the output folder's preparation and clean-up,
+// saving, pruning, and resuming from the newest one
+// (docs/design.md#checkpoints).
+
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -21,146 +24,10 @@ import (
 
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/safetensors"
-	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/strictjson"
 )
-
-// rolloutRow is one line of rollouts.jsonl: one step × trajectory × turn ×
-// chain. Turns are numbered from 0 in the trajectory; decision is the
-// effective one (after the format fallback); memory_tokens and judge_tokens
-// are the calls' generated tokens.
-type rolloutRow struct {
-	Step            int     `json:"step"`
-	TrajectoryID    string  `json:"trajectory_id"`
-	Turn            int     `json:"turn"`
-	Chain           int     `json:"chain"`
-	Label           int     `json:"label"`
-	MemoryChars     int     `json:"memory_chars"`
-	MemoryParsed    bool    `json:"memory_parsed"`
-	JudgeParsed     bool    `json:"judge_parsed"`
-	Decision        string  `json:"decision"`
-	RewardJudge     float64 `json:"reward_judge"`
-	RewardMemory    float64 `json:"reward_memory"`
-	AdvantageJudge  float64 `json:"advantage_judge"`
-	AdvantageMemory float64 `json:"advantage_memory"`
-	MemoryTokens    int     `json:"memory_tokens"`
-	JudgeTokens     int     `json:"judge_tokens"`
-	MemoryText      *string `json:"memory_text,omitempty"`
-	JudgeText       *string `json:"judge_text,omitempty"`
-}
-
-func newRolloutRow(step int, ep *rollout.Episode, ch *rollout.Chain, t int, sc *scored, texts bool) rolloutRow {
-	tu := &ch.Turns[t]
-	row := rolloutRow{
-		Step: step, TrajectoryID: ep.Traj.ID, Turn: tu.Index, Chain: ch.Index, Label: tu.Label,
-		MemoryChars: tu.MemoryChars(), MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
-		JudgeParsed: tu.Judge.Parsed, Decision: tu.Decision,
-		RewardJudge: sc.rewards.Judge[t][ch.Index], RewardMemory: sc.rewards.Memory[t][ch.Index],
-		AdvantageJudge: sc.advJudge[t][ch.Index], AdvantageMemory: sc.advMemory[t][ch.Index],
-		JudgeTokens: len(tu.Judge.Completion),
-	}
-	if tu.Memory != nil {
-		row.MemoryTokens = len(tu.Memory.Completion)
-	}
-	if texts {
-		jt := tu.Judge.Text
-		row.JudgeText = &jt
-		if tu.Memory != nil {
-			mt := tu.Memory.Text
-			row.MemoryText = &mt
-		}
-	}
-	return row
-}
-
-// jsonlFile appends JSON lines to a file, flushing each line.
-type jsonlFile struct {
-	f *os.File
-	w *bufio.Writer
-}
-
-// openJSONL opens path for appending. Lines of steps after `keep` (left by
-// a run that was interrupted after its last checkpoint) are dropped first,
-// so a resumed run's file reads as one uninterrupted run's.
-func openJSONL(path string, keep int) (*jsonlFile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return nil, err
-	}
-	var kept bytes.Buffer
-	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
-		var s struct {
-			Step int `json:"step"`
-		}
-		if len(bytes.TrimSpace(line)) == 0 || json.Unmarshal(line, &s) != nil || s.Step > keep {
-			continue
-		}
-		if !bytes.HasSuffix(line, []byte("\n")) {
-			continue // a torn last line
-		}
-		kept.Write(line)
-	}
-	if !bytes.Equal(kept.Bytes(), data) {
-		if err := atomicfile.WriteFile(path, kept.Bytes()); err != nil {
-			return nil, err
-		}
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	return &jsonlFile{f: f, w: bufio.NewWriter(f)}, nil
-}
-
-func (j *jsonlFile) write(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	j.w.Write(b)
-	j.w.WriteByte('\n')
-	if err := j.w.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", j.f.Name(), err)
-	}
-	return nil
-}
-
-func (j *jsonlFile) close() {
-	j.w.Flush()
-	j.f.Close()
-}
-
-// replaceDir moves the complete directory tmp to final, replacing an older
-// final: the old one is renamed aside first and removed last, so a crash
-// leaves one of the two under its name or aside, never neither.
-func replaceDir(tmp, final string) error {
-	aside := final + ".old"
-	os.RemoveAll(aside)
-	if _, err := os.Stat(final); err == nil {
-		if err := os.Rename(final, aside); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Rename(aside, final)
-		return err
-	}
-	if err := os.Chmod(final, 0o755); err != nil {
-		return err
-	}
-	syncDir(filepath.Dir(final))
-	return os.RemoveAll(aside)
-}
-
-// syncDir makes a rename in dir durable (best effort).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
 
 var checkpointRe = regexp.MustCompile(`^checkpoint-(\d+)$`)
 
@@ -172,8 +39,8 @@ func checkpointDir(out string, step int) string {
 // directory that already holds checkpoints, so nothing is overwritten. It
 // then cleans up after a run that was killed mid-write (the caller holds
 // the folder's lock, so no one else is writing there): temporary files and
-// folders are removed, and a checkpoint moved aside by replaceDir whose
-// replacement never arrived is put back.
+// folders are removed, and a checkpoint moved aside by
+// atomicfile.ReplaceDir whose replacement never arrived is put back.
 func prepareOut(out string, resume bool, log io.Writer) error {
 	if out == "" {
 		return fmt.Errorf("train: no output directory (--out)")
@@ -194,8 +61,8 @@ func prepareOut(out string, resume bool, log io.Writer) error {
 	return nil
 }
 
-// asideRe matches a checkpoint replaceDir moved aside.
-var asideRe = regexp.MustCompile(`^checkpoint-(\d+|best)\.old$`)
+// asideRe matches a checkpoint atomicfile.ReplaceDir moved aside.
+var asideRe = regexp.MustCompile(`^checkpoint-(\d+|best)` + regexp.QuoteMeta(atomicfile.AsideSuffix) + `$`)
 
 // removeStale removes what a killed run left in out: atomicfile's
 // temporary files and model.Save's temporary folders (".NAME.tmp-DIGITS"),
@@ -223,7 +90,7 @@ func removeStale(out string, log io.Writer) error {
 			continue
 		}
 		if asideRe.MatchString(name) {
-			final := strings.TrimSuffix(path, ".old")
+			final := strings.TrimSuffix(path, atomicfile.AsideSuffix)
 			if _, err := os.Stat(final); os.IsNotExist(err) {
 				if err := os.Rename(path, final); err != nil {
 					return err
@@ -282,9 +149,6 @@ type trainerState struct {
 	Time           string `json:"time"`
 }
 
-// saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,
-// optimizer.safetensors and trainer_state.json, built under a temporary
-// name and renamed, then prunes old checkpoints beyond keep_last.
 // saveModel writes the model into dir in train.checkpoint_dtype, its weights from the
 // trainer's float32 masters when it keeps them (bfloat16 training).
 func (r *run) saveModel(dir string) error {
@@ -295,6 +159,10 @@ func (r *run) saveModel(dir string) error {
 	return r.model.Save(dir, model.SaveOptions{DType: r.opts.Train.CheckpointDType, Tokenizer: r.tokFiles, Values: masters})
 }
 
+// saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,
+// optimizer.safetensors and trainer_state.json, built under a temporary
+// name and renamed (docs/design.md#checkpoints), then prunes old
+// checkpoints beyond keep_last.
 func (r *run) saveCheckpoint(step int) (string, error) {
 	o := r.opts
 	final := checkpointDir(o.Out, step)
@@ -321,7 +189,7 @@ func (r *run) saveCheckpoint(step int) (string, error) {
 	if err := atomicfile.WriteFile(filepath.Join(tmp, "trainer_state.json"), ts); err != nil {
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
-	if err := replaceDir(tmp, final); err != nil { // final may be a stale copy without trainer_state.json
+	if err := atomicfile.ReplaceDir(tmp, final); err != nil { // final may be a stale copy without trainer_state.json
 		return "", fmt.Errorf("checkpoint %d: %w", step, err)
 	}
 	fmt.Fprintf(r.log, "saved %s\n", final)
@@ -427,46 +295,4 @@ func checkMoments(path string, shapes map[string][]int, m *model.Model) error {
 		}
 	}
 	return nil
-}
-
-// progress prints one step's summary, with the held-out F1, ASR and BU on
-// eval steps: an updating line on a terminal, plain lines otherwise.
-func (r *run) progress(step int, m record) {
-	T := r.opts.Train.Steps
-	eta := time.Duration(m.elapsed() / float64(max(step-r.firstStep()+1, 1)) * float64(T-step) * float64(time.Second))
-	line := fmt.Sprintf("step %d/%d  %s  ETA %s", step, T, m.summary(), eta.Round(time.Second))
-	if isTerminal(r.log) {
-		fmt.Fprintf(r.log, "\r\033[K%s", line)
-		if step == T {
-			fmt.Fprintln(r.log)
-		}
-		return
-	}
-	fmt.Fprintln(r.log, line)
-}
-
-// evalSummary is the held-out F1, ASR and BU of an eval step for the
-// progress line ("" without an eval).
-func evalSummary(ev map[string]any) string {
-	if ev == nil {
-		return ""
-	}
-	f := func(k string) string {
-		if v, ok := ev[k].(float64); ok {
-			return fmt.Sprintf("%.3f", v)
-		}
-		return "null"
-	}
-	return fmt.Sprintf("  held-out F1 %s ASR %s BU %s", f("f1"), f("asr"), f("bu"))
-}
-
-func (r *run) firstStep() int { return r.resumedFrom + 1 }
-
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
