@@ -29,7 +29,7 @@ func TestParseToolCall(t *testing.T) {
 		name, in string
 		want     ToolCall
 	}{
-		// The tool call of shared/reference/chat/case_f, as the Hugging Face template rendered it.
+		// The tool call of model/chat/testdata/case_f, as the Hugging Face template rendered it.
 		{"reference rendering", "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"decision\": \"reject\", \"rationale\": \"Exposure exceeds the 10% limit.\"}}\n</tool_call><|im_end|>\n", reject},
 		{"compact, endoftext", `<tool_call>{"name":"update_memory","arguments":{"content":"User wants to pay the March bill only."}}</tool_call><|endoftext|>`, memory},
 		{"keys in any order, whitespace around", "  \n<tool_call>\n{\"arguments\": {\"rationale\": \"Exposure exceeds the 10% limit.\", \"decision\": \"reject\"}, \"name\": \"assess_risk\"}\n</tool_call>\n\n", reject},
@@ -105,7 +105,7 @@ func TestParseForRole(t *testing.T) {
 }
 
 // TestToolCallText checks Text against the reference rendering of
-// shared/reference/chat/case_f (Hugging Face's template) and the same
+// model/chat/testdata/case_f (Hugging Face's template) and the same
 // rendering by the chat package for a memory call with characters that
 // Go's encoding/json would escape differently from Python.
 func TestToolCallText(t *testing.T) {
