@@ -1,5 +1,5 @@
 // Package eval turns a guard's per-turn decisions into the metrics of
-// DESIGN.md ("Metrics") and into reports a person reads.
+// docs/design.md#metrics and into reports a person reads.
 //
 // The flow is: the guard loop (package rollout) writes one Decision per
 // trajectory × turn to decisions.jsonl; Compute derives report.json's

@@ -13,7 +13,7 @@ import (
 	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// Metrics are the metrics of DESIGN.md ("Metrics") over a set of
+// Metrics are the metrics of docs/design.md#metrics over a set of
 // trajectories. A pointer field is nil (JSON null, never NaN) when its
 // denominator is zero.
 type Metrics struct {
@@ -154,8 +154,8 @@ func (t *trajectory) attackSucceeded() bool {
 	return t.firstLabel1 >= 0 && (t.firstReject < 0 || t.firstLabel1 < t.firstReject)
 }
 
-// Compute derives report.json from the decisions alone, by DESIGN.md's
-// definitions; nSkipped (trajectories without actions) is passed through.
+// Compute derives report.json from the decisions alone, by the
+// definitions of docs/design.md#metrics; nSkipped (trajectories without actions) is passed through.
 // Decisions are grouped by trajectory_id and ordered by turn; they are
 // expected to satisfy Check (ReadDecisions ensures it).
 func Compute(decisions []Decision, nSkipped int) Report {
