@@ -5,10 +5,12 @@ import (
 	"fmt"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// StepInput is one session's next step of the online guard loop (DESIGN.md
-// "The guard loop", Algorithm 1): the state the session keeps between
+// StepInput is one session's next step of the online guard loop
+// (docs/design.md#the-guard-loop, Algorithm 1): the state the session keeps between
 // steps (the user's request, m_{t−1}, the previous action) and what the
 // agent reports now (the previous action's observation, new user messages,
 // the pending action a_t).
@@ -25,16 +27,16 @@ type StepInput struct {
 // events returns what the memory sees at this step, in the order Run's
 // episodes show it: the user's request at the first step, the previous
 // action with its observation, then the new user messages.
-func (in *StepInput) events(observation string) Events {
-	var ev Events
+func (in *StepInput) events(observation string) prompt.Events {
+	var ev prompt.Events
 	if in.First {
-		ev = append(ev, Event{User: &in.UserPrompt})
+		ev = append(ev, prompt.Event{User: &in.UserPrompt})
 	}
 	if in.Previous != nil {
-		ev = append(ev, Event{Action: in.Previous, Observation: observation})
+		ev = append(ev, prompt.Event{Action: in.Previous, Observation: observation})
 	}
 	for i := range in.UserMessages {
-		ev = append(ev, Event{User: &in.UserMessages[i]})
+		ev = append(ev, prompt.Event{User: &in.UserMessages[i]})
 	}
 	return ev
 }
@@ -47,7 +49,7 @@ func (in *StepInput) events(observation string) Events {
 // batch for batch). The returned turns carry the calls, m_t (MemoryOut),
 // the decision, rationale and score; Index and Label are left zero.
 // Sampling seeds are derived from s.Seed.
-func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
+func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, error) {
 	var stats Stats
 	if g.cfg.Variant != "mage" {
 		return nil, stats, fmt.Errorf("rollout: Step runs the mage variant, not %q", g.cfg.Variant)
@@ -62,21 +64,21 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 	}
 	turns := make([]Turn, len(inputs))
 
-	reqs := make([]Request, len(inputs))
+	reqs := make([]generate.Request, len(inputs))
 	calls := make([]*Call, len(inputs))
 	for k := range inputs {
 		in := &inputs[k]
 		obs := ""
 		if in.Previous != nil {
 			var elided int
-			obs, elided = ElideObservation(g.tok, in.Observation, g.cfg.MaxObservationTokens)
+			obs, elided = prompt.ElideObservation(g.tok, in.Observation, g.cfg.MaxObservationTokens)
 			if elided > 0 {
 				stats.ElidedObs++
 				stats.ElidedTokens += elided
 			}
 		}
 		calls[k] = g.newCall(g.prompts.Memory(in.Memory, in.events(obs)), MemoryRole)
-		reqs[k] = g.request(calls[k], MemoryRole)
+		reqs[k] = g.Request(calls[k], MemoryRole)
 	}
 	if err := g.generate(reqs, calls, s, 0, &stats); err != nil {
 		return nil, stats, fmt.Errorf("memory calls of %d sessions: %w", len(inputs), err)
@@ -88,7 +90,7 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 
 	for k := range inputs {
 		calls[k] = g.newCall(g.prompts.Judge(turns[k].MemoryOut, inputs[k].Action), JudgeRole)
-		reqs[k] = g.request(calls[k], JudgeRole)
+		reqs[k] = g.Request(calls[k], JudgeRole)
 	}
 	if err := g.generate(reqs, calls, s, 1, &stats); err != nil {
 		return nil, stats, fmt.Errorf("judge calls of %d sessions: %w", len(inputs), err)
@@ -105,7 +107,7 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 // memoryOutcome parses a memory call (marking it parsed or recording its
 // violation) and returns m_t: the new memory, or prev on a violation.
 func (g *Guard) memoryOutcome(c *Call, prev string, stats *Stats) string {
-	call, err := ParseMemory(c.Text)
+	call, err := prompt.ParseMemory(c.Text)
 	if err != nil {
 		c.Violation = err.Error()
 		stats.MemoryFailures++
@@ -127,11 +129,11 @@ type Judgement struct {
 // judgeOutcome parses a judge call (marking it parsed or recording its
 // violation) and returns its outcome.
 func (g *Guard) judgeOutcome(c *Call, stats *Stats) Judgement {
-	j, err := ParseJudgement(c.Text)
+	j, err := prompt.ParseJudgement(c.Text)
 	if err != nil {
 		c.Violation = err.Error()
 		stats.JudgeFailures++
-		return Judgement{Decision: DecisionReject, Rationale: FallbackRationale, Score: 1}
+		return Judgement{Decision: prompt.DecisionReject, Rationale: FallbackRationale, Score: 1}
 	}
 	c.Parsed = true
 	score, exact := g.watch.score(g.tok, c, j, g.grammar[JudgeRole] != nil)

@@ -98,6 +98,7 @@ func strictObject(data []byte, path string, allowed ...string) (map[string]json.
 // objectErrorCodes are the API's error codes of strictjson's refusals.
 var objectErrorCodes = map[strictjson.Kind]string{
 	strictjson.Syntax:    "invalid_json",
+	strictjson.Trailing:  "invalid_json",
 	strictjson.NotObject: "invalid_type",
 	strictjson.Duplicate: "duplicate_key",
 	strictjson.Unknown:   "unknown_field",

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Stepper runs one step of the guard loop for many sessions at once
 // (*rollout.Guard).
 type Stepper interface {
-	Step(inputs []rollout.StepInput, s rollout.Sampling) ([]rollout.Turn, rollout.Stats, error)
+	Step(inputs []rollout.StepInput, s generate.Sampling) ([]rollout.Turn, rollout.Stats, error)
 }
 
 // batcher decides the steps of many sessions in shared generation batches.
@@ -249,9 +251,9 @@ func (b *batcher) run(batch []*job) {
 		inputs[i] = j.in
 	}
 	b.batchNo++
-	sampling := rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}
+	sampling := generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}
 	if !b.cfg.Greedy {
-		sampling = rollout.Sampling{Temperature: b.rollout.Temperature, TopK: b.rollout.TopK, TopP: b.rollout.TopP, Seed: b.cfg.Seed + b.batchNo*0x9e3779b97f4a7c15}
+		sampling = generate.Sampling{Temperature: b.rollout.Temperature, TopK: b.rollout.TopK, TopP: b.rollout.TopP, Seed: b.cfg.Seed + b.batchNo*0x9e3779b97f4a7c15}
 	}
 	start := time.Now()
 	turns, stats, err := b.guard.Load().Step(inputs, sampling)
@@ -318,7 +320,7 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 // block when the judge rejects, or with serve.threshold when the score
 // reaches it.
 func (b *batcher) record(j *job, t *rollout.Turn, decided time.Time) Step {
-	block := t.Decision == rollout.DecisionReject
+	block := t.Decision == prompt.DecisionReject
 	if b.cfg.Threshold > 0 {
 		block = t.Score >= b.cfg.Threshold
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -164,7 +165,7 @@ func loopback(addr string) bool {
 
 // deferredGenerator forwards to the generator set once the model is loaded
 // (the guard is built, and the port bound, before the slow load).
-type deferredGenerator struct{ rollout.Generator }
+type deferredGenerator struct{ generate.Generator }
 
 // runServe opens the store, binds addr, loads the guard's model (the API
 // answers meanwhile: /healthz 503), serves until ctx is cancelled, then

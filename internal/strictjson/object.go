@@ -19,11 +19,12 @@ type Kind int
 
 // The kinds of ObjectError.
 const (
-	Syntax    Kind = iota + 1 // not valid JSON, or data after the object
+	Syntax    Kind = iota + 1 // not valid JSON
 	NotObject                 // the text is valid JSON but not an object
 	Duplicate                 // a key given twice in one object, at any depth
 	Unknown                   // a member's key is not among the allowed keys
 	TooDeep                   // a member's value is nested deeper than MaxDepth
+	Trailing                  // data after the object
 )
 
 // ObjectError is what Object refuses, by the path of the value at fault.
@@ -99,7 +100,7 @@ func Object(data []byte, path string, allowed ...string) (map[string]json.RawMes
 		return nil, whole(Syntax, "not valid JSON: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, whole(Syntax, "data after the JSON object")
+		return nil, whole(Trailing, "data after the JSON object")
 	}
 	return members, nil
 }

@@ -48,7 +48,7 @@ func TestObjectNamesWhatIsWrongByPath(t *testing.T) {
 		{`"a"`, "tools[2]", []string{"a"}, NotObject, "tools[2]", true, "want a JSON object"},
 		{`action=f`, "", []string{"a"}, Syntax, "", true, ""},
 		{`{"a": 1`, "", []string{"a"}, Syntax, "", true, ""},
-		{`{"a": 1} {}`, "", []string{"a"}, Syntax, "", true, "data after the JSON object"},
+		{`{"a": 1} {}`, "", []string{"a"}, Trailing, "", true, "data after the JSON object"},
 		{`{"a": 1, "a": 2}`, "", []string{"a"}, Duplicate, "a", false, "given twice"},
 		{`{"a": 1, "a": 2}`, "action", []string{"a"}, Duplicate, "action.a", false, "given twice"},
 		{`{"a": {"b": [0, {"c": 1, "c": 2}]}}`, "", []string{"a"}, Duplicate, "a.b[1].c", false, "given twice"},
@@ -95,7 +95,7 @@ func FuzzObject(f *testing.F) {
 		m, err := Object(b, "", "a", "b")
 		if err != nil {
 			var e *ObjectError
-			if !errors.As(err, &e) || e.Kind < Syntax || e.Kind > TooDeep {
+			if !errors.As(err, &e) || e.Kind < Syntax || e.Kind > Trailing {
 				t.Fatalf("error %v is not an *ObjectError of a known kind", err)
 			}
 			return
