@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/safetensors"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // loraOptions is microOptions training a rank-4 LoRA adapter on a base checkpoint written
@@ -165,5 +167,58 @@ func TestLoRAResumeEqualsUninterrupted(t *testing.T) {
 				t.Errorf("the base's files changed:\nbefore %v\nafter  %v", baseBefore, after)
 			}
 		})
+	}
+}
+
+// TestLoRASFT: SFT with a LoRA adapter on a saved base starts from the base exactly — its first
+// step's cross-entropy is full SFT's from the same base (the same model, the same calls) — and
+// writes an adapter checkpoint whose B has left zero, the base's files untouched.
+func TestLoRASFT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	o := synthMicroOptions(t)
+	o.Train.Steps = 2
+	m, _, err := o.Model.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "base")
+	if err := m.Save(base, model.SaveOptions{TokenizerDir: o.Model.TokenizerDir()}); err != nil {
+		t.Fatal(err)
+	}
+	o.Model.Path = base
+	before := dirHashes(t, base)
+	losses := map[bool][]float64{}
+	for _, lora := range []bool{false, true} {
+		r := o
+		r.Out = filepath.Join(t.TempDir(), "out")
+		if lora {
+			r.Model.LoRA = model.LoRAConfig{Rank: 4, Alpha: 8, Targets: model.DefaultLoRAConfig().Targets}
+		}
+		if _, err := SFT(context.Background(), r, DefaultSFTConfig(), teacher.Synth{BudgetChars: 100}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range readJSONL[SFTMetrics](t, filepath.Join(r.Out, "metrics.jsonl")) {
+			losses[lora] = append(losses[lora], m.Loss)
+		}
+		if lora {
+			moved := false
+			for name, x := range adapterWeights(t, filepath.Join(r.Out, "checkpoint-2")) {
+				for _, v := range x {
+					moved = moved || (strings.Contains(name, "lora_B") && v != 0)
+				}
+			}
+			if !moved {
+				t.Error("the SFT adapter's B did not leave zero")
+			}
+		}
+	}
+	full, lora := losses[false], losses[true]
+	if len(full) != 2 || len(lora) != 2 || math.Abs(full[0]-lora[0]) > 1e-6*full[0] || full[1] == lora[1] {
+		t.Errorf("cross-entropy full %v, LoRA %v: want the same first step, then apart", full, lora)
+	}
+	if after := dirHashes(t, base); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Error("the base's files changed")
 	}
 }
