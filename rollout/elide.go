@@ -137,3 +137,39 @@ func marshalString(s string) []byte {
 	enc.Encode(s)
 	return []byte(strings.TrimSuffix(b.String(), "\n"))
 }
+
+// elider elides untrusted texts to the guard's limits, adding what it left
+// out to stats. Run (through view) and Step (through elideStep) take every
+// untrusted text of their prompts through one, so eval and serve show the
+// same text for the same input.
+type elider struct {
+	g     *Guard
+	stats *Stats
+}
+
+// user elides the user's request or a later user message
+// (rollout.max_user_tokens).
+func (e elider) user(text string) string {
+	out, n := ElideText(e.g.tok, text, e.g.cfg.MaxUserTokens)
+	if n > 0 {
+		e.stats.ElidedUsers++
+		e.stats.ElidedUserTokens += n
+	}
+	return out
+}
+
+// observation elides an observation (rollout.max_observation_tokens).
+func (e elider) observation(text string) string {
+	out, n := ElideText(e.g.tok, text, e.g.cfg.MaxObservationTokens)
+	if n > 0 {
+		e.stats.ElidedObs++
+		e.stats.ElidedTokens += n
+	}
+	return out
+}
+
+// action elides an action (ElideAction: rollout.max_argument_tokens, then
+// rollout.max_action_tokens).
+func (e elider) action(a dataset.Action) dataset.Action {
+	return ElideAction(e.g.tok, a, e.g.cfg.MaxArgumentTokens, e.g.cfg.MaxActionTokens, e.stats)
+}
