@@ -102,6 +102,7 @@ var objectErrorCodes = map[strictjson.Kind]string{
 	strictjson.Duplicate: "duplicate_key",
 	strictjson.Unknown:   "unknown_field",
 	strictjson.TooDeep:   "invalid_value",
+	strictjson.BadText:   "invalid_value",
 }
 
 // jsonString decodes a JSON string value.
@@ -155,7 +156,7 @@ func ParseCreate(data []byte) (*CreateRequest, error) {
 				return nil, err
 			}
 			if seen[tool.Name] {
-				return nil, badField("tools["+strconv.Itoa(i)+"].name", "duplicate_tool", "tool %q declared twice", tool.Name)
+				return nil, badField("tools["+strconv.Itoa(i)+"].name", "duplicate_tool", "tool %q declared twice", ShortText(tool.Name))
 			}
 			seen[tool.Name] = true
 			req.Tools = append(req.Tools, tool)

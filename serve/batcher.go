@@ -2,8 +2,10 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,9 +14,19 @@ import (
 )
 
 // Stepper runs one step of the guard loop for many sessions at once
-// (*rollout.Guard).
+// (*rollout.Guard). An error that is a *rollout.StepErrors fails only the
+// steps it names.
 type Stepper interface {
 	Step(inputs []rollout.StepInput, s rollout.Sampling) ([]rollout.Turn, rollout.Stats, error)
+}
+
+// Preparer is a Stepper that can do a step's text work as it arrives
+// (*rollout.Guard: PrepareStep elides its texts, renders its memory prompt
+// and checks its prompts against StepInput.MaxPromptTokens), so that a
+// step too long is refused alone before it reaches a batch, and the batch
+// does none of that work.
+type Preparer interface {
+	PrepareStep(in rollout.StepInput) (rollout.StepInput, error)
 }
 
 // batcher decides the steps of many sessions in shared generation batches.
@@ -120,9 +132,16 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 		return nil, &APIError{Status: 503, Code: "loading", Message: "the model is loading"}
 	}
 	in := rollout.StepInput{UserPrompt: sess.UserPrompt, First: sess.StepCount == 0, Memory: sess.Memory,
-		Previous: sess.LastAction, UserMessages: req.UserMessages, Action: req.Action}
+		Previous: sess.LastAction, UserMessages: req.UserMessages, Action: req.Action, MaxPromptTokens: b.cfg.MaxPromptTokens}
 	if req.Observation != nil {
 		in.Observation = *req.Observation
+	}
+	if p, ok := b.guard.Load().Stepper.(Preparer); ok {
+		var err error
+		if in, err = p.PrepareStep(in); err != nil {
+			b.metrics.notApplied("too_long")
+			return nil, stepError(err)
+		}
 	}
 	j := &job{id: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
 		deadline: arrived.Add(b.cfg.deadline()), done: make(chan outcome, 1)}
@@ -159,6 +178,17 @@ func (b *batcher) abandon(j *job, why string) outcome {
 		return outcome{err: deadlineError(why)}
 	}
 	return <-j.done
+}
+
+// stepError is the answer to a step that failed alone: 413 for a prompt
+// too long, else 500.
+func stepError(err error) *APIError {
+	var tooLong *rollout.PromptTooLongError
+	if errors.As(err, &tooLong) {
+		return &APIError{Status: 413, Code: "prompt_too_long",
+			Message: fmt.Sprintf("the step's %s prompt has %d tokens after elision, more than serve.max_prompt_tokens (%d); the step was not applied (send fewer or shorter user messages)", tooLong.Role, tooLong.Tokens, tooLong.Max)}
+	}
+	return &APIError{Status: 500, Code: "generation_failed", Message: "the guard's generation failed; the step was not applied"}
 }
 
 func deadlineError(why string) *APIError {
@@ -244,34 +274,74 @@ func (b *batcher) run(batch []*job) {
 	if len(jobs) == 0 {
 		return
 	}
-	inputs := make([]rollout.StepInput, len(jobs))
-	for i, j := range jobs {
-		inputs[i] = j.in
-	}
 	b.batchNo++
 	sampling := rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}
 	if !b.cfg.Greedy {
 		sampling = rollout.Sampling{Temperature: b.rollout.Temperature, TopK: b.rollout.TopK, TopP: b.rollout.TopP, Seed: b.cfg.Seed + b.batchNo*0x9e3779b97f4a7c15}
 	}
 	start := time.Now()
-	turns, stats, err := b.guard.Load().Step(inputs, sampling)
+	turns, errs, stats := b.step(jobs, sampling)
 	elapsed := time.Since(start)
-	if err == nil && len(turns) != len(jobs) {
-		err = fmt.Errorf("the guard returned %d steps for %d", len(turns), len(jobs))
-	}
-	if err != nil {
-		b.log.Error("generation failed", "steps", len(jobs), "error", err.Error())
-		for _, j := range jobs {
+	var ok []*job
+	var okTurns []rollout.Turn
+	for i, j := range jobs {
+		if errs[i] != nil {
+			b.log.Error("step failed", "session", j.id, "error", errs[i].Error())
 			b.metrics.notApplied("error")
-			b.answer(j, outcome{err: &APIError{Status: 500, Code: "generation_failed", Message: "the guard's generation failed; the step was not applied"}})
+			b.answer(j, outcome{err: stepError(errs[i])})
+			continue
 		}
-		return
+		ok = append(ok, j)
+		okTurns = append(okTurns, turns[i])
 	}
 	b.metrics.batch(len(jobs), elapsed.Seconds(), stats.PromptTokens, stats.NewTokens, stats.MemoryFailures, stats.JudgeFailures)
-	if stored := b.commit(jobs, turns); stored > 0 {
+	if len(ok) == 0 {
+		return
+	}
+	if stored := b.commit(ok, okTurns); stored > 0 {
 		b.log.Info("batch", "steps", len(jobs), "stored", stored, "ms", elapsed.Milliseconds(),
 			"prompt_tokens", stats.PromptTokens, "generated_tokens", stats.NewTokens)
 	}
+}
+
+// step runs the jobs' inputs through the guard and returns each one's
+// turn or error. A step that fails alone (*rollout.StepErrors) fails
+// without the others; when the whole call fails, each half runs again on
+// its own, down to the steps that still fail, so that one bad step never
+// fails the steps beside it. A part whose steps are all past their
+// deadline is not run again (their answers would be 503 anyway), which
+// bounds the retries when every call fails (a generator down).
+func (b *batcher) step(jobs []*job, s rollout.Sampling) ([]rollout.Turn, []error, rollout.Stats) {
+	inputs := make([]rollout.StepInput, len(jobs))
+	for i, j := range jobs {
+		inputs[i] = j.in
+	}
+	turns, stats, err := b.guard.Load().Step(inputs, s)
+	errs := make([]error, len(jobs))
+	var rows *rollout.StepErrors
+	switch {
+	case err == nil && len(turns) != len(jobs):
+		err = fmt.Errorf("the guard returned %d steps for %d", len(turns), len(jobs))
+	case errors.As(err, &rows) && len(rows.Errs) == len(jobs) && len(turns) == len(jobs):
+		return turns, rows.Errs, stats
+	}
+	if err == nil {
+		return turns, errs, stats
+	}
+	b.log.Error("generation failed", "steps", len(jobs), "error", err.Error())
+	now := b.now()
+	if len(jobs) == 1 || !slices.ContainsFunc(jobs, func(j *job) bool { return now.Before(j.deadline) }) {
+		for i := range errs {
+			errs[i] = err
+		}
+		return make([]rollout.Turn, len(jobs)), errs, stats
+	}
+	half := len(jobs) / 2
+	lt, le, ls := b.step(jobs[:half], s)
+	rt, re, rs := b.step(jobs[half:], s)
+	stats.Add(ls)
+	stats.Add(rs)
+	return append(lt, rt...), append(le, re...), stats
 }
 
 // commit stores the decided steps of jobs (turns[i] is jobs[i]'s) that are
