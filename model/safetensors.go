@@ -144,6 +144,9 @@ func readSafetensorsHeader(path string, f *os.File) (*stFile, error) {
 		}
 		st.entries[name] = e
 	}
+	if err := checkContiguous(st.entries, dataLen); err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w", path, err)
+	}
 	return st, nil
 }
 
