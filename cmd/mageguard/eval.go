@@ -24,6 +24,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/lock"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -127,6 +128,13 @@ second Ctrl-C kills at once.`,
 			if out == "" {
 				return errors.New("eval: --out DIR is required")
 			}
+			// The lock train and sweep take: a second eval into the same
+			// folder is refused at once, before anything is read.
+			lk, err := lock.Acquire(out)
+			if err != nil {
+				return fmt.Errorf("eval: %w", err)
+			}
+			defer lk.Release()
 			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "eval")
 			defer stop()
 			report, err := evalCheckpoint(ctx, cfg, out, baseline, cmd.ErrOrStderr())
