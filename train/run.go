@@ -80,6 +80,8 @@ type run struct {
 	// sft, when set, makes the run a supervised warm start (sft.go): its
 	// steps train on a teacher's targets instead of rollouts.
 	sft *sftState
+
+	configChanges []ConfigChange // keys a resume changed (resumeconfig.go)
 }
 
 // record is one step's line of metrics.jsonl, GRPO's (Metrics) or SFT's
@@ -157,7 +159,7 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 			}
 		}
 		r.progress(step, m)
-		if err := r.metrics.write(m); err != nil {
+		if err := r.metrics.write(r.annotate(step, m)); err != nil {
 			return res, err
 		}
 		r.writeCurves()
@@ -202,6 +204,8 @@ func (r *run) setup() (int, error) {
 		start, resumeDir = 0, ""
 	} else if resumeDir == "" {
 		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
+	} else if r.configChanges, err = resumeChanges(o.Out, o.ResolvedConfig, r.log); err != nil {
+		return 0, err
 	}
 	// Fail fast on what would otherwise fail only later in the run.
 	if o.Train.EvalEvery > 0 {
