@@ -82,6 +82,16 @@ func (g *Guard) PrepareStep(in StepInput) (StepInput, error) {
 	return in, nil
 }
 
+// PromptTokens is the length of a prepared step's memory prompt (0 for an
+// input PrepareStep did not return): what the step costs, roughly, beside
+// other steps.
+func (in *StepInput) PromptTokens() int {
+	if in.prepared == nil {
+		return 0
+	}
+	return len(in.prepared.memory.Prompt)
+}
+
 // prepare elides a step's texts, renders its memory call and checks its
 // prompts' lengths.
 func (g *Guard) prepare(in *StepInput) (*prepared, error) {

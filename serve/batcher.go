@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,7 @@ type batcher struct {
 	log     *slog.Logger
 	now     func() time.Time
 
+	shares  *shares                    // the sessions' recent use of the guard (fairshare.go)
 	guard   atomic.Pointer[stepperBox] // nil until setGuard
 	queue   chan *job
 	batchNo uint64 // batches run; seeds sampled decoding
@@ -82,7 +85,7 @@ type outcome struct {
 
 func newBatcher(cfg Config, rc rollout.Config, store *Store, m *metrics, log *slog.Logger, now func() time.Time) *batcher {
 	return &batcher{
-		cfg: cfg, rollout: rc, store: store, metrics: m, log: log, now: now,
+		cfg: cfg, rollout: rc, store: store, metrics: m, log: log, now: now, shares: newShares(cfg.MaxSessionShare),
 		queue: make(chan *job, cfg.QueueSize),
 		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
@@ -145,6 +148,9 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 	}
 	j := &job{id: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
 		deadline: arrived.Add(b.cfg.deadline()), done: make(chan outcome, 1)}
+	if err := b.pace(ctx, j); err != nil {
+		return nil, err
+	}
 	select {
 	case b.queue <- j:
 	default:
@@ -166,6 +172,48 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 		return nil, o.err
 	}
 	return o.resp, nil
+}
+
+// pace holds a job of a session above its share of the guard
+// (serve.max_session_share) until it is within it: a 429 with Retry-After
+// when that would pass the job's deadline, a 503 when the client goes
+// away or the server stops meanwhile.
+func (b *batcher) pace(ctx context.Context, j *job) error {
+	now := b.now()
+	w := b.shares.wait(now, j.id)
+	if w <= 0 {
+		return nil
+	}
+	if now.Add(w).After(j.deadline) {
+		b.metrics.notApplied("over_share")
+		return &APIError{Status: 429, Code: "over_share", retryAfter: strconv.Itoa(int(math.Ceil(w.Seconds()))),
+			Message: fmt.Sprintf("this session used more than serve.max_session_share (%g) of the guard lately; retry in %.0f s", b.cfg.MaxSessionShare, math.Ceil(w.Seconds()))}
+	}
+	b.metrics.paced()
+	timer := time.NewTimer(w)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		b.metrics.notApplied("deadline")
+		return deadlineError("client_gone")
+	case <-b.stop:
+		return &APIError{Status: 503, Code: "shutting_down", Message: "the server is shutting down; the step was not applied"}
+	}
+}
+
+// charge counts a batch's seconds to its jobs' sessions, split by their
+// prompts' lengths.
+func (b *batcher) charge(jobs []*job, seconds float64) {
+	total := 0
+	for _, j := range jobs {
+		total += max(j.in.PromptTokens(), 1)
+	}
+	now := b.now()
+	for _, j := range jobs {
+		b.shares.charge(now, j.id, seconds*float64(max(j.in.PromptTokens(), 1))/float64(total))
+	}
 }
 
 // abandon gives up a job whose submitter can wait no longer. A job still
@@ -282,6 +330,7 @@ func (b *batcher) run(batch []*job) {
 	start := time.Now()
 	turns, errs, stats := b.step(jobs, sampling)
 	elapsed := time.Since(start)
+	b.charge(jobs, elapsed.Seconds())
 	var ok []*job
 	var okTurns []rollout.Turn
 	for i, j := range jobs {

@@ -38,14 +38,19 @@ type Config struct {
 	MaxSessions     int     `yaml:"max_sessions"`    // sessions stored at most; one more is answered 429
 	MaxStateBytes   int64   `yaml:"max_state_bytes"` // bytes of sessions and steps stored at most; past it, creates and steps are answered 507
 	SessionIdleS    float64 `yaml:"session_idle_s"`  // > 0: a session with no create, step or resume for this many seconds is deleted (0 = never)
-	Greedy          bool    `yaml:"greedy"`          // argmax decoding; false samples at rollout.temperature, top_k, top_p
-	Seed            uint64  `yaml:"seed"`            // seeds sampled decoding (greedy: false)
+	// MaxSessionShare is the most of the guard's time (over the last ~10
+	// s) one session may take while others use it too; above it, its next
+	// step waits (fairshare.go). 1 = no limit.
+	MaxSessionShare float64 `yaml:"max_session_share"`
+	Greedy          bool    `yaml:"greedy"` // argmax decoding; false samples at rollout.temperature, top_k, top_p
+	Seed            uint64  `yaml:"seed"`   // seeds sampled decoding (greedy: false)
 }
 
 // DefaultConfig returns the defaults: batches of up to 32 steps gathered
 // for at most 5 ms, 256 steps queued, a minute's deadline, blocking on the
 // judge's decision, 1 MiB bodies, prompts of 8,192 tokens, 10,000
-// sessions and 1 GiB stored, no idle expiry, greedy decoding.
+// sessions and 1 GiB stored, no idle expiry, a quarter of the guard's
+// time per session while others wait, greedy decoding.
 func DefaultConfig() Config {
 	return Config{
 		BatchSize:       32,
@@ -58,6 +63,7 @@ func DefaultConfig() Config {
 		MaxSessions:     10000,
 		MaxStateBytes:   1 << 30,
 		SessionIdleS:    0,
+		MaxSessionShare: 0.25,
 		Greedy:          true,
 		Seed:            1,
 	}
@@ -86,6 +92,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_state_bytes must be >= 1048576, got %d", c.MaxStateBytes)
 	case !(c.SessionIdleS >= 0) || math.IsInf(c.SessionIdleS, 0):
 		return fmt.Errorf("session_idle_s must be >= 0 (0 = never), got %g", c.SessionIdleS)
+	case !(c.MaxSessionShare > 0 && c.MaxSessionShare <= 1):
+		return fmt.Errorf("max_session_share must be in (0, 1] (1 = no limit), got %g", c.MaxSessionShare)
 	}
 	return nil
 }

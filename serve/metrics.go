@@ -49,9 +49,10 @@ type metrics struct {
 	tokens     map[string]uint64     // "prompt" | "generated" → guard tokens
 	steps      map[string]uint64     // "allow" | "block" → steps answered
 	violations map[string]uint64     // "memory" | "judge" → format violations
-	rejected   map[string]uint64     // why a step was not applied → count ("queue_full", "deadline", "too_long", "error")
+	rejected   map[string]uint64     // why a step was not applied → count ("queue_full", "deadline", "too_long", "over_share", "error")
 	created    uint64                // sessions created
 	expired    uint64                // sessions deleted for serve.session_idle_s
+	pacedSteps uint64                // steps held back for serve.max_session_share
 	queueDepth func() int            // steps waiting for a batch now
 	usage      func() Usage          // what the store holds now (nil: not reported)
 	damaged    func() bool           // the store is damaged
@@ -103,6 +104,12 @@ func (m *metrics) step(decision string) {
 func (m *metrics) notApplied(reason string) {
 	m.mu.Lock()
 	m.rejected[reason]++
+	m.mu.Unlock()
+}
+
+func (m *metrics) paced() {
+	m.mu.Lock()
+	m.pacedSteps++
 	m.mu.Unlock()
 }
 
@@ -163,7 +170,7 @@ func (m *metrics) write(w io.Writer) error {
 		{"mageguard_tokens_total", "Guard tokens processed: prompt and generated, both roles.", "kind", m.tokens, []string{"prompt", "generated"}},
 		{"mageguard_steps_total", "Steps answered, by decision.", "decision", m.steps, []string{DecisionAllow, DecisionBlock}},
 		{"mageguard_format_violations_total", "Guard calls whose output was not a valid tool call (the fallback applied), by role.", "role", m.violations, []string{"memory", "judge"}},
-		{"mageguard_steps_not_applied_total", "Assess requests answered without running or storing a step, by reason.", "reason", m.rejected, []string{"queue_full", "deadline", "too_long", "error"}},
+		{"mageguard_steps_not_applied_total", "Assess requests answered without running or storing a step, by reason.", "reason", m.rejected, []string{"queue_full", "deadline", "too_long", "over_share", "error"}},
 	}
 	for _, c := range counters {
 		family(c.name, "counter", c.help)
@@ -173,6 +180,8 @@ func (m *metrics) write(w io.Writer) error {
 	}
 	family("mageguard_sessions_created_total", "counter", "Sessions created since the server started.")
 	fmt.Fprintf(&b, "mageguard_sessions_created_total %d\n", m.created)
+	family("mageguard_steps_paced_total", "counter", "Steps held back before the queue because their session took more than serve.max_session_share of the guard.")
+	fmt.Fprintf(&b, "mageguard_steps_paced_total %d\n", m.pacedSteps)
 	family("mageguard_sessions_expired_total", "counter", "Sessions deleted after serve.session_idle_s without a step.")
 	fmt.Fprintf(&b, "mageguard_sessions_expired_total %d\n", m.expired)
 	if m.usage != nil {

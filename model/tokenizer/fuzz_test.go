@@ -46,10 +46,10 @@ func TestParseRefusesARepeatedVocabularyEntry(t *testing.T) {
 	}
 }
 
-// FuzzLoad: a tokenizer.json file loaded within a model's vocabulary (of
+// FuzzLoadWithin: a tokenizer.json file loaded within a model's vocabulary (of
 // 300 ids) either loads, every id below 300, or is an error naming the
 // file; never a panic or an allocation sized by an id.
-func FuzzLoad(f *testing.F) {
+func FuzzLoadWithin(f *testing.F) {
 	seed, err := os.ReadFile(tinyJSON(f, nil))
 	if err != nil {
 		f.Fatal(err)
