@@ -38,7 +38,7 @@ func TestTensorDataMustBeContiguous(t *testing.T) {
 }
 
 // TestOverlappingTensorsAreRefusedAtOpen: a file whose two tensors share
-// their bytes (the issue's) is refused when it is opened.
+// their bytes is refused when it is opened.
 func TestOverlappingTensorsAreRefusedAtOpen(t *testing.T) {
 	header := `{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`
 	data := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))

@@ -71,7 +71,7 @@ func openDamaged(t *testing.T, dir string) error {
 	return nil
 }
 
-// TestADamagedDatabaseIsAnErrorNotACrash: the damaged sessions.db
+// TestADamagedDatabaseIsAnErrorNotACrash: damaged sessions.db
 // files, made here from a database of 40 sessions: truncated to 10,000
 // bytes (SIGBUS at start-up before), the root page's element count set to
 // 0xffff (a panic at the first read) or its flags changed (panic:

@@ -78,7 +78,7 @@ func FuzzLoadWithin(f *testing.F) {
 	})
 }
 
-// TestTokenizerIDsAreBounded: the ids (10⁹, 2⁴⁰, 2⁶², 2·10⁷ in
+// TestTokenizerIDsAreBounded: ids of 10⁹, 2⁴⁰, 2⁶² and 2·10⁷ (in
 // the vocabulary, 10⁹ for an added token), which grew eval to 24 GB, ran
 // out of memory, panicked in makeslice or spent 2 GB, are refused at once
 // naming the file, the field and the token, in little memory; within a
