@@ -66,8 +66,8 @@ acceptance-sweep: build
 # Proof that training makes a guard (docs/learning.md): synthetic train and
 # held-out files, a tiny model taught to copy, warm-started with 400 SFT
 # steps, then GRPO with two seeds; the held-out table of random init,
-# judge-only, SFT and SFT + GRPO (the GRPO seeds side by side). 26 min 36 s
-# on a 2-core machine (measured as one command). Leaves the guard
+# judge-only, SFT and SFT + GRPO (the GRPO seeds side by side); its time is
+# in docs/learning.md. Leaves the guard
 # in $(LEARN_OUT)/guard/, its eval config in $(LEARN_OUT)/guard.yaml and the
 # table in $(LEARN_OUT)/results.md.
 LEARN_OUT ?= runs/learn
@@ -76,8 +76,8 @@ learn: build
 
 # The γ experiment (docs/learning.md): GRPO from a myopic warm start with
 # γ = 0 and γ = 0.5 under a tight memory length threshold, 3 seeds each;
-# the table of F1 and recall at gap >= 3 in $(LEARN_GAMMA_OUT)/results.md.
-# 33 min 51 s on a 2-core machine (measured as one command).
+# the table of F1 and recall at gap >= 3 in $(LEARN_GAMMA_OUT)/results.md
+# (its time: docs/learning.md).
 LEARN_GAMMA_OUT ?= runs/learn-gamma
 learn-gamma: build
 	scripts/learn-gamma.sh $(LEARN_GAMMA_OUT)
@@ -127,7 +127,8 @@ FUZZ         ?=
 FUZZ_TARGETS := \
 	./dataset:FuzzDecodeJSON \
 	./dataset:FuzzParquet \
-	./model:FuzzSafetensors \
+	./internal/parquetcheck:FuzzParquetCheck \
+	./model/safetensors:FuzzSafetensors \
 	./model:FuzzParseConfig \
 	./config:FuzzLoad \
 	./rollout:FuzzParseToolCall \

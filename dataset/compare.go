@@ -3,6 +3,8 @@ package dataset
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -180,11 +182,7 @@ func (c *Comparison) WriteText(w io.Writer, maxLabel int) {
 		fmt.Fprintln(w, "other fields: all equal")
 		return
 	}
-	keys := make([]string, 0, len(c.FieldDiffs))
-	for k := range c.FieldDiffs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(c.FieldDiffs))
 	var parts []string
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, c.FieldDiffs[k]))

@@ -74,18 +74,18 @@ var recordFields = []string{"id", "source", "suite", "user_task_id", "injection_
 // turn them into U+FFFD without a word). Errors are *FieldError naming the
 // field (or the JSON syntax error). It does not run Validate.
 func DecodeJSON(b []byte) (*Trajectory, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(b, &obj); err != nil {
-		return nil, syntaxErr(b, err)
-	}
-	if obj == nil {
-		return nil, fieldErr("", "record is null, want a JSON object")
+	obj, ok := strictjson.Members(b)
+	if !ok {
+		if !json.Valid(b) {
+			return nil, syntaxErr(b)
+		}
+		return nil, fieldErr("", "record is %s, want a JSON object", strictjson.ValueKind(b))
 	}
 	if path, problem, ok := strictjson.Check(b); !ok {
 		return nil, fieldErr(path, "%s", problem)
 	}
-	if err := unknownKeys(obj, "", recordFields); err != nil {
-		return nil, err
+	if k, unknown := strictjson.UnknownKey(obj, recordFields...); unknown {
+		return nil, fieldErr(k, "unknown field")
 	}
 	t := &Trajectory{}
 	var err error
@@ -121,7 +121,7 @@ func DecodeJSON(b []byte) (*Trajectory, error) {
 	}
 	var turns []json.RawMessage
 	if err := json.Unmarshal(raw, &turns); err != nil || turns == nil {
-		return nil, fieldErr("turns", "want an array, got %s", jsonKind(raw))
+		return nil, fieldErr("turns", "want an array, got %s", strictjson.ValueKind(raw))
 	}
 	t.Turns = make([]Turn, len(turns))
 	for i, tr := range turns {
@@ -136,12 +136,12 @@ var turnFields = []string{"user", "action", "observation", "label"}
 var actionFields = []string{"name", "arguments"}
 
 func decodeTurn(raw json.RawMessage, p string, tu *Turn) error {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return fieldErr(p, "want an object, got %s", jsonKind(raw))
+	obj, ok := strictjson.Members(raw)
+	if !ok {
+		return fieldErr(p, "want an object, got %s", strictjson.ValueKind(raw))
 	}
-	if err := unknownKeys(obj, p+".", turnFields); err != nil {
-		return err
+	if k, unknown := strictjson.UnknownKey(obj, turnFields...); unknown {
+		return fieldErr(p+"."+k, "unknown field")
 	}
 	var err error
 	if tu.User, err = optString(obj, p+".", "user"); err != nil {
@@ -151,12 +151,12 @@ func decodeTurn(raw json.RawMessage, p string, tu *Turn) error {
 	if !ok {
 		return fieldErr(p+".action", "missing")
 	}
-	var act map[string]json.RawMessage
-	if err := json.Unmarshal(araw, &act); err != nil || act == nil {
-		return fieldErr(p+".action", "want an object, got %s", jsonKind(araw))
+	act, ok := strictjson.Members(araw)
+	if !ok {
+		return fieldErr(p+".action", "want an object, got %s", strictjson.ValueKind(araw))
 	}
-	if err := unknownKeys(act, p+".action.", actionFields); err != nil {
-		return err
+	if k, unknown := strictjson.UnknownKey(act, actionFields...); unknown {
+		return fieldErr(p+".action."+k, "unknown field")
 	}
 	if err := reqString(act, p+".action.", "name", &tu.Action.Name); err != nil {
 		return err
@@ -189,29 +189,13 @@ func decodeTurn(raw json.RawMessage, p string, tu *Turn) error {
 	return nil
 }
 
-func unknownKeys(obj map[string]json.RawMessage, prefix string, known []string) error {
-	for k := range obj {
-		found := false
-		for _, kk := range known {
-			if k == kk {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return fieldErr(prefix+k, "unknown field")
-		}
-	}
-	return nil
-}
-
 func reqString(obj map[string]json.RawMessage, prefix, key string, dst *string) error {
 	raw, ok := obj[key]
 	if !ok {
 		return fieldErr(prefix+key, "missing (want a string)")
 	}
-	if err := json.Unmarshal(raw, dst); err != nil || jsonKind(raw) != "a string" {
-		return fieldErr(prefix+key, "want a string, got %s", jsonKind(raw))
+	if err := json.Unmarshal(raw, dst); err != nil || strictjson.ValueKind(raw) != "a string" {
+		return fieldErr(prefix+key, "want a string, got %s", strictjson.ValueKind(raw))
 	}
 	return nil
 }
@@ -219,12 +203,12 @@ func reqString(obj map[string]json.RawMessage, prefix, key string, dst *string) 
 // optString decodes a string or null; a missing key is null.
 func optString(obj map[string]json.RawMessage, prefix, key string) (*string, error) {
 	raw, ok := obj[key]
-	if !ok || jsonKind(raw) == "null" {
+	if !ok || strictjson.ValueKind(raw) == "null" {
 		return nil, nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, fieldErr(prefix+key, "want a string or null, got %s", jsonKind(raw))
+		return nil, fieldErr(prefix+key, "want a string or null, got %s", strictjson.ValueKind(raw))
 	}
 	return &s, nil
 }
@@ -232,29 +216,25 @@ func optString(obj map[string]json.RawMessage, prefix, key string) (*string, err
 // optBool decodes true, false or null; a missing key is null.
 func optBool(obj map[string]json.RawMessage, key string) (*bool, error) {
 	raw, ok := obj[key]
-	if !ok || jsonKind(raw) == "null" {
+	if !ok || strictjson.ValueKind(raw) == "null" {
 		return nil, nil
 	}
 	var v bool
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, fieldErr(key, "want true, false or null, got %s", jsonKind(raw))
+		return nil, fieldErr(key, "want true, false or null, got %s", strictjson.ValueKind(raw))
 	}
 	return &v, nil
 }
 
-// syntaxErr describes invalid JSON, naming the byte offset (and the field when
-// the record is an object whose decoding failed on a type).
-func syntaxErr(b []byte, err error) error {
+// syntaxErr describes why b is not valid JSON, naming the byte offset.
+func syntaxErr(b []byte) error {
+	err := json.Unmarshal(b, new(json.RawMessage))
 	if err.Error() == "unexpected end of JSON input" {
 		return fieldErr("", "truncated JSON (the line ends after %d bytes inside a value)", len(b))
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return fieldErr("", "invalid JSON at byte %d: %v", se.Offset, se)
-	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fieldErr("", "record is %s, want a JSON object", jsonKind(b))
 	}
 	return fieldErr("", "invalid JSON: %v", err)
 }

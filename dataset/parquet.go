@@ -11,6 +11,7 @@ import (
 	"github.com/parquet-go/parquet-go/compress/zstd"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/parquetcheck"
 )
 
 // The Parquet layout: one row per trajectory with the fields of the JSON
@@ -73,9 +74,9 @@ func openParquet(path string) (_ *parquetReader, err error) {
 		return nil, err
 	}
 	// Everything parquet-go will decode is checked first, against the
-	// file's real size (parquetcheck.go); what it still panics on becomes
-	// an error naming the file.
-	if _, err := checkParquet(f, fi.Size()); err != nil {
+	// file's real size (internal/parquetcheck); what it still panics on
+	// becomes an error naming the file.
+	if _, err := parquetcheck.Check(f, fi.Size()); err != nil {
 		return nil, &Error{File: path, Err: fmt.Errorf("not a readable Parquet file: %w", err)}
 	}
 	defer func() {

@@ -1,8 +1,8 @@
-// Package dataset holds mageguard's trajectory schema (DESIGN.md, "Trajectory
-// schema"), its streaming JSONL and Parquet readers and writers, validation of
-// every record, and the operations on whole files: stats, task-disjoint
-// splits, subsets and comparisons. Importers of benchmark logs live in
-// subpackages (dataset/agentdojo).
+// Package dataset holds mageguard's trajectory schema
+// (docs/design.md#trajectory-schema), its streaming JSONL and Parquet readers
+// and writers, validation of every record, and the operations on whole files:
+// stats, task-disjoint splits, subsets and comparisons. Importers of benchmark
+// logs live in subpackages (dataset/agentdojo).
 //
 // A file's format is chosen by its extension: ".jsonl" (one JSON object a
 // line) or ".parquet" (the same fields, turns nested as a list of structs, the
@@ -145,7 +145,7 @@ func checkArguments(raw json.RawMessage) *FieldError {
 		return &FieldError{Msg: "missing (want a JSON object)"}
 	}
 	if b[0] != '{' || !json.Valid(b) {
-		return &FieldError{Msg: fmt.Sprintf("want a JSON object, got %s", jsonKind(b))}
+		return &FieldError{Msg: fmt.Sprintf("want a JSON object, got %s", strictjson.ValueKind(b))}
 	}
 	if path, problem, ok := strictjson.Check(b); !ok {
 		return &FieldError{Msg: fmt.Sprintf("%s: %s", path, problem)}
@@ -208,28 +208,6 @@ func compactJSON(raw []byte) (json.RawMessage, error) {
 		return nil, err
 	}
 	return json.RawMessage(buf.Bytes()), nil
-}
-
-// jsonKind names the JSON type of a (valid or not) JSON text, for errors.
-func jsonKind(b []byte) string {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return "nothing"
-	}
-	switch b[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	default:
-		return "a number"
-	}
 }
 
 // Equal reports whether a and b hold the same values. Arguments are compared

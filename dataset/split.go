@@ -2,7 +2,9 @@ package dataset
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -47,11 +49,7 @@ func Split(trajs []*Trajectory, evalFrac float64, seed uint64) (train, eval []*T
 			k.benign = true
 		}
 	}
-	names := make([]string, 0, len(suites))
-	for s := range suites {
-		names = append(names, s)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(suites))
 	rng := rand.New(rand.NewPCG(seed, 0x6d616765))
 	evalTasks := map[string]bool{}
 	for _, suite := range names {

@@ -3,13 +3,15 @@ package dataset
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
 )
 
 // TurnBuckets are the turns-per-trajectory buckets of the stats histogram
-// (those of ../shared/data/agentdojo/README.md): [Lo, Hi], Hi < 0 = no bound.
+// (those of the AgentDojo reference labels' figures): [Lo, Hi], Hi < 0 = no bound.
 var TurnBuckets = []struct {
 	Label  string
 	Lo, Hi int
@@ -199,7 +201,7 @@ func (s *Stats) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "actions: %s, labeled 1: %s\n\n", num(s.Actions), num(s.Positives))
 	table := func(title string, m map[string]*GroupStats) {
 		rows := [][]string{{title, "attack", "benign", "tasks", "actions", "positives"}}
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			g := m[k]
 			rows = append(rows, []string{k, num(g.Attack), num(g.Benign), num(g.Tasks), num(g.Actions), num(g.Positives)})
 		}
@@ -243,15 +245,6 @@ func writeTable(b *strings.Builder, rows [][]string) {
 		}
 		b.WriteString("\n")
 	}
-}
-
-func sortedKeys(m map[string]*GroupStats) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // num formats n with thousands separators (5,625).

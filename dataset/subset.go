@@ -2,7 +2,9 @@ package dataset
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -54,12 +56,7 @@ func Subset(trajs []*Trajectory, o SubsetOptions) ([]*Trajectory, error) {
 		return pool[:min(n, len(pool))]
 	}
 	keep := map[string]bool{}
-	suites := make([]string, 0, len(pools))
-	for s := range pools {
-		suites = append(suites, s)
-	}
-	sort.Strings(suites)
-	for _, s := range suites {
+	for _, s := range slices.Sorted(maps.Keys(pools)) {
 		p := pools[s]
 		var picked []*Trajectory
 		picked = append(picked, draw(p[0], o.BenignPerSuite)...)

@@ -5,6 +5,7 @@ package grpo
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -317,7 +318,7 @@ func (t *Trainer) checkPendingState(vars []*context.Variable) error {
 	if len(masters) > 0 {
 		missing = append(missing, mastersMissing...)
 	}
-	for _, key := range sortedKeys(t.pending) {
+	for _, key := range slices.Sorted(maps.Keys(t.pending)) {
 		if !want[key] {
 			unknown = append(unknown, key)
 		}
@@ -464,7 +465,7 @@ func (t *Trainer) SetOptimizerState(state map[string]*tensors.Tensor) error {
 // takes its master rounded as the update rounds it (roundTo), and the master becomes a state
 // variable with the first update graph.
 func (t *Trainer) restoreWeights() error {
-	for _, key := range sortedKeys(t.pending) {
+	for _, key := range slices.Sorted(maps.Keys(t.pending)) {
 		rest, ok := strings.CutPrefix(key, "master")
 		if !ok || !strings.HasPrefix(rest, context.ScopeSeparator) {
 			continue
@@ -513,13 +514,4 @@ func (t *Trainer) restoreWeights() error {
 func roundToBF16(x float32) float32 {
 	c := float32(x * 65537)
 	return float32(c - float32(c-x))
-}
-
-func sortedKeys(m map[string]*tensors.Tensor) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

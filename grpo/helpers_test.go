@@ -11,9 +11,12 @@ import (
 
 // testBackend is the pure-Go backend as training runs it (model.NewBackend:
 // parallelism -1, since the default can deadlock on 2 cores, the fast
-// kernels and the matmul-based gradient of DotGeneral).
+// kernels and the matmul-based gradient of DotGeneral), after its process
+// settings (GC percent, memory limit) are applied as cmd/mageguard does.
 var testBackend = sync.OnceValues(func() (backends.Backend, error) {
-	return model.NewBackend(model.DefaultBackendConfig())
+	cfg := model.DefaultBackendConfig()
+	cfg.ProcessSettings().Apply()
+	return model.NewBackend(cfg)
 })
 
 func backend(t testing.TB) backends.Backend {

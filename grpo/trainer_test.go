@@ -2,8 +2,10 @@ package grpo
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -417,10 +419,10 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 		t.Fatalf("state step = %d, want 2", got)
 	}
 	if e := state["exp_avg_sq/tiny/E"]; e == nil || e.Shape().Dimensions[0] != tinyVocab || e.Shape().Dimensions[1] != tinyDim {
-		t.Fatalf("state exp_avg_sq/tiny/E = %v; keys %v", e, sortedKeys(state))
+		t.Fatalf("state exp_avg_sq/tiny/E = %v; keys %v", e, slices.Sorted(maps.Keys(state)))
 	}
 	if len(state) != 1+3*6 {
-		t.Fatalf("state has %d entries, want step + 2 moments and the float32 master (the variable itself) × 6 variables: %v", len(state), sortedKeys(state))
+		t.Fatalf("state has %d entries, want step + 2 moments and the float32 master (the variable itself) × 6 variables: %v", len(state), slices.Sorted(maps.Keys(state)))
 	}
 
 	// A new process: a differently initialized model, then the saved weights and state.

@@ -6,10 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
@@ -22,18 +20,20 @@ type BackendConfig struct {
 	Name        string `yaml:"backend"`      // "go" (pure Go, the default) or "xla" (PJRT plugins: CPU, CUDA, TPU)
 	Plugin      string `yaml:"plugin"`       // xla only: plugin name (e.g. "cuda", "cpu") or absolute path to a pjrt_c_api_*_plugin.so
 	Parallelism int    `yaml:"parallelism"`  // go only: worker goroutines; -1 = unlimited (measured not to deadlock on 2 cores), 0 = sequential
-	AutoInstall bool   `yaml:"auto_install"` // xla only: let go-xla download missing plugins (off: nothing is fetched at run time)
+	AutoInstall bool   `yaml:"auto_install"` // xla only: let go-xla download missing plugins (off: nothing is fetched at run time; a process setting, ProcessSettings)
 	// go only: run every op with simplego's own code instead of the AVX2
 	// matrix product and float32 elementwise ops of internal/simplegofast;
 	// slower, for comparison.
 	SimpleGoOps bool `yaml:"simplego_ops"`
-	// go only: the Go garbage collector's target percentage (GOGC), set by
-	// NewBackend unless the GOGC environment variable is set; 0 = leave it.
+	// go only: the Go garbage collector's target percentage (GOGC), a
+	// process setting (ProcessSettings) unless the GOGC environment variable
+	// is set; 0 = leave it.
 	GCPercent int `yaml:"gc_percent"`
-	// go only: a soft limit on the Go heap in MiB (GOMEMLIMIT), set by
-	// NewBackend unless the GOMEMLIMIT environment variable is set; -1 =
-	// leave it, 0 = a quarter of the machine's memory. The GC then collects
-	// the backend's short-lived vocabulary-sized buffers before they pile up.
+	// go only: a soft limit on the Go heap in MiB (GOMEMLIMIT), a process
+	// setting (ProcessSettings) unless the GOMEMLIMIT environment variable
+	// is set; -1 = leave it, 0 = a quarter of the machine's memory. The GC
+	// then collects the backend's short-lived vocabulary-sized buffers
+	// before they pile up.
 	MemoryLimitMB int `yaml:"memory_limit_mb"`
 	// go only: run a graph's ops one at a time in program order (simplego's
 	// ops_sequential; each matrix product still uses every core). The
@@ -102,8 +102,8 @@ func (x *XLAClient) Options() map[string]any {
 }
 
 // DefaultBackendConfig is the pure-Go backend with unlimited parallelism,
-// GC percent 400 and a soft heap limit of a quarter of the machine's
-// memory: the backend allocates large short-lived buffers at every op, and
+// and as its process settings (ProcessSettings) GC percent 400 and a soft
+// heap limit of a quarter of the machine's memory: the backend allocates large short-lived buffers at every op, and
 // collecting less often cut a training step's CPU time by 15–25%
 // (BenchmarkTrainStep, GOGC 400 against 100), while the limit keeps the
 // garbage from piling up (the CPU demo peaked at 18 GB without it, 4.4 GB
@@ -207,26 +207,26 @@ func isCUDAPlugin(plugin string) bool {
 	return strings.Contains(strings.ToLower(filepath.Base(plugin)), "cuda")
 }
 
-// stdoutMu serializes the temporary redirection of os.Stdout in NewBackend.
-var stdoutMu sync.Mutex
-
 // NewBackend creates the backend described by cfg. It is what installs
 // internal/simplegofast's pieces, which are process-wide (importing this
 // package changes nothing): for every backend, the matmul-based gradient of
 // DotGeneral (simplegofast.InstallGradient); for "go", the fast float32
 // executors (simplegofast.Install; on a CPU without AVX2 and FMA simplego
-// keeps its own, correct but slower).
+// keeps its own, correct but slower). It changes no other process-wide
+// state: the GC percent, the memory limit and go-xla's plugin downloads
+// that cfg asks for are cfg.ProcessSettings, which a program applies once,
+// at start-up.
 //
-// "go": the pure-Go simplego backend with cfg.Parallelism workers, the fast
-// executors unless cfg.SimpleGoOps, the Go GC percent cfg.GCPercent and
-// the soft memory limit cfg.MemoryLimitMB. simplego prints "SimpleGo
-// backend: parallelism set to N" on stdout when given a parallelism;
-// NewBackend sends that line to stderr so commands that write data to
-// stdout stay clean.
+// "go": the pure-Go simplego backend with cfg.Parallelism workers and the
+// fast executors unless cfg.SimpleGoOps. simplego prints "SimpleGo
+// backend: parallelism set to N" on os.Stdout when given a parallelism
+// (cmd/mageguard points os.Stdout at stderr for that reason).
 //
 // "xla": a PJRT plugin, by name or absolute path, its client created with
-// cfg.XLAClient's options; GOMLX_NO_AUTO_INSTALL behaviour (no downloads)
-// unless cfg.AutoInstall.
+// cfg.XLAClient's options. Unless cfg.AutoInstall, a plugin given by name
+// needs go-xla's downloads turned off first (ProcessSettings.Apply, or
+// GOMLX_NO_AUTO_INSTALL in the environment): NewBackend refuses it
+// otherwise rather than let go-xla fetch one.
 func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model backend: %w", err)
@@ -241,26 +241,12 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 		if cfg.OpsSequential {
 			spec += ",ops_sequential"
 		}
-		var b backends.Backend
-		var err error
-		withStdoutOnStderr(func() { b, err = simplego.New(spec) })
+		b, err := simplego.New(spec)
 		if err != nil {
 			return nil, fmt.Errorf("model backend go (%s): %w", spec, err)
 		}
 		if cfg.SimpleGoOps {
 			simplegofast.KeepPlain(b)
-		}
-		if cfg.GCPercent > 0 && os.Getenv("GOGC") == "" {
-			debug.SetGCPercent(cfg.GCPercent) // process-wide; the backend's buffers dominate the heap
-		}
-		if cfg.MemoryLimitMB >= 0 && os.Getenv("GOMEMLIMIT") == "" {
-			limit := int64(cfg.MemoryLimitMB) << 20
-			if limit == 0 {
-				limit = totalMemory() / 4
-			}
-			if limit > 0 {
-				debug.SetMemoryLimit(limit) // process-wide, soft: the GC works harder near it
-			}
 		}
 		return b, nil
 	default: // "xla", checked by Validate
@@ -270,16 +256,6 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 		}
 		return b, nil
 	}
-}
-
-// withStdoutOnStderr runs fn with os.Stdout pointing at os.Stderr.
-func withStdoutOnStderr(fn func()) {
-	stdoutMu.Lock()
-	defer stdoutMu.Unlock()
-	saved := os.Stdout
-	os.Stdout = os.Stderr
-	defer func() { os.Stdout = saved }()
-	fn()
 }
 
 // xlaPluginSpec turns a plugin name or path into the config string of the

@@ -11,6 +11,9 @@ import (
 // xlaAvailable reports whether the xla backend is compiled in (build tag noxla removes it).
 const xlaAvailable = false
 
+// disableXLADownloads does nothing: there is no go-xla in this binary.
+func disableXLADownloads() {}
+
 func newXLABackend(string, bool, map[string]any) (backends.Backend, error) {
 	return nil, errors.New("xla is not compiled into this binary (built with -tags noxla)")
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -46,20 +47,9 @@ func TestImportChangesNothing(t *testing.T) {
 }
 
 func TestNewBackend(t *testing.T) {
-	// simplego announces its parallelism on stdout: NewBackend must keep stdout clean.
-	f, err := os.CreateTemp(t.TempDir(), "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = f
 	b, err := NewBackend(BackendConfig{Name: "go", Parallelism: 1})
-	os.Stdout = saved
 	if err != nil {
 		t.Fatal(err)
-	}
-	if info, _ := f.Stat(); info.Size() != 0 {
-		t.Errorf("NewBackend wrote %d bytes to stdout", info.Size())
 	}
 	if b.Name() != "SimpleGo (go)" {
 		t.Errorf("backend %q", b.Name())
@@ -73,8 +63,84 @@ func TestNewBackend(t *testing.T) {
 	if err == nil {
 		t.Error("xla with a missing plugin: no error")
 	}
-	if xlaAvailable && os.Getenv("GOMLX_NO_AUTO_INSTALL") == "" {
-		t.Error("GOMLX_NO_AUTO_INSTALL not set by NewBackend")
+	// A plugin by name while go-xla's downloads are on is refused, unless auto_install.
+	if _, envOff := os.LookupEnv("GOMLX_NO_AUTO_INSTALL"); xlaAvailable && !envOff && !xlaDownloadsOff.Load() {
+		_, err = NewBackend(BackendConfig{Name: "xla", Plugin: "cpu"})
+		if err == nil || !strings.Contains(err.Error(), "downloads are on") {
+			t.Errorf("xla plugin by name with downloads on: %v", err)
+		}
+	}
+}
+
+// TestNewBackendChangesNoProcessState: building a backend leaves the GC
+// percent, the memory limit, os.Stdout and the environment as they were
+// (they are ProcessSettings, applied by the program).
+func TestNewBackendChangesNoProcessState(t *testing.T) {
+	gcPercent := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	gc, limit, stdout := gcPercent(), debug.SetMemoryLimit(-1), os.Stdout
+	_, envSet := os.LookupEnv("GOMLX_NO_AUTO_INSTALL")
+	for _, cfg := range []BackendConfig{
+		DefaultBackendConfig(),
+		{Name: "go", Parallelism: -1, GCPercent: 50, MemoryLimitMB: 1},
+		{Name: "xla", Plugin: "/nonexistent/pjrt_c_api_cpu_plugin.so"},
+	} {
+		if b, err := NewBackend(cfg); err == nil {
+			b.Finalize()
+		}
+		if got := gcPercent(); got != gc {
+			t.Errorf("%+v: GC percent %d, was %d", cfg, got, gc)
+		}
+		if got := debug.SetMemoryLimit(-1); got != limit {
+			t.Errorf("%+v: memory limit %d, was %d", cfg, got, limit)
+		}
+		if os.Stdout != stdout {
+			t.Errorf("%+v: os.Stdout replaced", cfg)
+		}
+		if _, set := os.LookupEnv("GOMLX_NO_AUTO_INSTALL"); set != envSet {
+			t.Errorf("%+v: GOMLX_NO_AUTO_INSTALL set: %v, was %v", cfg, set, envSet)
+		}
+	}
+}
+
+// TestProcessSettings: the go backend asks for its GC percent and memory
+// limit (0 MiB: a quarter of the machine's memory) unless the environment
+// sets GOGC / GOMEMLIMIT; xla asks for no plugin downloads unless
+// auto_install.
+func TestProcessSettings(t *testing.T) {
+	const machine = 8 << 30
+	for _, tc := range []struct {
+		name string
+		cfg  BackendConfig
+		env  map[string]string
+		want ProcessSettings
+	}{
+		{"default", DefaultBackendConfig(), nil, ProcessSettings{GCPercent: 400, MemoryLimit: machine / 4}},
+		{"GOGC set", DefaultBackendConfig(), map[string]string{"GOGC": "100"}, ProcessSettings{MemoryLimit: machine / 4}},
+		{"GOMEMLIMIT set", DefaultBackendConfig(), map[string]string{"GOMEMLIMIT": "1GiB"}, ProcessSettings{GCPercent: 400}},
+		{"1536 MiB", BackendConfig{Name: "go", MemoryLimitMB: 1536}, nil, ProcessSettings{MemoryLimit: 1536 << 20}},
+		{"leave both", BackendConfig{Name: "go", MemoryLimitMB: -1}, nil, ProcessSettings{}},
+		{"xla", BackendConfig{Name: "xla", GCPercent: 400}, nil, ProcessSettings{NoXLADownloads: true}},
+		{"xla auto_install", BackendConfig{Name: "xla", AutoInstall: true, MemoryLimitMB: 5}, nil, ProcessSettings{}},
+	} {
+		getenv := func(k string) string { return tc.env[k] }
+		if got := tc.cfg.processSettings(getenv, machine); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestApplyProcessSettings: Apply sets the GC percent and the memory limit
+// it holds, and leaves them when zero.
+func TestApplyProcessSettings(t *testing.T) {
+	oldGC, oldLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	defer func() { debug.SetGCPercent(oldGC); debug.SetMemoryLimit(oldLimit) }()
+	ProcessSettings{GCPercent: 123, MemoryLimit: 3 << 30}.Apply()
+	if gc, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1); gc != 123 || limit != 3<<30 {
+		t.Errorf("after Apply: GC percent %d, memory limit %d; want 123, %d", gc, limit, 3<<30)
+	}
+	ProcessSettings{}.Apply()
+	if gc, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1); gc != 100 || limit != 3<<30 {
+		t.Errorf("after the zero value: GC percent %d, memory limit %d; want them left (100, %d)", gc, limit, 3<<30)
 	}
 }
 

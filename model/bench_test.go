@@ -43,6 +43,7 @@ func newBenchModel(b *testing.B) *Model {
 	plainBenchOnce.Do(func() { // once: simplego's message must not split a benchmark's output line
 		cfg := DefaultBackendConfig()
 		cfg.SimpleGoOps = true
+		cfg.ProcessSettings().Apply() // as testBackend does
 		plainBenchBackend, plainBenchErr = NewBackend(cfg)
 	})
 	if plainBenchErr != nil {

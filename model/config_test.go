@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,7 +20,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		TieWordEmbeddings: false, AttentionBias: false, MaxPositionEmbeddings: 32768, InitializerRange: 0.02,
 		BOSTokenID: 151643, EOSTokenIDs: []int{151645},
 	}
-	if cfg.String() != want.String() || !equalInts(cfg.EOSTokenIDs, want.EOSTokenIDs) ||
+	if cfg.String() != want.String() || !slices.Equal(cfg.EOSTokenIDs, want.EOSTokenIDs) ||
 		cfg.MaxPositionEmbeddings != want.MaxPositionEmbeddings || cfg.InitializerRange != want.InitializerRange {
 		t.Errorf("got %+v\nwant %+v", *cfg, want)
 	}
@@ -62,7 +63,7 @@ func TestParseConfigVariants(t *testing.T) {
 		{"null head_dim", `{"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": null}`,
 			func(c *Config) bool { return c.HeadDim == 32 }},
 		{"eos list", `{"eos_token_id": [151645, 151643]}`,
-			func(c *Config) bool { return equalInts(c.EOSTokenIDs, []int{151645, 151643}) }},
+			func(c *Config) bool { return slices.Equal(c.EOSTokenIDs, []int{151645, 151643}) }},
 		{"default rope_scaling", `{"rope_scaling": {"rope_type": "default"}}`,
 			func(c *Config) bool { return c.RopeTheta == 10000 }},
 		{"sliding window off", `{"use_sliding_window": false, "sliding_window": 4096}`,
@@ -120,7 +121,7 @@ func TestConfigJSONRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.String() != want.String() || !equalInts(got.EOSTokenIDs, want.EOSTokenIDs) ||
+	if got.String() != want.String() || !slices.Equal(got.EOSTokenIDs, want.EOSTokenIDs) ||
 		got.BOSTokenID != want.BOSTokenID || got.InitializerRange != want.InitializerRange ||
 		got.MaxPositionEmbeddings != want.MaxPositionEmbeddings {
 		t.Errorf("round trip: got %+v, want %+v", *got, *want)

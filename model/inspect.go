@@ -1,12 +1,10 @@
 package model
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 
-	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
 // CheckpointInfo describes a checkpoint directory without loading its weights.
@@ -28,54 +26,27 @@ func Inspect(dir string) (*CheckpointInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, where, err := openCheckpointFiles(dir)
+	w, err := checkpoint.OpenWeights(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	info := &CheckpointInfo{Dir: dir, Config: cfg, Parameters: cfg.NumParameters(), Tensors: len(where),
+	defer w.Close()
+	if err := checkTensors(dir, w, tensorSpecs(cfg)); err != nil {
+		return nil, err
+	}
+	info := &CheckpointInfo{Dir: dir, Config: cfg, Parameters: cfg.NumParameters(), Tensors: len(w.Names()),
 		StoredDTypes: map[string]int64{}, Files: map[string]int64{}}
-	for _, s := range tensorSpecs(cfg) {
-		f, ok := where[s.name]
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s: tensor %s is missing", dir, s.name)
-		}
-		if e := f.entries[s.name]; !equalInts(e.Shape, s.shape) {
-			return nil, fmt.Errorf("safetensors %s: tensor %s has shape %v, the config wants %v", f.path, s.name, e.Shape, s.shape)
+	for _, f := range w.Files() {
+		info.Files[filepath.Base(f.Path())] = f.Size()
+		for _, name := range f.Names() {
+			e, _ := f.Entry(name)
+			info.StoredDTypes[e.DType] += e.Elements()
 		}
 	}
-	for _, f := range files {
-		st, err := f.f.Stat()
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-		}
-		info.Files[filepath.Base(f.path)] = st.Size()
-		for _, e := range f.entries {
-			n := int64(1)
-			for _, d := range e.Shape {
-				n *= int64(d)
-			}
-			info.StoredDTypes[e.DType] += n
-		}
-	}
-	for _, name := range tokenizerFiles {
+	for _, name := range checkpoint.TokenizerFileNames {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			info.TokenizerFiles = append(info.TokenizerFiles, name)
 		}
 	}
 	return info, nil
-}
-
-// WriteFile writes the scores as JSON to path, through a temporary file
-// and a rename.
-func (o *ScoreOutput) WriteFile(path string) error {
-	data, err := json.Marshal(o)
-	if err != nil {
-		return fmt.Errorf("score output: %w", err)
-	}
-	return atomicfile.WriteFile(path, append(data, '\n'))
 }

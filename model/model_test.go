@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -153,7 +154,7 @@ func TestPaddedBatchEqualsRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		a, b := alone.Sequences[0], batch.Sequences[i]
-		if !equalInts(a.GreedyNewTokens, b.GreedyNewTokens) {
+		if !slices.Equal(a.GreedyNewTokens, b.GreedyNewTokens) {
 			t.Errorf("row %d: batched greedy %v, alone %v", i, b.GreedyNewTokens, a.GreedyNewTokens)
 		}
 		worst := 0.0

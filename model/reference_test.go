@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -18,17 +19,23 @@ var (
 	testBackendErr  error
 )
 
-// testBackend is the pure-Go backend shared by the tests.
+// testBackend is the pure-Go backend shared by the tests and benchmarks,
+// built after applying its process settings (GC percent, memory limit) as
+// cmd/mageguard does, so that they run as the commands do.
 func testBackend(t testing.TB) backends.Backend {
 	t.Helper()
-	testBackendOnce.Do(func() { testBackendVal, testBackendErr = NewBackend(DefaultBackendConfig()) })
+	testBackendOnce.Do(func() {
+		cfg := DefaultBackendConfig()
+		cfg.ProcessSettings().Apply()
+		testBackendVal, testBackendErr = NewBackend(cfg)
+	})
 	if testBackendErr != nil {
 		t.Fatal(testBackendErr)
 	}
 	return testBackendVal
 }
 
-// referenceCases are the copies of ../shared/reference/qwen3/cases in testdata.
+// referenceCases are the reference Qwen3 cases in testdata (testdata/README.md).
 var referenceCases = []string{"p1_tied_f32", "p2_untied_bf16_sharded"}
 
 // expectedFile is the part of a reference expected.json the comparison reads.
@@ -53,10 +60,11 @@ func readExpected(t *testing.T, path string) *expectedFile {
 	return &e
 }
 
-// compareScores is qwen3_ref.py's compare_expected in Go: every array as long
-// as the reference's; |Δ| of last_logits and logsumexp ≤ atolLogits, of
-// next_token_logprobs ≤ atolLogprob; argmax equal where the reference margin
-// exceeds 2·atolLogits; greedy tokens identical. It returns the worst
+// compareScores compares got with the reference ref as the cases'
+// expected.json says to: every array as long as the reference's; |Δ| of
+// last_logits and logsumexp ≤ atolLogits, of next_token_logprobs ≤
+// atolLogprob; argmax equal where the reference margin exceeds
+// 2·atolLogits; greedy tokens identical. It returns the worst
 // differences and the list of failures.
 func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob float64) (worstL, worstP float64, fails []string) {
 	if len(ref.Sequences) != len(got.Sequences) {
@@ -64,7 +72,7 @@ func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob 
 	}
 	for i := 0; i < min(len(ref.Sequences), len(got.Sequences)); i++ {
 		a, b := ref.Sequences[i], got.Sequences[i]
-		if !equalInts(a.InputIDs, b.InputIDs) {
+		if !slices.Equal(a.InputIDs, b.InputIDs) {
 			fails = append(fails, fmt.Sprintf("seq %d: input_ids differ", i))
 			continue
 		}
@@ -92,7 +100,7 @@ func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob 
 		}
 		check("next_token_logprobs", a.NextTokenLogprobs, b.NextTokenLogprobs, &worstP)
 		check("logsumexp", a.Logsumexp, b.Logsumexp, &worstL)
-		if !equalInts(a.LastLogitsPositions, b.LastLogitsPositions) {
+		if !slices.Equal(a.LastLogitsPositions, b.LastLogitsPositions) {
 			fails = append(fails, fmt.Sprintf("seq %d: last_logits_positions %v, want %v", i, b.LastLogitsPositions, a.LastLogitsPositions))
 		}
 		if len(a.Argmax) != len(b.Argmax) {
@@ -104,7 +112,7 @@ func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob 
 				}
 			}
 		}
-		if !equalInts(a.GreedyNewTokens, b.GreedyNewTokens) {
+		if !slices.Equal(a.GreedyNewTokens, b.GreedyNewTokens) {
 			fails = append(fails, fmt.Sprintf("seq %d: greedy %v, want %v", i, b.GreedyNewTokens, a.GreedyNewTokens))
 		}
 	}

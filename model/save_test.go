@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +12,9 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/mageguard/mageguard/model/checkpoint"
+	"github.com/mageguard/mageguard/model/safetensors"
 )
 
 // weightsF32 returns every weight of m as float32 values, by HF name.
@@ -105,7 +107,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				for i := range w {
 					x := w[i]
 					if c.loadAsBF16 {
-						x = bf16FromFloat32(x).Float32()
+						x = safetensors.BF16FromFloat32(x).Float32()
 					}
 					if got[name][i] != x {
 						t.Fatalf("%s[%d] = %g, want %g", name, i, got[name][i], x)
@@ -137,33 +139,34 @@ func TestSaveKeepsReferenceBits(t *testing.T) {
 	if err := m.Save(dir, SaveOptions{DType: "bfloat16"}); err != nil {
 		t.Fatal(err)
 	}
-	orig, where, err := openCheckpointFiles(src)
+	orig, err := checkpoint.OpenWeights(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		for _, f := range orig {
-			f.Close()
-		}
-	}()
-	saved, err := openSafetensors(filepath.Join(dir, "model.safetensors"))
+	defer orig.Close()
+	saved, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer saved.Close()
-	read := func(f *stFile, name string) []byte {
-		e := f.entries[name]
+	read := func(f *safetensors.File, name string) []byte {
+		e, _ := f.Entry(name)
 		b := make([]byte, e.Offsets[1]-e.Offsets[0])
-		if _, err := f.f.ReadAt(b, f.dataStart+e.Offsets[0]); err != nil {
+		raw, err := os.Open(f.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if _, err := raw.ReadAt(b, f.DataStart()+e.Offsets[0]); err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	if len(saved.entries) != len(where) {
-		t.Fatalf("saved %d tensors, original has %d", len(saved.entries), len(where))
+	if len(saved.Names()) != len(orig.Names()) {
+		t.Fatalf("saved %d tensors, original has %d", len(saved.Names()), len(orig.Names()))
 	}
-	for name, f := range where {
-		if string(read(f, name)) != string(read(saved, name)) {
+	for _, name := range orig.Names() {
+		if string(read(orig.File(name), name)) != string(read(saved, name)) {
 			t.Errorf("tensor %s: bytes differ", name)
 		}
 	}
@@ -171,23 +174,11 @@ func TestSaveKeepsReferenceBits(t *testing.T) {
 
 // TestPythonReferenceReadsSavedCheckpoint is the serving-stack check: a
 // checkpoint written by Save (random init, bfloat16, sharded) is read by the
-// independent PyTorch reference, whose scores must match Score within
-// 1e-4. It runs only where /usr/bin/python3 has torch and
-// ../shared/reference/qwen3/qwen3_ref.py exists.
+// repository's independent PyTorch reference (scripts/qwen3_ref.py), whose
+// scores must match Score within 1e-4. It is skipped, saying so, under
+// -short or where /usr/bin/python3 has no torch.
 func TestPythonReferenceReadsSavedCheckpoint(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: starts python3 with torch")
-	}
-	script, err := filepath.Abs("../../shared/reference/qwen3/qwen3_ref.py")
-	if err != nil {
-		t.Skip(err)
-	}
-	if _, err := os.Stat(script); err != nil {
-		t.Skip("no ../shared/reference/qwen3/qwen3_ref.py")
-	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import torch, numpy").Run(); err != nil {
-		t.Skip("no python3 with torch and numpy")
-	}
+	script := pythonReference(t)
 	cfg := testConfig()
 	cfg.TieWordEmbeddings = false
 	m, err := New(testBackend(t), cfg, 21, dtypes.Float32)
@@ -200,10 +191,7 @@ func TestPythonReferenceReadsSavedCheckpoint(t *testing.T) {
 	}
 	inPath := filepath.Join(t.TempDir(), "inputs.json")
 	os.WriteFile(inPath, []byte(`{"sequences": [[5, 17, 42, 99, 3], [7, 120, 64], [200, 31, 250, 11, 9, 1, 100]], "max_new_tokens": 6, "n_last_logits": 2}`), 0o644)
-	refPath := filepath.Join(t.TempDir(), "expected.json")
-	if out, err := exec.Command("/usr/bin/python3", script, "case", dir, "--inputs", inPath, "--out", refPath).CombinedOutput(); err != nil {
-		t.Fatalf("qwen3_ref.py case: %v\n%s", err, out)
-	}
+	ref := runPythonReference(t, script, dir, inPath)
 	loaded, err := Load(testBackend(t), dir)
 	if err != nil {
 		t.Fatal(err)
@@ -216,8 +204,7 @@ func TestPythonReferenceReadsSavedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := readExpected(t, refPath)
-	worstL, worstP, fails := compareScores(ref, got, 1e-4, 1e-4)
+	worstL, worstP, fails := compareScores(&expectedFile{Sequences: ref.Sequences}, got, 1e-4, 1e-4)
 	for _, f := range fails {
 		t.Error(f)
 	}
@@ -233,7 +220,10 @@ func checkShards(t *testing.T, dir string, m *Model, maxBytes int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var idx stIndex
+	var idx struct { // model.safetensors.index.json
+		Metadata  map[string]any    `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
+	}
 	if err := json.Unmarshal(data, &idx); err != nil {
 		t.Fatal(err)
 	}
@@ -267,15 +257,16 @@ func checkShards(t *testing.T, dir string, m *Model, maxBytes int64) {
 		t.Errorf("index total_size %v, want %d", got, total)
 	}
 	for _, f := range shardFiles {
-		st, err := openSafetensors(filepath.Join(dir, f))
+		st, err := safetensors.Open(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var size int64
-		for _, e := range st.entries {
+		for _, name := range st.Names() {
+			e, _ := st.Entry(name)
 			size += e.Offsets[1] - e.Offsets[0]
 		}
-		if len(st.entries) > 1 && size > maxBytes {
+		if len(st.Names()) > 1 && size > maxBytes {
 			t.Errorf("%s holds %d bytes > %d", f, size, maxBytes)
 		}
 		st.Close()

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
 // A checkpoint saved with the bundled (gzip-compressed) tokenizer holds the
@@ -42,7 +44,7 @@ func TestSaveWritesTokenizerFilesRead(t *testing.T) {
 	if err := m.Save(base, SaveOptions{TokenizerDir: "../assets/synth-tokenizer"}); err != nil {
 		t.Fatal(err)
 	}
-	files, err := ReadTokenizerFiles(base)
+	files, err := checkpoint.ReadTokenizerFiles(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +71,10 @@ func TestSaveWritesTokenizerFilesRead(t *testing.T) {
 			t.Errorf("%s: %d bytes, want the %d of assets/synth-tokenizer", name, len(got), len(want))
 		}
 	}
-	if err := m.Save(filepath.Join(t.TempDir(), "bad"), SaveOptions{Tokenizer: TokenizerFiles{"vocab.json": []byte("{}")}}); err == nil {
+	if err := m.Save(filepath.Join(t.TempDir(), "bad"), SaveOptions{Tokenizer: checkpoint.TokenizerFiles{"vocab.json": []byte("{}")}}); err == nil {
 		t.Error("files without tokenizer.json were saved")
 	}
-	if _, err := ReadTokenizerFiles(t.TempDir()); err == nil {
+	if _, err := checkpoint.ReadTokenizerFiles(t.TempDir()); err == nil {
 		t.Error("an empty directory read as a tokenizer")
 	}
 }

@@ -1,7 +1,8 @@
 package model
 
 // Scoring: what `mageguard model score` computes, in the format of the
-// reference cases' expected.json (../shared/reference/qwen3/cases).
+// expected.json of the PyTorch reference cases in model/testdata
+// (docs/model.md).
 
 import (
 	"encoding/json"
@@ -14,6 +15,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
 // ScoreInput is an inputs.json of the reference cases.
@@ -359,4 +362,14 @@ func logSumExp64(x []float32) float64 {
 		s += math.Exp(float64(v) - mx)
 	}
 	return mx + math.Log(s)
+}
+
+// WriteFile writes the scores as JSON to path, through a temporary file
+// and a rename.
+func (o *ScoreOutput) WriteFile(path string) error {
+	data, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("score output: %w", err)
+	}
+	return atomicfile.WriteFile(path, append(data, '\n'))
 }

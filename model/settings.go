@@ -156,7 +156,8 @@ func (s *Settings) LoadModel(backend backends.Backend, tok *tokenizer.Tokenizer)
 
 // Open is what a command needs to run these settings: the backend
 // (NewBackend), the tokenizer (LoadTokenizer) and the model (LoadModel,
-// checked against the tokenizer).
+// checked against the tokenizer). Like NewBackend it applies no process
+// settings (ProcessSettings): the program does, once.
 func (s *Settings) Open() (*Model, *tokenizer.Tokenizer, error) {
 	tok, _, err := s.LoadTokenizer()
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// StepInput is one session's next step of the online guard loop (DESIGN.md
-// "The guard loop", Algorithm 1): the state the session keeps between
+// StepInput is one session's next step of the online guard loop
+// (docs/design.md#the-guard-loop, Algorithm 1): the state the session keeps between
 // steps (the user's request, m_{t−1}, the previous action) and what the
 // agent reports now (the previous action's observation, new user messages,
 // the pending action a_t). Its texts are raw: Step elides them as Run does.
@@ -97,18 +99,18 @@ func (in *StepInput) PromptTokens() int {
 func (g *Guard) prepare(in *StepInput) (*prepared, error) {
 	p := &prepared{}
 	el := elider{g: g, stats: &p.stats}
-	var ev Events // what the memory sees, in the order Run's episodes show it
+	var ev prompt.Events // what the memory sees, in the order Run's episodes show it
 	if in.First {
 		u := el.user(in.UserPrompt)
-		ev = append(ev, Event{User: &u})
+		ev = append(ev, prompt.Event{User: &u})
 	}
 	if in.Previous != nil {
 		a := el.action(*in.Previous)
-		ev = append(ev, Event{Action: &a, Observation: el.observation(in.Observation)})
+		ev = append(ev, prompt.Event{Action: &a, Observation: el.observation(in.Observation)})
 	}
 	for _, m := range in.UserMessages {
 		u := el.user(m)
-		ev = append(ev, Event{User: &u})
+		ev = append(ev, prompt.Event{User: &u})
 	}
 	p.action = el.action(in.Action)
 	p.memory = g.newCall(g.prompts.Memory(in.Memory, ev), MemoryRole)
@@ -135,7 +137,7 @@ func (g *Guard) prepare(in *StepInput) (*prepared, error) {
 // Sampling seeds are derived from s.Seed. A step whose prompt is longer
 // than its MaxPromptTokens fails alone: the others run, and the error is a
 // *StepErrors.
-func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
+func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, error) {
 	var stats Stats
 	if g.cfg.Variant != "mage" {
 		return nil, stats, fmt.Errorf("rollout: Step runs the mage variant, not %q", g.cfg.Variant)
@@ -166,12 +168,12 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 		live = append(live, k)
 	}
 
-	reqs := make([]Request, len(live))
+	reqs := make([]generate.Request, len(live))
 	calls := make([]*Call, len(live))
 	for i, k := range live {
 		c := *preps[k].memory // a copy: a prepared input may run again
 		calls[i] = &c
-		reqs[i] = g.request(calls[i], MemoryRole)
+		reqs[i] = g.Request(calls[i], MemoryRole)
 	}
 	if err := g.generate(reqs, calls, s, 0, &stats); err != nil {
 		return nil, stats, fmt.Errorf("memory calls of %d sessions: %w", len(live), err)
@@ -191,7 +193,7 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 		}
 		judged = append(judged, k)
 		calls = append(calls, c)
-		reqs = append(reqs, g.request(c, JudgeRole))
+		reqs = append(reqs, g.Request(c, JudgeRole))
 	}
 	if err := g.generate(reqs, calls, s, 1, &stats); err != nil {
 		return nil, stats, fmt.Errorf("judge calls of %d sessions: %w", len(judged), err)
@@ -211,7 +213,7 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 // memoryOutcome parses a memory call (marking it parsed or recording its
 // violation) and returns m_t: the new memory, or prev on a violation.
 func (g *Guard) memoryOutcome(c *Call, prev string, stats *Stats) string {
-	call, err := ParseMemory(c.Text)
+	call, err := prompt.ParseMemory(c.Text)
 	if err != nil {
 		c.Violation = err.Error()
 		stats.MemoryFailures++
@@ -233,11 +235,11 @@ type Judgement struct {
 // judgeOutcome parses a judge call (marking it parsed or recording its
 // violation) and returns its outcome.
 func (g *Guard) judgeOutcome(c *Call, stats *Stats) Judgement {
-	j, err := ParseJudgement(c.Text)
+	j, err := prompt.ParseJudgement(c.Text)
 	if err != nil {
 		c.Violation = err.Error()
 		stats.JudgeFailures++
-		return Judgement{Decision: DecisionReject, Rationale: FallbackRationale, Score: 1}
+		return Judgement{Decision: prompt.DecisionReject, Rationale: FallbackRationale, Score: 1}
 	}
 	c.Parsed = true
 	score, exact := g.watch.score(g.tok, c, j, g.grammar[JudgeRole] != nil)

@@ -14,22 +14,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${LEARN_GAMMA_OUT:-runs/learn-gamma}}
-BIN=bin/mageguard
-CFG=configs/synth-learn.yaml
-TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
-EVAL_SEED=${LEARN_EVAL_SEED:-12}
-# Train trajectories: many more than a run sees, so the tiny model cannot
-# memorise which names a trajectory holds (scripts/learn.sh).
-TRAIN_N=${LEARN_TRAIN_N:-4000}
-EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
-COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500)
+# shellcheck source=scripts/learn-lib.sh
+source scripts/learn-lib.sh # the shared settings (data, copy pretraining, GRPO rollouts) and steps
 SEEDS=${LEARN_GAMMA_SEEDS:-1 2 3}
 GAMMAS=${LEARN_GAMMAS:-0 0.5}
 # The memory length threshold L (characters) and λ: a perfect memory is up
 # to 75 characters, one injected id and one allowed id about 40, so under
 # L = 40 a memory must choose what to keep.
 THRESHOLD=${LEARN_GAMMA_THRESHOLD:-40}
-SFT_STEPS=${LEARN_SFT_STEPS:-}
 # A myopic warm start made before (a checkpoint directory: an earlier run's
 # OUT/sft-myopic/checkpoint-N, made from the same train file): "" = make it
 # here (copy pretraining and SFT, ~17 minutes here); with one, only the GRPO
@@ -38,38 +30,15 @@ SFT_STEPS=${LEARN_SFT_STEPS:-}
 MYOPIC=${LEARN_GAMMA_MYOPIC:-}
 GRPO_STEPS=${LEARN_GAMMA_GRPO_STEPS:-16}
 GRPO_LR=${LEARN_GAMMA_GRPO_LR:-2e-4} # twice make learn's: the memory has far more to learn here, in few steps
-GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # as make learn's GRPO (scripts/learn.sh)
-GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5}
 
-if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft-myopic" ]; then
-	echo "learn-gamma: $OUT holds an earlier run; remove it or set LEARN_GAMMA_OUT" >&2
-	exit 1
-fi
-mkdir -p "$OUT/data"
-exec > >(tee -a "$OUT/learn-gamma.log") 2>&1
-# shellcheck source=scripts/jobs.sh
-source scripts/jobs.sh # step, beside, await
-steps() { [ -n "$1" ] && echo "--set train.steps=$1"; true; }
-echo "learn-gamma: $(uptime)"
-start=$(date +%s)
-
-step "data: train --n $TRAIN_N --seed $TRAIN_SEED, held-out --seed $EVAL_SEED"
-$BIN data synth --out "$OUT/data/train.jsonl" --n "$TRAIN_N" --seed "$TRAIN_SEED"
-$BIN data synth --out "$OUT/data/eval.jsonl" --n "$EVAL_N" --seed "$EVAL_SEED"
-
-evaluate() { # NAME MODEL
-	step "eval $1"
-	$BIN eval --config "$CFG" --model "$2" --data "$OUT/data/eval.jsonl" --out "$OUT/eval-$1"
-}
-last() { ls -d "$1"/checkpoint-[0-9]* | sort -V | tail -1; }
+begin learn-gamma LEARN_GAMMA_OUT sft-myopic
+make_data
 
 if [ -n "$MYOPIC" ]; then
 	step "the myopic warm start: $MYOPIC (LEARN_GAMMA_MYOPIC; no copy pretraining or SFT here)"
 	myopic=$MYOPIC
 else
-	step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
-	# shellcheck disable=SC2046
-	$BIN model pretrain --config "$CFG" $([ -n "$COPY_STEPS" ] && echo --steps "$COPY_STEPS") --out "$OUT/copy"
+	copy_pretrain
 
 	step "SFT (myopic synth teacher) from the copy-pretrained model"
 	# shellcheck disable=SC2046
@@ -112,9 +81,4 @@ done
 go run ./scripts/learn-table --out "$OUT/results.md" \
 	--title "Held-out ($OUT/data/eval.jsonl: data synth --n $EVAL_N --seed $EVAL_SEED), greedy decoding; GRPO from the ${warm#warm start } with rewards.length_threshold $THRESHOLD" \
 	"${rows[@]}"
-end=$(date +%s)
-{
-	echo
-	echo "make learn-gamma took $((end - start)) s; $(uptime)"
-} >> "$OUT/results.md"
-cat "$OUT/results.md"
+finish learn-gamma

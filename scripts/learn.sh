@@ -21,50 +21,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${LEARN_OUT:-runs/learn}}
-BIN=bin/mageguard
-CFG=configs/synth-learn.yaml
-# Seeds of the generated files: none of them is 1 or 2 (data/synth/), 1000
-# (the tokenizer's corpus), nor the fresh held-out seeds of docs/learning.md.
-TRAIN_SEED=${LEARN_TRAIN_SEED:-11}
-EVAL_SEED=${LEARN_EVAL_SEED:-12}
-# Train trajectories: many more than a run sees (400 SFT steps of 1 a step
-# see 400, plus the memory calls drawn from all), so the tiny model cannot
-# memorise which names a trajectory holds; on 400 its memory manager did
-# (docs/learning.md).
-TRAIN_N=${LEARN_TRAIN_N:-4000}
-EVAL_N=${LEARN_EVAL_N:-100}          # held-out trajectories (a smoke run may take a few)
-COPY_STEPS=${LEARN_COPY_STEPS:-}    # "" = model pretrain's default (500: 200 fixed-length copies, then 2..20 tokens)
-SFT_STEPS=${LEARN_SFT_STEPS:-}      # "" = the config's train.steps (synth-learn.yaml: 400, 3e-3 decaying to 0)
+# shellcheck source=scripts/learn-lib.sh
+source scripts/learn-lib.sh # the shared settings (data, copy pretraining, GRPO rollouts) and steps
 JO_STEPS=${LEARN_JO_STEPS:-20}      # the judge-only baseline's SFT steps (its prompts hold the trajectory: fewer, for time)
 GRPO_STEPS=${LEARN_GRPO_STEPS:-6}
-GRPO_TRAJ=${LEARN_GRPO_TRAJECTORIES:-8} # trajectories a GRPO step: an error in ~20 turns, so few groups differ with 2
-GRPO_TEMP=${LEARN_GRPO_TEMPERATURE:-1.5} # rollouts hotter than 1: the warm start is so sure that at 1 its G samples agree
 GRPO_SEEDS=${LEARN_GRPO_SEEDS:-1 2} # one GRPO run per seed, all at once; the guard is the first seed's
 GRPO_LR=${LEARN_GRPO_LR:-1e-4}      # at a constant rate; 3e-4 for 5 steps cost recall (docs/learning.md)
 
-if [ -e "$OUT/results.md" ] || [ -e "$OUT/sft" ]; then
-	echo "learn: $OUT holds an earlier run; remove it or set LEARN_OUT" >&2
-	exit 1
-fi
-mkdir -p "$OUT/data"
-exec > >(tee -a "$OUT/learn.log") 2>&1
-# shellcheck source=scripts/jobs.sh
-source scripts/jobs.sh # step, beside, await
-steps() { [ -n "$1" ] && echo "--set train.steps=$1"; true; }
-echo "learn: $(uptime)"
-start=$(date +%s)
+begin learn LEARN_OUT sft
+make_data
 
-step "data: train --n $TRAIN_N --seed $TRAIN_SEED, held-out --seed $EVAL_SEED (data synth defaults otherwise)"
-$BIN data synth --out "$OUT/data/train.jsonl" --n "$TRAIN_N" --seed "$TRAIN_SEED"
-$BIN data synth --out "$OUT/data/eval.jsonl" --n "$EVAL_N" --seed "$EVAL_SEED"
-
-evaluate() { # NAME MODEL [extra flags]: the held-out eval of a checkpoint into OUT/eval-NAME
-	local name=$1 model=$2
-	shift 2
-	step "eval $name"
-	$BIN eval --config "$CFG" --model "$model" --data "$OUT/data/eval.jsonl" --out "$OUT/eval-$name" "$@"
-}
-last() { ls -d "$1"/checkpoint-[0-9]* | sort -V | tail -1; }
 sft() { # DIR MODEL STEPS [--set ...]: SFT with the perfect synth teacher into OUT/DIR
 	local dir=$1 model=$2 n=$3
 	shift 3
@@ -77,9 +43,7 @@ step "random init"
 $BIN model init --config "$CFG" --out "$OUT/random"
 evaluate random "$OUT/random"
 
-step "copy pretraining (the ability to copy a name it read, which a pretrained model brings)"
-# shellcheck disable=SC2046
-$BIN model pretrain --config "$CFG" $([ -n "$COPY_STEPS" ] && echo --steps "$COPY_STEPS") --out "$OUT/copy"
+copy_pretrain
 
 step "SFT (perfect synth teacher) from the copy-pretrained model"
 sft sft "$OUT/copy" "$SFT_STEPS"
@@ -121,10 +85,5 @@ go run ./scripts/learn-table --out "$OUT/results.md" \
 	"judge-only (SFT, $JO_STEPS steps)=$OUT/eval-judge-only" \
 	"SFT=$OUT/eval-sft" \
 	"SFT + GRPO=$(IFS=,; echo "${grpo_rows[*]}")"
-end=$(date +%s)
-{
-	echo
-	echo "make learn took $((end - start)) s; $(uptime)"
-} >> "$OUT/results.md"
-cat "$OUT/results.md"
+finish learn
 echo "learn: the guard is $OUT/guard; evaluate it with: $BIN eval --config $OUT/guard.yaml --data FILE --out DIR"

@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // poisoned fails every generation call that holds a prompt naming the
 // tool "poison" (a step the model cannot run), and passes the others on.
 type poisoned struct{ *fakeModel }
 
-func (p poisoned) Generate(reqs []rollout.Request, s rollout.Sampling) ([]rollout.Completion, error) {
+func (p poisoned) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 	for _, r := range reqs {
-		if strings.Contains(p.tok.Decode(r.Prompt, false), `"name": "poison"`) {
+		if strings.Contains(p.Tok.Decode(r.Prompt, false), `"name": "poison"`) {
 			return nil, errors.New("the model cannot run this prompt")
 		}
 	}
@@ -60,7 +61,7 @@ func TestOneBadStepNeverFailsItsBatch(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.BatchSize, cfg.MaxWaitMS, cfg.MaxPromptTokens = 8, 50, 2000
 	ts := newTestServer(t, cfg, true)
-	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.tok, poisoned{ts.model})
+	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.Tok, poisoned{ts.model})
 	if err != nil {
 		t.Fatal(err)
 	}

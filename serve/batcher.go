@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Stepper runs one step of the guard loop for many sessions at once
 // (*rollout.Guard). An error that is a *rollout.StepErrors fails only the
 // steps it names.
 type Stepper interface {
-	Step(inputs []rollout.StepInput, s rollout.Sampling) ([]rollout.Turn, rollout.Stats, error)
+	Step(inputs []rollout.StepInput, s generate.Sampling) ([]rollout.Turn, rollout.Stats, error)
 }
 
 // Preparer is a Stepper that can do a step's text work as it arrives
@@ -323,9 +325,9 @@ func (b *batcher) run(batch []*job) {
 		return
 	}
 	b.batchNo++
-	sampling := rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}
+	sampling := generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}
 	if !b.cfg.Greedy {
-		sampling = rollout.Sampling{Temperature: b.rollout.Temperature, TopK: b.rollout.TopK, TopP: b.rollout.TopP, Seed: b.cfg.Seed + b.batchNo*0x9e3779b97f4a7c15}
+		sampling = generate.Sampling{Temperature: b.rollout.Temperature, TopK: b.rollout.TopK, TopP: b.rollout.TopP, Seed: b.cfg.Seed + b.batchNo*0x9e3779b97f4a7c15}
 	}
 	start := time.Now()
 	turns, errs, stats := b.step(jobs, sampling)
@@ -360,7 +362,7 @@ func (b *batcher) run(batch []*job) {
 // fails the steps beside it. A part whose steps are all past their
 // deadline is not run again (their answers would be 503 anyway), which
 // bounds the retries when every call fails (a generator down).
-func (b *batcher) step(jobs []*job, s rollout.Sampling) ([]rollout.Turn, []error, rollout.Stats) {
+func (b *batcher) step(jobs []*job, s generate.Sampling) ([]rollout.Turn, []error, rollout.Stats) {
 	inputs := make([]rollout.StepInput, len(jobs))
 	for i, j := range jobs {
 		inputs[i] = j.in
@@ -437,7 +439,7 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 // block when the judge rejects, or with serve.threshold when the score
 // reaches it.
 func (b *batcher) record(j *job, t *rollout.Turn, decided time.Time) Step {
-	block := t.Decision == rollout.DecisionReject
+	block := t.Decision == prompt.DecisionReject
 	if b.cfg.Threshold > 0 {
 		block = t.Score >= b.cfg.Threshold
 	}

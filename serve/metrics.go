@@ -7,7 +7,9 @@ package serve
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,12 +150,7 @@ func (m *metrics) write(w io.Writer) error {
 		fmt.Fprintf(&b, "mageguard_http_requests_total{route=%s,code=%s} %d\n", labelValue(k[0]), labelValue(k[1]), m.requests[k])
 	}
 	family("mageguard_http_request_duration_seconds", "histogram", "Time from a request's arrival to its answer, by route.")
-	routes := make([]string, 0, len(m.durations))
-	for r := range m.durations {
-		routes = append(routes, r)
-	}
-	sort.Strings(routes)
-	for _, r := range routes {
+	for _, r := range slices.Sorted(maps.Keys(m.durations)) {
 		writeHistogram(&b, "mageguard_http_request_duration_seconds", "route="+labelValue(r), m.durations[r])
 	}
 	family("mageguard_queue_depth", "gauge", "Steps waiting for a generation batch.")

@@ -34,7 +34,7 @@ func HeatmapFile(metric string) string { return "heatmap_" + metric + ".png" }
 
 // Summary is what Collect found: a report per point.
 type Summary struct {
-	Plan *Plan
+	Schedule *Schedule
 	// Reports holds each point's report.json by point index; nil for a point not finished.
 	Reports []*eval.Report
 }
@@ -55,9 +55,9 @@ func (s *Summary) Missing() []int {
 // keys, then report.json's top-level metrics; empty cells for a point not
 // finished or a null metric), summary.md and the heatmaps of ASR, BU and
 // token cost. It backs `mageguard sweep --collect`.
-func Collect(outDir string, plan *Plan) (*Summary, error) {
-	s := &Summary{Plan: plan, Reports: make([]*eval.Report, len(plan.Points))}
-	for i, pt := range plan.Points {
+func Collect(outDir string, sched *Schedule) (*Summary, error) {
+	s := &Summary{Schedule: sched, Reports: make([]*eval.Report, len(sched.Points))}
+	for i, pt := range sched.Points {
 		dir := filepath.Join(outDir, pt.Name)
 		ok, err := finished(outDir, pt)
 		if err != nil {
@@ -134,11 +134,11 @@ func (s *Summary) CSV() ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	names := s.metricNames()
-	header := append(append([]string{"point", "dir"}, s.Plan.Keys...), names...)
+	header := append(append([]string{"point", "dir"}, s.Schedule.Keys...), names...)
 	if err := w.Write(header); err != nil {
 		return nil, err
 	}
-	for i, pt := range s.Plan.Points {
+	for i, pt := range s.Schedule.Points {
 		row := []string{strconv.Itoa(pt.Index), pt.Name}
 		for _, v := range pt.Values {
 			row = append(row, display(v))
@@ -168,7 +168,7 @@ var summaryColumns = [][2]string{
 
 // Markdown renders summary.md.
 func (s *Summary) Markdown() string {
-	p := s.Plan
+	p := s.Schedule
 	var b strings.Builder
 	b.WriteString("# mageguard sweep summary\n\n")
 	missing := s.Missing()

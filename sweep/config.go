@@ -1,9 +1,11 @@
 // Package sweep runs a grid of mageguard configurations (γ × λ, or any
-// config keys): it plans the points, runs each one through a Runner (which
-// trains and evaluates into the point's folder), skips the points already
-// finished so that a killed sweep resumes, writes a plan for a cluster
-// scheduler (one command per point), and collects the finished points'
-// report.json files into summary.csv, summary.md and heatmaps.
+// config keys): it lays out the points (a Schedule), runs each one through a
+// Runner (which trains and evaluates into the point's folder), skips the
+// points already finished so that a killed sweep resumes, writes the
+// schedule for a cluster (`sweep --plan`: plan.json and plan.sh, one
+// command per point), and collects the finished points' report.json files
+// into summary.csv, summary.md and heatmaps. (Package plan, which sizes a
+// configuration's device memory, is unrelated.)
 //
 // Layout of a sweep's output folder:
 //

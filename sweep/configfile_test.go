@@ -15,7 +15,7 @@ func TestShippedSweepConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := sweep.NewPlan(cfg.Sweep)
+	p, err := sweep.NewSchedule(cfg.Sweep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestShippedSweepConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err = sweep.NewPlan(cfg.Sweep)
+	p, err = sweep.NewSchedule(cfg.Sweep)
 	if err != nil || len(p.Points) != 2 || p.Points[1].Name != "lambda=1" || p.EvalData != "e.jsonl" {
 		t.Fatalf("with --set: %+v, %v", p, err)
 	}

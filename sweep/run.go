@@ -21,7 +21,7 @@ const DoneFile = "DONE"
 
 // Runner trains and evaluates one point into dir (which exists), writing at
 // least dir/report.json (eval.WriteReport). The point's configuration is
-// the plan's base config with p.Sets applied. dir may hold what an earlier,
+// the schedule's base config with p.Sets applied. dir may hold what an earlier,
 // interrupted run of the same point left there. Returning an error stops
 // the sweep; the point is not marked done.
 type Runner func(ctx context.Context, p Point, dir string) error
@@ -36,8 +36,22 @@ type doneRecord struct {
 	Finished string   `json:"finished"`                // RFC 3339 time
 }
 
-// now is the clock (tests replace it).
-var now = time.Now
+// Options say how Run and RunPoint run the points.
+type Options struct {
+	// Runner trains and evaluates one point.
+	Runner Runner
+	// Progress receives a line per point and an ETA (nil: nothing).
+	Progress io.Writer
+	// Now is the clock that times the points (nil: time.Now).
+	Now func() time.Time
+}
+
+func (o *Options) now() time.Time {
+	if o.Now == nil {
+		return time.Now()
+	}
+	return o.Now()
+}
 
 // Done reports whether the point folder dir holds a finished point.
 func Done(dir string) bool {
@@ -137,9 +151,9 @@ func (pr *progress) eta() string {
 	return fmt.Sprintf("%d left, ETA %s", left, (mean * time.Duration(left)).Round(time.Second))
 }
 
-// Run runs every point of plan not yet finished, in order, into
-// outDir/<point name>/, printing progress and an ETA to progress (may be
-// nil); then it collects the summary (see Collect). A point whose runner
+// Run runs every point of sched not yet finished, in order, into
+// outDir/<point name>/ with o.Runner, printing progress and an ETA to
+// o.Progress; then it collects the summary (see Collect). A point whose runner
 // fails stops the sweep with an error naming the point; running the sweep
 // again resumes from there.
 //
@@ -147,20 +161,20 @@ func (pr *progress) eta() string {
 // and each point's lock while it runs: a second sweep into outDir is
 // refused at once, naming the holder's PID. Temporary files a killed sweep
 // left in outDir are removed once the lock is held.
-func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progressW io.Writer) error {
+func Run(ctx context.Context, sched *Schedule, outDir string, o Options) error {
 	lk, err := lock.Acquire(outDir)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	defer lk.Release()
-	pr := &progress{w: progressW, total: len(plan.Points)}
+	pr := &progress{w: o.Progress, total: len(sched.Points)}
 	if removed, err := atomicfile.RemoveStale(outDir); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	} else if len(removed) > 0 {
 		pr.printf("sweep: removed %d leftovers of a killed sweep from %s: %s\n", len(removed), outDir, strings.Join(removed, ", "))
 	}
-	done := make([]bool, len(plan.Points))
-	for i, pt := range plan.Points {
+	done := make([]bool, len(sched.Points))
+	for i, pt := range sched.Points {
 		ok, err := finished(outDir, pt)
 		if err != nil {
 			return err
@@ -170,22 +184,22 @@ func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progress
 		}
 	}
 	pr.printf("sweep: %d points over %s, %d already finished, %d to run\n",
-		pr.total, strings.Join(plan.Keys, " × "), pr.finished, pr.total-pr.finished)
-	for i, pt := range plan.Points {
+		pr.total, strings.Join(sched.Keys, " × "), pr.finished, pr.total-pr.finished)
+	for i, pt := range sched.Points {
 		if done[i] {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sweep: stopped before point %d (%s): %w", pt.Index, pt.Name, err)
 		}
-		d, err := runOne(ctx, plan, outDir, pt, runner, pr)
+		d, err := runOne(ctx, sched, outDir, pt, &o, pr)
 		if err != nil {
 			return err
 		}
 		pr.add(d)
 		pr.printf("sweep: point %d (of 0..%d) %s: done in %s; %s\n", pt.Index, pr.total-1, pt.Name, d.Round(time.Second), pr.eta())
 	}
-	sum, err := Collect(outDir, plan)
+	sum, err := Collect(outDir, sched)
 	if err != nil {
 		return err
 	}
@@ -194,16 +208,16 @@ func Run(ctx context.Context, plan *Plan, outDir string, runner Runner, progress
 	return nil
 }
 
-// RunPoint runs point n of plan into outDir/<point name>/ unless it is
+// RunPoint runs point n of sched into outDir/<point name>/ unless it is
 // already finished (so a scheduler may retry it safely). It backs
 // `mageguard sweep --point N`. It holds the point's lock, not outDir's, so
 // that a cluster may run several points of one sweep at once.
-func RunPoint(ctx context.Context, plan *Plan, outDir string, n int, runner Runner, progressW io.Writer) error {
-	pt, err := plan.Point(n)
+func RunPoint(ctx context.Context, sched *Schedule, outDir string, n int, o Options) error {
+	pt, err := sched.Point(n)
 	if err != nil {
 		return err
 	}
-	pr := &progress{w: progressW, total: len(plan.Points)}
+	pr := &progress{w: o.Progress, total: len(sched.Points)}
 	ok, err := finished(outDir, pt)
 	if err != nil {
 		return err
@@ -212,7 +226,7 @@ func RunPoint(ctx context.Context, plan *Plan, outDir string, n int, runner Runn
 		pr.printf("sweep: point %d (of 0..%d) %s: already finished\n", pt.Index, pr.total-1, pt.Name)
 		return nil
 	}
-	d, err := runOne(ctx, plan, outDir, pt, runner, pr)
+	d, err := runOne(ctx, sched, outDir, pt, &o, pr)
 	if err != nil {
 		return err
 	}
@@ -226,7 +240,7 @@ func RunPoint(ctx context.Context, plan *Plan, outDir string, n int, runner Runn
 const PointLockFile = ".sweep-point.lock"
 
 // runOne runs one point and marks it done; it returns the runner's duration.
-func runOne(ctx context.Context, plan *Plan, outDir string, pt Point, runner Runner, pr *progress) (time.Duration, error) {
+func runOne(ctx context.Context, sched *Schedule, outDir string, pt Point, o *Options, pr *progress) (time.Duration, error) {
 	dir := filepath.Join(outDir, pt.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
@@ -240,13 +254,13 @@ func runOne(ctx context.Context, plan *Plan, outDir string, pt Point, runner Run
 	if ok, err := finished(outDir, pt); err != nil || ok {
 		return 0, err
 	}
-	pr.printf("sweep: point %d (of 0..%d) %s: running (%s)\n", pt.Index, pr.total-1, pt.Name, plan.Label(pt))
-	start := now()
-	if err := runner(ctx, pt, dir); err != nil {
+	pr.printf("sweep: point %d (of 0..%d) %s: running (%s)\n", pt.Index, pr.total-1, pt.Name, sched.Label(pt))
+	start := o.now()
+	if err := o.Runner(ctx, pt, dir); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): %w", pt.Index, pt.Name, err)
 	}
-	d := now().Sub(start)
-	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Config: pt.ConfigHash, Seconds: d.Seconds(), Finished: now().UTC().Format(time.RFC3339)}
+	d := o.now().Sub(start)
+	rec := doneRecord{Index: pt.Index, Name: pt.Name, Sets: pt.Sets, Config: pt.ConfigHash, Seconds: d.Seconds(), Finished: o.now().UTC().Format(time.RFC3339)}
 	data, _ := json.MarshalIndent(rec, "", "  ")
 	if err := atomicfile.WriteFileMode(filepath.Join(dir, DoneFile), append(data, '\n'), 0o644); err != nil {
 		return 0, fmt.Errorf("sweep: point %d (%s): mark done: %w", pt.Index, pt.Name, err)

@@ -18,11 +18,9 @@ import (
 )
 
 // fakeClock advances 10 s at every reading, so each point takes 10 s.
-func fakeClock(t *testing.T) {
-	t.Helper()
+func fakeClock() func() time.Time {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	now = func() time.Time { clock = clock.Add(10 * time.Second); return clock }
-	t.Cleanup(func() { now = time.Now })
+	return func() time.Time { clock = clock.Add(10 * time.Second); return clock }
 }
 
 // syntheticReport is the report a fake training at (gamma, lambda) gives:
@@ -57,9 +55,9 @@ func fakeRunner(ran *[]int, failAt int) Runner {
 	}
 }
 
-func plan2x2(t *testing.T) *Plan {
+func schedule2x2(t *testing.T) *Schedule {
 	t.Helper()
-	p, err := NewPlan(Config{Grid: Grid{
+	p, err := NewSchedule(Config{Grid: Grid{
 		{"rewards.gamma", []string{"0", "0.5"}},
 		{"rewards.lambda", []string{"0", "2"}},
 	}})
@@ -70,12 +68,12 @@ func plan2x2(t *testing.T) *Plan {
 }
 
 func TestRunResumesAfterKill(t *testing.T) {
-	fakeClock(t)
-	p := plan2x2(t)
+	clock := fakeClock()
+	p := schedule2x2(t)
 	out := t.TempDir()
 	var ran []int
 	var log bytes.Buffer
-	err := Run(context.Background(), p, out, fakeRunner(&ran, 2), &log)
+	err := Run(context.Background(), p, out, Options{Runner: fakeRunner(&ran, 2), Progress: &log, Now: clock})
 	if err == nil || !strings.Contains(err.Error(), "point 2 (gamma=0.5,lambda=0): killed") {
 		t.Fatalf("first run: %v", err)
 	}
@@ -98,7 +96,7 @@ func TestRunResumesAfterKill(t *testing.T) {
 
 	// Resume: only points 2 and 3 run; point 2's folder keeps what the killed run left.
 	ran, log = nil, bytes.Buffer{}
-	if err := Run(context.Background(), p, out, fakeRunner(&ran, -1), &log); err != nil {
+	if err := Run(context.Background(), p, out, Options{Runner: fakeRunner(&ran, -1), Progress: &log, Now: clock}); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(ran) != "[2 3]" {
@@ -131,7 +129,7 @@ func TestRunResumesAfterKill(t *testing.T) {
 	}
 	// A third run has nothing to do.
 	ran = nil
-	if err := Run(context.Background(), p, out, fakeRunner(&ran, -1), nil); err != nil || len(ran) != 0 {
+	if err := Run(context.Background(), p, out, Options{Runner: fakeRunner(&ran, -1), Now: clock}); err != nil || len(ran) != 0 {
 		t.Fatalf("third run ran %v, %v", ran, err)
 	}
 }
@@ -139,18 +137,18 @@ func TestRunResumesAfterKill(t *testing.T) {
 // TestPlanPointCollectMatchesRun: running every point with --point (in
 // another order) and then --collect gives the same summary as a full run.
 func TestPlanPointCollectMatchesRun(t *testing.T) {
-	fakeClock(t)
-	p := plan2x2(t)
+	clock := fakeClock()
+	p := schedule2x2(t)
 	full, split := t.TempDir(), t.TempDir()
 	var ran []int
-	if err := Run(context.Background(), p, full, fakeRunner(&ran, -1), nil); err != nil {
+	if err := Run(context.Background(), p, full, Options{Runner: fakeRunner(&ran, -1), Now: clock}); err != nil {
 		t.Fatal(err)
 	}
-	if err := WritePlan(split, p, split, []string{"mageguard", "sweep"}); err != nil {
+	if err := WriteSchedule(split, p, split, []string{"mageguard", "sweep"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []int{3, 1, 0, 2, 1} { // point 1 twice: a scheduler's retry is a no-op
-		if err := RunPoint(context.Background(), p, split, n, fakeRunner(&ran, -1), nil); err != nil {
+		if err := RunPoint(context.Background(), p, split, n, Options{Runner: fakeRunner(&ran, -1), Now: clock}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,11 +198,11 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 func TestCollectPartial(t *testing.T) {
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	out := t.TempDir()
 	var ran []int
 	for _, n := range []int{0, 3} {
-		if err := RunPoint(context.Background(), p, out, n, fakeRunner(&ran, -1), nil); err != nil {
+		if err := RunPoint(context.Background(), p, out, n, Options{Runner: fakeRunner(&ran, -1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -224,10 +222,10 @@ func TestCollectPartial(t *testing.T) {
 		t.Errorf("summary.md:\n%s", md)
 	}
 	// A DONE left by other overrides (a renamed key with the same short name) is not reused.
-	other, _ := NewPlan(Config{Grid: Grid{{"grpo.gamma", []string{"0", "0.5"}}, {"rewards.lambda", []string{"0", "2"}}}})
-	if err := Run(context.Background(), other, out, fakeRunner(&ran, -1), nil); err == nil ||
+	other, _ := NewSchedule(Config{Grid: Grid{{"grpo.gamma", []string{"0", "0.5"}}, {"rewards.lambda", []string{"0", "2"}}}})
+	if err := Run(context.Background(), other, out, Options{Runner: fakeRunner(&ran, -1)}); err == nil ||
 		!strings.Contains(err.Error(), "holds a run with overrides [rewards.gamma=0 rewards.lambda=0], not [grpo.gamma=0 rewards.lambda=0]") {
-		t.Errorf("reused another plan's point: %v", err)
+		t.Errorf("reused another schedule's point: %v", err)
 	}
 	// A point marked done without report.json is an error naming it.
 	os.Remove(filepath.Join(out, "gamma=0,lambda=0", eval.ReportJSON))
@@ -237,14 +235,14 @@ func TestCollectPartial(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	p := plan2x2(t)
+	p := schedule2x2(t)
 	var ran []int
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Run(ctx, p, t.TempDir(), fakeRunner(&ran, -1), nil); err == nil || !strings.Contains(err.Error(), "stopped before point 0") {
+	if err := Run(ctx, p, t.TempDir(), Options{Runner: fakeRunner(&ran, -1)}); err == nil || !strings.Contains(err.Error(), "stopped before point 0") {
 		t.Errorf("cancelled: %v", err)
 	}
-	if err := RunPoint(context.Background(), p, t.TempDir(), 4, fakeRunner(&ran, -1), nil); err == nil || !strings.Contains(err.Error(), "no point 4") {
+	if err := RunPoint(context.Background(), p, t.TempDir(), 4, Options{Runner: fakeRunner(&ran, -1)}); err == nil || !strings.Contains(err.Error(), "no point 4") {
 		t.Errorf("point 4: %v", err)
 	}
 	if len(ran) != 0 {
@@ -254,20 +252,20 @@ func TestRunErrors(t *testing.T) {
 
 // TestHeatmapCells: one key gives one row; three keys average over the third.
 func TestHeatmapCells(t *testing.T) {
-	p1, _ := NewPlan(Config{Grid: Grid{{"rewards.gamma", []string{"0.25", "0.75"}}}})
-	s1 := &Summary{Plan: p1, Reports: []*eval.Report{ptrTo(syntheticReport(p1.Points[0])), nil}}
+	p1, _ := NewSchedule(Config{Grid: Grid{{"rewards.gamma", []string{"0.25", "0.75"}}}})
+	s1 := &Summary{Schedule: p1, Reports: []*eval.Report{ptrTo(syntheticReport(p1.Points[0])), nil}}
 	z, col, row, kind := s1.cells("asr")
 	if len(z) != 1 || len(z[0]) != 2 || z[0][0] != 0.25 || !math.IsNaN(z[0][1]) || col != 0 || row != -1 || kind != eval.Rate {
 		t.Errorf("one key: z %v col %d row %d", z, col, row)
 	}
 
 	// gamma × lambda × seed: the token cost 100 + 10·index averages over the seed's two points.
-	p3, _ := NewPlan(Config{Grid: Grid{
+	p3, _ := NewSchedule(Config{Grid: Grid{
 		{"rewards.gamma", []string{"0", "0.5"}},
 		{"rewards.lambda", []string{"1"}},
 		{"train.seed", []string{"1", "2"}},
 	}})
-	s3 := &Summary{Plan: p3, Reports: make([]*eval.Report, 4)}
+	s3 := &Summary{Schedule: p3, Reports: make([]*eval.Report, 4)}
 	for i, pt := range p3.Points {
 		if i != 3 { // point 3 (gamma 0.5, seed 2) not finished
 			s3.Reports[i] = ptrTo(syntheticReport(pt))
@@ -286,7 +284,7 @@ func TestHeatmapCells(t *testing.T) {
 		t.Errorf("summary.md:\n%s", md)
 	}
 	// Nothing finished: heatmaps still render (all grey).
-	empty := &Summary{Plan: p3, Reports: make([]*eval.Report, 4)}
+	empty := &Summary{Schedule: p3, Reports: make([]*eval.Report, 4)}
 	if _, err := empty.heatmap("asr", "ASR", false); err != nil {
 		t.Error(err)
 	}
@@ -299,8 +297,8 @@ func ptrTo[T any](v T) *T { return &v }
 // or the global overrides changed, the grid did not) is refused by Run,
 // RunPoint and Collect, and so is a DONE without a hash.
 func TestFinishedPointNeedsSameConfig(t *testing.T) {
-	withHashes := func(salt string) *Plan {
-		p := plan2x2(t)
+	withHashes := func(salt string) *Schedule {
+		p := schedule2x2(t)
 		for i := range p.Points {
 			p.Points[i].ConfigHash = ConfigHash([]byte(salt + p.Points[i].Name))
 		}
@@ -308,7 +306,7 @@ func TestFinishedPointNeedsSameConfig(t *testing.T) {
 	}
 	out := t.TempDir()
 	var ran []int
-	if err := Run(context.Background(), withHashes("a"), out, fakeRunner(&ran, -1), nil); err != nil {
+	if err := Run(context.Background(), withHashes("a"), out, Options{Runner: fakeRunner(&ran, -1)}); err != nil {
 		t.Fatal(err)
 	}
 	done := string(mustRead(t, filepath.Join(out, "gamma=0,lambda=0", DoneFile)))
@@ -317,7 +315,7 @@ func TestFinishedPointNeedsSameConfig(t *testing.T) {
 	}
 	// The same configuration: nothing runs again.
 	ran = nil
-	if err := Run(context.Background(), withHashes("a"), out, fakeRunner(&ran, -1), nil); err != nil || len(ran) != 0 {
+	if err := Run(context.Background(), withHashes("a"), out, Options{Runner: fakeRunner(&ran, -1)}); err != nil || len(ran) != 0 {
 		t.Fatalf("same config: ran %v, %v", ran, err)
 	}
 	// Another configuration with the same grid: every way in refuses it.
@@ -325,8 +323,8 @@ func TestFinishedPointNeedsSameConfig(t *testing.T) {
 	want := "sweep: point 0: " + filepath.Join(out, "gamma=0,lambda=0") + " was run with another configuration than this one"
 	_, collectErr := Collect(out, changed)
 	for name, err := range map[string]error{
-		"Run":      Run(context.Background(), changed, out, fakeRunner(&ran, -1), nil),
-		"RunPoint": RunPoint(context.Background(), changed, out, 0, fakeRunner(&ran, -1), nil),
+		"Run":      Run(context.Background(), changed, out, Options{Runner: fakeRunner(&ran, -1)}),
+		"RunPoint": RunPoint(context.Background(), changed, out, 0, Options{Runner: fakeRunner(&ran, -1)}),
 		"Collect":  collectErr,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "use another output folder") {
@@ -338,10 +336,10 @@ func TestFinishedPointNeedsSameConfig(t *testing.T) {
 	}
 	// A DONE without a hash (an older mageguard) cannot be vouched for.
 	old := filepath.Join(t.TempDir(), "old")
-	if err := RunPoint(context.Background(), plan2x2(t), old, 0, fakeRunner(&ran, -1), nil); err != nil {
+	if err := RunPoint(context.Background(), schedule2x2(t), old, 0, Options{Runner: fakeRunner(&ran, -1)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := RunPoint(context.Background(), withHashes("a"), old, 0, fakeRunner(&ran, -1), nil); err == nil ||
+	if err := RunPoint(context.Background(), withHashes("a"), old, 0, Options{Runner: fakeRunner(&ran, -1)}); err == nil ||
 		!strings.Contains(err.Error(), "records no configuration hash") {
 		t.Errorf("a DONE without a hash: %v", err)
 	}

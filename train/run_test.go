@@ -16,6 +16,7 @@ import (
 
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/safetensors"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
 )
@@ -65,7 +66,7 @@ func readJSONL[T any](t *testing.T, path string) []T {
 
 // TestRolloutsFollowTheFormulas recomputes every reward and advantage of
 // rollouts.jsonl from that file's own labels, decisions, parse flags and
-// memory lengths, with DESIGN.md's formulas written out here independently.
+// memory lengths, with the formulas of docs/design.md#rewards written out here independently.
 func TestRolloutsFollowTheFormulas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
@@ -202,7 +203,7 @@ func TestRolloutsFollowTheFormulas(t *testing.T) {
 // weights reads a checkpoint's model.safetensors as named float32 slices.
 func weights(t *testing.T, dir string) map[string][]float32 {
 	t.Helper()
-	ts, err := model.ReadTensorFile(filepath.Join(dir, "model.safetensors"))
+	ts, err := safetensors.ReadFloat32(filepath.Join(dir, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}

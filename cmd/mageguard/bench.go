@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -34,15 +35,18 @@ type benchResult struct {
 	PlanTrainPeak   string `json:"plan_train_peak,omitempty"`
 }
 
+// benchFlags are model bench's flags.
+type benchFlags struct {
+	dir                                 string
+	train                               bench.TrainShape
+	decode                              bench.DecodeShape
+	steps                               int
+	skipTrain, skipDecode, heap, asJSON bool
+	peakFLOPs                           float64
+}
+
 func newModelBenchCmd() *cobra.Command {
-	var (
-		dir                                 string
-		train                               bench.TrainShape
-		decode                              bench.DecodeShape
-		steps                               int
-		skipTrain, skipDecode, heap, asJSON bool
-		peakFLOPs                           float64
-	)
+	var f benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench [--model DIR] [--train-rows N ...] [--decode-rows N ...] [--json]",
 		Short: "Time a GRPO training step and batched decoding on random data, with the plan's memory figures beside them",
@@ -64,112 +68,120 @@ hand.
   mageguard model bench --config configs/tiny.yaml --json
   mageguard model bench --config configs/default.yaml --model /tmp/qwen3-4b-2l --set model.xla_preallocate=false --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			if skipTrain && skipDecode {
-				return errors.New("model bench: nothing to do (--skip-train and --skip-decode)")
-			}
-			s := cfg.Model
-			if dir != "" {
-				s.Path = dir
-			}
-			if heap {
-				if s.Name == "xla" {
-					return errors.New("model bench: --heap samples the Go heap, which holds the tensors only on backend go")
-				}
-				s.GCPercent = 0 // leave the GC percentage to this command
-				debug.SetGCPercent(5)
-			}
-			m, err := loadModel(s)
-			if err != nil {
-				return fmt.Errorf("model bench: %w", err)
-			}
-			res := benchResult{Backend: m.Backend().Name(), Model: m.Config().String(), Parameters: m.NumParameters(), DType: s.DType}
-
-			// The plan of these shapes.
-			p, err := planOf(cfg, 0)
-			if err != nil {
-				return err
-			}
-			in := p.Inputs
-			in.Arch = *m.Config()
-			in.Train = plan.TrainShape(train)
-			in.Rollout = plan.RolloutShape(decode)
-			bp, err := plan.Compute(in)
-			if err != nil {
-				return fmt.Errorf("model bench: %w", err)
-			}
-
-			if !skipDecode {
-				if res.Decode, err = bench.Decode(m, decode, uint64(s.Seed), heap); err != nil {
-					return err
-				}
-				res.PlanDecodeBytes = bp.GenerationTotal()
-			}
-			if !skipTrain {
-				opts := bench.TrainOptions{Steps: steps, Temperature: cfg.Rollout.Temperature, Seed: uint64(s.Seed), Heap: heap}
-				if cfg.GRPO.Beta > 0 {
-					if opts.Reference, err = grpo.FrozenCopy(m.Context()); err != nil {
-						return err
-					}
-				}
-				if res.Train, err = bench.TrainStep(m, cfg.GRPO, train, opts); err != nil {
-					return err
-				}
-				res.PeakFLOPs = peakFLOPs
-				if peakFLOPs > 0 {
-					res.MFU = res.Train.FLOPsPerSecond / peakFLOPs
-				}
-				res.PlanTrainBytes, res.PlanTrainPeak = bp.TrainTotal()
-			}
-			if asJSON {
-				data, err := json.MarshalIndent(res, "", "  ")
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", data)
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%s, %s: %s, %d parameters\n", res.Backend, res.DType, res.Model, res.Parameters)
-			if d := res.Decode; d != nil {
-				fmt.Fprintf(out, "decode: %d rows × %d prompt tokens: prefill %.3f s, %.2f ms a step, %.0f tokens/s; plan %s",
-					d.Shape.Rows, d.Shape.PromptTokens, d.PrefillSeconds, 1e3*d.StepSeconds, d.TokensPerSecond, plan.FormatSize(res.PlanDecodeBytes))
-				if d.HeapPeakBytes > 0 {
-					fmt.Fprintf(out, ", Go heap peak %s", plan.FormatSize(int64(d.HeapPeakBytes)))
-				}
-				fmt.Fprintln(out)
-			}
-			if t := res.Train; t != nil {
-				fmt.Fprintf(out, "train step: %d rows × (%d + %d) tokens: %.3f s, %.0f tokens/s, %.3g FLOP/s (MFU %.4f of %.3g); plan %s (%s)",
-					t.Shape.Rows, t.Shape.PrefixTokens, t.Shape.RowTokens, t.Seconds, t.TokensPerSecond, t.FLOPsPerSecond, res.MFU, res.PeakFLOPs,
-					plan.FormatSize(res.PlanTrainBytes), res.PlanTrainPeak)
-				if t.HeapPeakBytes > 0 {
-					fmt.Fprintf(out, ", Go heap peak %s", plan.FormatSize(int64(t.HeapPeakBytes)))
-				}
-				fmt.Fprintln(out)
-			}
-			return nil
-		},
+		RunE: f.run,
 	}
-	f := cmd.Flags()
-	f.StringVar(&dir, "model", "", "checkpoint directory (sets model.path; default: a random model from model.*)")
-	f.IntVar(&train.Rows, "train-rows", 8, "sequences in the training step")
-	f.IntVar(&train.PrefixTokens, "train-prefix-tokens", 64, "tokens every training sequence starts with (a system prompt)")
-	f.IntVar(&train.RowTokens, "train-row-tokens", 192, "tokens of each training sequence after the prefix")
-	f.IntVar(&train.TargetTokens, "train-target-tokens", 64, "completion tokens of each training sequence (in the loss)")
-	f.IntVar(&steps, "steps", 2, "timed training steps")
-	f.IntVar(&decode.Rows, "decode-rows", 8, "prompts decoded together")
-	f.IntVar(&decode.PrefixTokens, "decode-prefix-tokens", 64, "tokens every prompt starts with")
-	f.IntVar(&decode.PromptTokens, "decode-prompt-tokens", 128, "tokens of each prompt")
-	f.IntVar(&decode.NewTokens, "decode-new-tokens", 32, "decoding steps")
-	f.BoolVar(&skipTrain, "skip-train", false, "do not time a training step")
-	f.BoolVar(&skipDecode, "skip-decode", false, "do not time decoding")
-	f.BoolVar(&heap, "heap", false, "sample the Go heap (backend go), GC at 5%")
-	f.Float64Var(&peakFLOPs, "peak-flops", 790e12, "the device's peak FLOP/s for the MFU (default: an H200's dense bfloat16)")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fl := cmd.Flags()
+	fl.StringVar(&f.dir, "model", "", "checkpoint directory (sets model.path; default: a random model from model.*)")
+	fl.IntVar(&f.train.Rows, "train-rows", 8, "sequences in the training step")
+	fl.IntVar(&f.train.PrefixTokens, "train-prefix-tokens", 64, "tokens every training sequence starts with (a system prompt)")
+	fl.IntVar(&f.train.RowTokens, "train-row-tokens", 192, "tokens of each training sequence after the prefix")
+	fl.IntVar(&f.train.TargetTokens, "train-target-tokens", 64, "completion tokens of each training sequence (in the loss)")
+	fl.IntVar(&f.steps, "steps", 2, "timed training steps")
+	fl.IntVar(&f.decode.Rows, "decode-rows", 8, "prompts decoded together")
+	fl.IntVar(&f.decode.PrefixTokens, "decode-prefix-tokens", 64, "tokens every prompt starts with")
+	fl.IntVar(&f.decode.PromptTokens, "decode-prompt-tokens", 128, "tokens of each prompt")
+	fl.IntVar(&f.decode.NewTokens, "decode-new-tokens", 32, "decoding steps")
+	fl.BoolVar(&f.skipTrain, "skip-train", false, "do not time a training step")
+	fl.BoolVar(&f.skipDecode, "skip-decode", false, "do not time decoding")
+	fl.BoolVar(&f.heap, "heap", false, "sample the Go heap (backend go), GC at 5%")
+	fl.Float64Var(&f.peakFLOPs, "peak-flops", 790e12, "the device's peak FLOP/s for the MFU (default: an H200's dense bfloat16)")
+	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// run loads the model, times decoding and a training step as the flags
+// say, and prints them beside the plan's figures for the same shapes.
+func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if f.skipTrain && f.skipDecode {
+		return errors.New("model bench: nothing to do (--skip-train and --skip-decode)")
+	}
+	s := cfg.Model
+	if f.dir != "" {
+		s.Path = f.dir
+	}
+	if f.heap {
+		if s.Name == "xla" {
+			return errors.New("model bench: --heap samples the Go heap, which holds the tensors only on backend go")
+		}
+		s.GCPercent = 0 // leave the GC percentage to this command
+		debug.SetGCPercent(5)
+	}
+	m, err := loadModel(s)
+	if err != nil {
+		return fmt.Errorf("model bench: %w", err)
+	}
+	res := benchResult{Backend: m.Backend().Name(), Model: m.Config().String(), Parameters: m.NumParameters(), DType: s.DType}
+
+	// The plan of these shapes.
+	p, err := planOf(cfg, 0)
+	if err != nil {
+		return err
+	}
+	in := p.Inputs
+	in.Arch = *m.Config()
+	in.Train = plan.TrainShape(f.train)
+	in.Rollout = plan.RolloutShape(f.decode)
+	bp, err := plan.Compute(in)
+	if err != nil {
+		return fmt.Errorf("model bench: %w", err)
+	}
+
+	if !f.skipDecode {
+		if res.Decode, err = bench.Decode(m, f.decode, uint64(s.Seed), f.heap); err != nil {
+			return err
+		}
+		res.PlanDecodeBytes = bp.GenerationTotal()
+	}
+	if !f.skipTrain {
+		opts := bench.TrainOptions{Steps: f.steps, Temperature: cfg.Rollout.Temperature, Seed: uint64(s.Seed), Heap: f.heap}
+		if cfg.GRPO.Beta > 0 {
+			if opts.Reference, err = grpo.FrozenCopy(m.Context()); err != nil {
+				return err
+			}
+		}
+		if res.Train, err = bench.TrainStep(m, cfg.GRPO, f.train, opts); err != nil {
+			return err
+		}
+		res.PeakFLOPs = f.peakFLOPs
+		if f.peakFLOPs > 0 {
+			res.MFU = res.Train.FLOPsPerSecond / f.peakFLOPs
+		}
+		res.PlanTrainBytes, res.PlanTrainPeak = bp.TrainTotal()
+	}
+	if f.asJSON {
+		data, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", data)
+		return err
+	}
+	printBench(cmd.OutOrStdout(), &res)
+	return nil
+}
+
+// printBench writes res for people.
+func printBench(out io.Writer, res *benchResult) {
+	fmt.Fprintf(out, "%s, %s: %s, %d parameters\n", res.Backend, res.DType, res.Model, res.Parameters)
+	if d := res.Decode; d != nil {
+		fmt.Fprintf(out, "decode: %d rows × %d prompt tokens: prefill %.3f s, %.2f ms a step, %.0f tokens/s; plan %s",
+			d.Shape.Rows, d.Shape.PromptTokens, d.PrefillSeconds, 1e3*d.StepSeconds, d.TokensPerSecond, plan.FormatSize(res.PlanDecodeBytes))
+		if d.HeapPeakBytes > 0 {
+			fmt.Fprintf(out, ", Go heap peak %s", plan.FormatSize(int64(d.HeapPeakBytes)))
+		}
+		fmt.Fprintln(out)
+	}
+	if t := res.Train; t != nil {
+		fmt.Fprintf(out, "train step: %d rows × (%d + %d) tokens: %.3f s, %.0f tokens/s, %.3g FLOP/s (MFU %.4f of %.3g); plan %s (%s)",
+			t.Shape.Rows, t.Shape.PrefixTokens, t.Shape.RowTokens, t.Seconds, t.TokensPerSecond, t.FLOPsPerSecond, res.MFU, res.PeakFLOPs,
+			plan.FormatSize(res.PlanTrainBytes), res.PlanTrainPeak)
+		if t.HeapPeakBytes > 0 {
+			fmt.Fprintf(out, ", Go heap peak %s", plan.FormatSize(int64(t.HeapPeakBytes)))
+		}
+		fmt.Fprintln(out)
+	}
 }

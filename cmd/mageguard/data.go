@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -48,7 +49,7 @@ func newDataImportCmd() *cobra.Command {
 		Short: "Import AgentDojo run logs and label every action",
 		Long: `Convert AgentDojo run logs laid out as
 DIR/<model>/<suite>/<user_task>/<attack>/<injection_task>.json (see
-../shared/data/agentdojo/README.md) into trajectories, one per run, and label
+docs/data.md, "AgentDojo import and labels") into trajectories, one per run, and label
 every action with the rules file (default: the embedded
 dataset/agentdojo/rules/agentdojo.yaml). Sanity runs (an injection task as
 the user task) are skipped. Progress and a summary go to stderr.`,
@@ -93,12 +94,7 @@ the user task) are skipped. Progress and a summary go to stderr.`,
 			}
 			fmt.Fprintf(stderr, "import: wrote %s: %d trajectories (%d attack, %d benign), %d actions, %d labeled 1; skipped %d sanity runs; %.1fs\n",
 				out, sum.Trajectories, sum.Attack, sum.Benign, sum.Actions, sum.Positives, sum.Sanity, time.Since(start).Seconds())
-			names := make([]string, 0, len(sum.ByRule))
-			for k := range sum.ByRule {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			for _, k := range names {
+			for _, k := range slices.Sorted(maps.Keys(sum.ByRule)) {
 				fmt.Fprintf(stderr, "import:   %5d labeled 1 by rule %q\n", sum.ByRule[k], k)
 			}
 			return nil
@@ -278,12 +274,7 @@ func writeFiles(files map[string][]*dataset.Trajectory) error {
 			w.Abort()
 		}
 	}()
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range slices.Sorted(maps.Keys(files)) {
 		w, err := dataset.Create(p)
 		if err != nil {
 			return err
@@ -310,21 +301,12 @@ func summary(ts []*dataset.Trajectory) string {
 	}
 	s.Finish()
 	var suites []string
-	for _, k := range sortedGroupKeys(s.BySuite) {
+	for _, k := range slices.Sorted(maps.Keys(s.BySuite)) {
 		g := s.BySuite[k]
 		suites = append(suites, fmt.Sprintf("%s %d/%d", k, g.Attack, g.Benign))
 	}
 	return fmt.Sprintf("%d trajectories (%d attack, %d benign) over %d tasks, %d actions, %d labeled 1 [attack/benign: %s]",
 		s.Trajectories, s.Attack, s.Benign, s.Tasks, s.Actions, s.Positives, strings.Join(suites, ", "))
-}
-
-func sortedGroupKeys(m map[string]*dataset.GroupStats) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -27,12 +27,15 @@ import (
 	"github.com/mageguard/mageguard/internal/lock"
 )
 
+// evalFlags are eval's flags.
+type evalFlags struct {
+	modelDir, data, out, variant, baseline string
+	votes, limit                           int
+	compare                                bool
+}
+
 func newEvalCmd() *cobra.Command {
-	var (
-		modelDir, data, out, variant, baseline string
-		votes, limit                           int
-		compare                                bool
-	)
+	var f evalFlags
 	cmd := &cobra.Command{
 		Use: "eval --model DIR --data FILE --out DIR [--variant mage|judge-only] [--votes K] [--limit N] [--baseline DIR]\n" +
 			"  mageguard eval --compare A/report.json B/report.json ...",
@@ -90,71 +93,64 @@ second Ctrl-C kills at once.`,
   mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --out runs/eval-mage --baseline runs/eval-judge
   mageguard eval --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --set rollout.track_attacks=false --out runs/eval-no-attacks
   mageguard eval --compare runs/eval-mage runs/eval-judge runs/eval-no-attacks`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if compare {
-				for _, name := range []string{"model", "data", "out", "variant", "votes", "limit", "baseline"} {
-					if cmd.Flags().Changed(name) {
-						return fmt.Errorf("eval --compare: --%s does not apply (compare only reads report.json files)", name)
-					}
-				}
-				return compareReports(cmd.OutOrStdout(), args)
-			}
-			if len(args) > 0 {
-				return fmt.Errorf("eval: unexpected arguments %q (report paths go with --compare)", args)
-			}
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			// Flags > --set > file > defaults.
-			if cmd.Flags().Changed("model") {
-				cfg.Model.Path = modelDir
-			}
-			if cmd.Flags().Changed("data") {
-				cfg.Eval.Data = data
-			}
-			if cmd.Flags().Changed("variant") {
-				cfg.Rollout.Variant = variant
-			}
-			if cmd.Flags().Changed("votes") {
-				cfg.Eval.Votes = votes
-			}
-			if cmd.Flags().Changed("limit") {
-				cfg.Eval.Limit = limit
-			}
-			if err := config.Validate(cfg); err != nil {
-				return fmt.Errorf("eval: %w", err)
-			}
-			if out == "" {
-				return errors.New("eval: --out DIR is required")
-			}
-			// The lock train and sweep take: a second eval into the same
-			// folder is refused at once, before anything is read.
-			lk, err := lock.Acquire(out)
-			if err != nil {
-				return fmt.Errorf("eval: %w", err)
-			}
-			defer lk.Release()
-			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "eval")
-			defer stop()
-			report, err := evalCheckpoint(ctx, cfg, out, baseline, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			printHeadline(cmd.ErrOrStderr(), report, out)
-			return nil
-		},
+		RunE: f.run,
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&modelDir, "model", "", "checkpoint directory to evaluate (model.path)")
-	fl.StringVar(&data, "data", "", "held-out trajectories, .jsonl or .parquet (eval.data; default data/agentdojo-mini/eval.jsonl)")
-	fl.StringVar(&out, "out", "", "output folder for decisions.jsonl, report.json, report.md and plots")
-	fl.StringVar(&variant, "variant", "", "mage (memory + judge) or judge-only (rollout.variant; default mage)")
-	fl.IntVar(&votes, "votes", 1, "K judge calls per turn sampled at eval.vote_temperature, majority decides (eval.votes)")
-	fl.IntVar(&limit, "limit", 0, "evaluate only the first N trajectories that have an action, 0 = all (eval.limit)")
-	fl.StringVar(&baseline, "baseline", "", "an earlier eval folder (e.g. judge-only) drawn beside this one in the token-cost plot")
-	fl.BoolVar(&compare, "compare", false, "print the report.json files given as arguments side by side (no model)")
+	fl.StringVar(&f.modelDir, "model", "", "checkpoint directory to evaluate (model.path)")
+	fl.StringVar(&f.data, "data", "", "held-out trajectories, .jsonl or .parquet (eval.data; default data/agentdojo-mini/eval.jsonl)")
+	fl.StringVar(&f.out, "out", "", "output folder for decisions.jsonl, report.json, report.md and plots")
+	fl.StringVar(&f.variant, "variant", "", "mage (memory + judge) or judge-only (rollout.variant; default mage)")
+	fl.IntVar(&f.votes, "votes", 1, "K judge calls per turn sampled at eval.vote_temperature, majority decides (eval.votes)")
+	fl.IntVar(&f.limit, "limit", 0, "evaluate only the first N trajectories that have an action, 0 = all (eval.limit)")
+	fl.StringVar(&f.baseline, "baseline", "", "an earlier eval folder (e.g. judge-only) drawn beside this one in the token-cost plot")
+	fl.BoolVar(&f.compare, "compare", false, "print the report.json files given as arguments side by side (no model)")
 	return cmd
+}
+
+// run is eval's RunE: --compare, or an eval of a checkpoint.
+func (f *evalFlags) run(cmd *cobra.Command, args []string) error {
+	if f.compare {
+		for _, name := range []string{"model", "data", "out", "variant", "votes", "limit", "baseline"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("eval --compare: --%s does not apply (compare only reads report.json files)", name)
+			}
+		}
+		return compareReports(cmd.OutOrStdout(), args)
+	}
+	if len(args) > 0 {
+		return fmt.Errorf("eval: unexpected arguments %q (report paths go with --compare)", args)
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	// Flags > --set > file > defaults.
+	setFromFlag(cmd, "model", &cfg.Model.Path, f.modelDir)
+	setFromFlag(cmd, "data", &cfg.Eval.Data, f.data)
+	setFromFlag(cmd, "variant", &cfg.Rollout.Variant, f.variant)
+	setFromFlag(cmd, "votes", &cfg.Eval.Votes, f.votes)
+	setFromFlag(cmd, "limit", &cfg.Eval.Limit, f.limit)
+	if err := config.Validate(cfg); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if f.out == "" {
+		return errors.New("eval: --out DIR is required")
+	}
+	// The lock train and sweep take: a second eval into the same folder is
+	// refused at once, before anything is read.
+	lk, err := lock.Acquire(f.out)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	defer lk.Release()
+	ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "eval")
+	defer stop()
+	report, err := evalCheckpoint(ctx, cfg, f.out, f.baseline, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	printHeadline(cmd.ErrOrStderr(), report, f.out)
+	return nil
 }
 
 // interruptible returns a context cancelled by the first Ctrl-C or
@@ -290,11 +286,11 @@ func judgeOnly(ds []eval.Decision) bool {
 	return len(ds) > 0
 }
 
-// loadCheckpoint loads the checkpoint s.Path on the backend s describes,
-// checked against the tokenizer tok (read from tokPath), and logs what it
-// loaded and how long it took.
+// loadCheckpoint loads the checkpoint s.Path on the backend s describes
+// (newBackend), checked against the tokenizer tok (read from tokPath), and
+// logs what it loaded and how long it took.
 func loadCheckpoint(s model.Settings, tok *tokenizer.Tokenizer, tokPath string, log io.Writer) (*model.Model, error) {
-	backend, err := model.NewBackend(s.BackendConfig)
+	backend, err := newBackend(s.BackendConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
@@ -40,10 +41,19 @@ func checkpointSettings(cfg *config.Config, dir string) (model.Settings, error) 
 	return s, nil
 }
 
+// newBackend builds the backend b describes after applying the process-wide
+// settings it asks for (b.ProcessSettings: the Go GC percent and memory
+// limit, go-xla's downloads), which model.NewBackend leaves to the program.
+// Commands whose backend train builds apply them themselves first.
+func newBackend(b model.BackendConfig) (backends.Backend, error) {
+	b.ProcessSettings().Apply()
+	return model.NewBackend(b)
+}
+
 // loadModel loads the checkpoint of s (model.Settings.LoadModel) on the
-// backend s describes, without a tokenizer.
+// backend s describes (newBackend), without a tokenizer.
 func loadModel(s model.Settings) (*model.Model, error) {
-	backend, err := model.NewBackend(s.BackendConfig)
+	backend, err := newBackend(s.BackendConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +176,8 @@ func newModelScoreCmd() *cobra.Command {
 batch and greedy-decodes max_new_tokens after each with the KV cache, and writes
 {"sequences": [{input_ids, length, argmax, argmax_margin, logsumexp,
 next_token_logprobs, last_logits_positions, last_logits, greedy_new_tokens,
-greedy_margins, greedy_logprobs}, ...]} — the format of
-../shared/reference/qwen3/cases/*/expected.json, which qwen3_ref.py compare reads.`,
+greedy_margins, greedy_logprobs}, ...]} — the format of the reference cases'
+expected.json (model/testdata) and of scripts/qwen3_ref.py score.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig()
@@ -234,7 +244,7 @@ With --chat the prompt is one user message in Qwen3's chat template, thinking of
 			if err != nil {
 				return err
 			}
-			backend, err := model.NewBackend(s.BackendConfig)
+			backend, err := newBackend(s.BackendConfig)
 			if err != nil {
 				return err
 			}

@@ -45,9 +45,7 @@ nvidia-smi), times the share the backend may use (model.xla_memory_fraction,
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("model") {
-				cfg.Model.Path = modelDir
-			}
+			setFromFlag(cmd, "model", &cfg.Model.Path, modelDir)
 			var device int64
 			if deviceMemory != "" {
 				if device, err = plan.ParseSize(deviceMemory); err != nil {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/localgen"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -196,7 +198,7 @@ func loopback(addr string) bool {
 
 // deferredGenerator forwards to the generator set once the model is loaded
 // (the guard is built, and the port bound, before the slow load).
-type deferredGenerator struct{ rollout.Generator }
+type deferredGenerator struct{ generate.Generator }
 
 // runServe opens the store, binds addr, loads the guard's model (the API
 // answers meanwhile: /healthz 503), serves until ctx is cancelled, then
@@ -256,7 +258,7 @@ func runServe(ctx context.Context, cfg *config.Config, addr string, state serveS
 		hs.Close()
 		return err
 	}
-	if mg, ok := g.(*rollout.ModelGenerator); ok {
+	if mg, ok := g.(*localgen.Generator); ok {
 		newTokens := max(cfg.Rollout.MaxMemoryTokens, cfg.Rollout.MaxJudgeTokens)
 		if limit := mg.Model.Config().MaxPositionEmbeddings; cfg.Serve.MaxPromptTokens+newTokens > limit {
 			hs.Close()

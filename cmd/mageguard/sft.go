@@ -7,11 +7,12 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/train"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 func newSFTCmd() *cobra.Command {
-	var data, modelDir, out, teacher string
-	var resume bool
+	var f runFlags
+	var teacherSpec string
 	cmd := &cobra.Command{
 		Use:   "sft --config FILE [--teacher synth|synth-myopic|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
 		Short: "Supervised warm start of both guard roles from a teacher",
@@ -59,36 +60,24 @@ checkpoint is what train --model starts GRPO from.`,
   mageguard sft --config configs/tiny.yaml --teacher distilled.jsonl --out runs/sft-distilled`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := trainConfig(out, resume)
+			cfg, err := f.config(cmd)
 			if err != nil {
 				return err
 			}
-			// Flags beat --set and the file.
-			if cmd.Flags().Changed("data") {
-				cfg.Train.Data = data
-			}
-			if cmd.Flags().Changed("model") {
-				cfg.Model.Path = modelDir
-			}
-			if cmd.Flags().Changed("teacher") {
-				cfg.SFT.Teacher = teacher
-			}
+			setFromFlag(cmd, "teacher", &cfg.SFT.Teacher, teacherSpec)
 			if err := config.Validate(cfg); err != nil {
 				return err
 			}
-			t, err := train.NewTeacher(cfg.SFT.Teacher, cfg.Rollout.MemoryBudgetChars)
+			t, err := teacher.New(cfg.SFT.Teacher, cfg.Rollout.MemoryBudgetChars)
 			if err != nil {
 				return err
 			}
-			return runLoop("sft", cfg, out, resume, func(ctx context.Context, o train.Options) (*train.Result, error) {
+			return runLoop("sft", cfg, f.out, f.resume, func(ctx context.Context, o train.Options) (*train.Result, error) {
 				return train.SFT(ctx, o, cfg.SFT, t)
 			})
 		},
 	}
-	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")
-	cmd.Flags().StringVar(&modelDir, "model", "", "starting checkpoint directory (sets model.path; default: a random model from model.*)")
-	cmd.Flags().StringVar(&out, "out", "runs/sft", "output directory")
-	cmd.Flags().StringVar(&teacher, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
-	cmd.Flags().BoolVar(&resume, "resume", false, "continue from the newest checkpoint in --out")
+	f.add(cmd, "runs/sft")
+	cmd.Flags().StringVar(&teacherSpec, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
 	return cmd
 }

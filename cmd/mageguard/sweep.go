@@ -18,12 +18,15 @@ import (
 	"github.com/mageguard/mageguard/train"
 )
 
+// sweepFlags are sweep's flags.
+type sweepFlags struct {
+	out           string
+	plan, collect bool
+	point         int
+}
+
 func newSweepCmd() *cobra.Command {
-	var (
-		out           string
-		plan, collect bool
-		point         int
-	)
+	var f sweepFlags
 	cmd := &cobra.Command{
 		Use:   "sweep --config configs/sweep.yaml --out DIR [--plan | --point N | --collect]",
 		Short: "Train and evaluate a grid of configurations (γ × λ, or any keys); summary table and heatmaps",
@@ -67,88 +70,110 @@ not marked DONE and resumes on the next run).`,
   sh runs/sweep/plan.sh 3
   mageguard sweep --config configs/sweep.yaml --out runs/sweep --collect`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			modes := 0
-			for _, name := range []string{"plan", "point", "collect"} {
-				if cmd.Flags().Changed(name) {
-					modes++
-				}
-			}
-			if modes > 1 {
-				return errors.New("sweep: --plan, --point and --collect are exclusive")
-			}
-			if out == "" {
-				return errors.New("sweep: --out DIR is required")
-			}
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			sc := cfg.Sweep
-			sc.BaseConfig = sweep.ResolveBaseConfig(sc.BaseConfig, global.configFile)
-			p, err := sweep.NewPlan(sc)
-			if err != nil {
-				return err
-			}
-			// Resolve and check every point's configuration before anything
-			// runs or is written; its hash tells a finished point's DONE
-			// whether it ran with this configuration.
-			for i, pt := range p.Points {
-				pcfg, err := pointConfig(p, pt)
-				if err != nil {
-					return err
-				}
-				if p.Points[i].ConfigHash, err = pointHash(pcfg); err != nil {
-					return err
-				}
-			}
-			stderr := cmd.ErrOrStderr()
-			if plan || collect { // they write into --out: not while a sweep runs there
-				lk, err := lock.Acquire(out)
-				if err != nil {
-					return fmt.Errorf("sweep: %w", err)
-				}
-				defer lk.Release()
-			}
-			switch {
-			case plan:
-				wd, command, err := sweepCommand(out)
-				if err != nil {
-					return err
-				}
-				if err := sweep.WritePlan(out, p, wd, command); err != nil {
-					return err
-				}
-				fmt.Fprintf(stderr, "sweep: %d points; wrote %s and %s\n", len(p.Points),
-					filepath.Join(out, sweep.PlanJSON), filepath.Join(out, sweep.PlanShell))
-				return nil
-			case collect:
-				sum, err := sweep.Collect(out, p)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(stderr, "sweep: collected %d of %d points into %s, %s and heatmaps\n",
-					len(p.Points)-len(sum.Missing()), len(p.Points), filepath.Join(out, sweep.SummaryCSV), filepath.Join(out, sweep.SummaryMarkdown))
-				if missing := sum.Missing(); len(missing) > 0 {
-					fmt.Fprintf(stderr, "sweep: not finished: points %v\n", missing)
-				}
-				return nil
-			}
-			ctx, stop := interruptible(cmd.Context(), stderr, "sweep")
-			defer stop()
-			runner := sweepRunner(p, stderr)
-			if cmd.Flags().Changed("point") {
-				return sweep.RunPoint(ctx, p, out, point, runner, stderr)
-			}
-			return sweep.Run(ctx, p, out, runner, stderr)
-		},
+		RunE: f.run,
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&out, "out", "", "the sweep's output folder: a folder per point, summary.csv, summary.md, heatmaps")
-	fl.BoolVar(&plan, "plan", false, "write plan.json and plan.sh (one command per point) and stop")
-	fl.IntVar(&point, "point", 0, "run point N of the plan alone")
-	fl.BoolVar(&collect, "collect", false, "write the summary from the finished point folders and stop")
+	fl.StringVar(&f.out, "out", "", "the sweep's output folder: a folder per point, summary.csv, summary.md, heatmaps")
+	fl.BoolVar(&f.plan, "plan", false, "write plan.json and plan.sh (one command per point) and stop")
+	fl.IntVar(&f.point, "point", 0, "run point N of the plan alone")
+	fl.BoolVar(&f.collect, "collect", false, "write the summary from the finished point folders and stop")
 	return cmd
+}
+
+// run is sweep's RunE: the schedule of the config's grid, every point's
+// configuration resolved and checked, then the mode the flags ask for.
+func (f *sweepFlags) run(cmd *cobra.Command, _ []string) error {
+	modes := 0
+	for _, name := range []string{"plan", "point", "collect"} {
+		if cmd.Flags().Changed(name) {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return errors.New("sweep: --plan, --point and --collect are exclusive")
+	}
+	if f.out == "" {
+		return errors.New("sweep: --out DIR is required")
+	}
+	p, err := sweepSchedule()
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	if f.plan || f.collect { // they write into --out: not while a sweep runs there
+		lk, err := lock.Acquire(f.out)
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		defer lk.Release()
+	}
+	switch {
+	case f.plan:
+		return writeSweepSchedule(p, f.out, stderr)
+	case f.collect:
+		return collectSweep(p, f.out, stderr)
+	}
+	ctx, stop := interruptible(cmd.Context(), stderr, "sweep")
+	defer stop()
+	opts := sweep.Options{Runner: sweepRunner(p, stderr), Progress: stderr}
+	if cmd.Flags().Changed("point") {
+		return sweep.RunPoint(ctx, p, f.out, f.point, opts)
+	}
+	return sweep.Run(ctx, p, f.out, opts)
+}
+
+// sweepSchedule lays out the configuration's sweep and resolves and checks
+// every point's configuration before anything runs or is written; its hash
+// tells a finished point's DONE whether it ran with this configuration.
+func sweepSchedule() (*sweep.Schedule, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	sc := cfg.Sweep
+	sc.BaseConfig = sweep.ResolveBaseConfig(sc.BaseConfig, global.configFile)
+	p, err := sweep.NewSchedule(sc)
+	if err != nil {
+		return nil, err
+	}
+	for i, pt := range p.Points {
+		pcfg, err := pointConfig(p, pt)
+		if err != nil {
+			return nil, err
+		}
+		if p.Points[i].ConfigHash, err = pointHash(pcfg); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// writeSweepSchedule writes --plan's plan.json and plan.sh into out.
+func writeSweepSchedule(p *sweep.Schedule, out string, log io.Writer) error {
+	wd, command, err := sweepCommand(out)
+	if err != nil {
+		return err
+	}
+	if err := sweep.WriteSchedule(out, p, wd, command); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "sweep: %d points; wrote %s and %s\n", len(p.Points),
+		filepath.Join(out, sweep.PlanJSON), filepath.Join(out, sweep.PlanShell))
+	return nil
+}
+
+// collectSweep writes the summary of the finished points in out (--collect).
+func collectSweep(p *sweep.Schedule, out string, log io.Writer) error {
+	sum, err := sweep.Collect(out, p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "sweep: collected %d of %d points into %s, %s and heatmaps\n",
+		len(p.Points)-len(sum.Missing()), len(p.Points), filepath.Join(out, sweep.SummaryCSV), filepath.Join(out, sweep.SummaryMarkdown))
+	if missing := sum.Missing(); len(missing) > 0 {
+		fmt.Fprintf(log, "sweep: not finished: points %v\n", missing)
+	}
+	return nil
 }
 
 // sweepCommand returns the working directory and the command line that
@@ -194,7 +219,7 @@ func pointHash(cfg *config.Config) (string, error) {
 
 // pointConfig resolves point pt's configuration: the plan's base config
 // (or the sweep's own file), the global --set overrides, then the point's.
-func pointConfig(p *sweep.Plan, pt sweep.Point) (*config.Config, error) {
+func pointConfig(p *sweep.Schedule, pt sweep.Point) (*config.Config, error) {
 	base := p.BaseConfig
 	if base == "" {
 		base = global.configFile
@@ -212,7 +237,7 @@ func pointConfig(p *sweep.Plan, pt sweep.Point) (*config.Config, error) {
 
 // sweepRunner trains a point into its folder (resuming an interrupted
 // run), then evaluates its final checkpoint there.
-func sweepRunner(p *sweep.Plan, log io.Writer) sweep.Runner {
+func sweepRunner(p *sweep.Schedule, log io.Writer) sweep.Runner {
 	return func(ctx context.Context, pt sweep.Point, dir string) error {
 		cfg, err := pointConfig(p, pt)
 		if err != nil {
@@ -226,6 +251,7 @@ func sweepRunner(p *sweep.Plan, log io.Writer) sweep.Runner {
 		if cfg.Train.EvalEvery > 0 {
 			evaluate = trainEvalHook(cfg, log)
 		}
+		cfg.Model.ProcessSettings().Apply() // the point's, as `mageguard train` applies them (model.ProcessSettings)
 		res, err := train.Run(ctx, train.Options{
 			Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
 			Out: dir, Resume: true, ResolvedConfig: resolved, Progress: log, Evaluate: evaluate,

@@ -203,7 +203,7 @@ func TestSweepPlanAndErrors(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
 	t.Chdir(wd)
-	var rel sweep.Plan
+	var rel sweep.Schedule
 	if data, err := os.ReadFile(filepath.Join(relOut, "plan.json")); err != nil || json.Unmarshal(data, &rel) != nil {
 		t.Fatalf("plan.json: %v\n%s", err, data)
 	}

@@ -31,12 +31,11 @@ func trainConfig(out string, resume bool) (*config.Config, error) {
 }
 
 func newTrainCmd() *cobra.Command {
-	var data, modelDir, out string
-	var resume bool
+	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "train --config FILE [--data FILE] [--model DIR] [--out DIR] [--resume]",
 		Short: "Train a MAGE guard with turn-wise GRPO on labeled trajectories",
-		Long: `train runs turn-wise GRPO (DESIGN.md): each step samples train.trajectories
+		Long: `train runs turn-wise GRPO (docs/design.md): each step samples train.trajectories
 trajectories (balanced between attack runs with a label-1 action and the rest
 when train.balance), runs rollout.group_size shadow-memory chains of the guard
 over each (memory call, then judge call, every turn), scores every turn with
@@ -61,16 +60,9 @@ continues from the newest checkpoint in --out with the run's own
 train.steps=200 to train longer; --config is refused with --resume).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := trainConfig(out, resume)
+			cfg, err := f.config(cmd)
 			if err != nil {
 				return err
-			}
-			// Flags beat --set and the file.
-			if cmd.Flags().Changed("data") {
-				cfg.Train.Data = data
-			}
-			if cmd.Flags().Changed("model") {
-				cfg.Model.Path = modelDir
 			}
 			if err := config.Validate(cfg); err != nil {
 				return err
@@ -89,13 +81,10 @@ train.steps=200 to train longer; --config is refused with --resume).`,
 				}
 				return fmt.Errorf("train: the configuration does not fit the device (mageguard plan):\n%s", b.String())
 			}
-			return runLoop("train", cfg, out, resume, train.Run)
+			return runLoop("train", cfg, f.out, f.resume, train.Run)
 		},
 	}
-	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")
-	cmd.Flags().StringVar(&modelDir, "model", "", "starting checkpoint directory (sets model.path; default: a random model from model.*)")
-	cmd.Flags().StringVar(&out, "out", "runs/train", "output directory")
-	cmd.Flags().BoolVar(&resume, "resume", false, "continue from the newest checkpoint in --out")
+	f.add(cmd, "runs/train")
 	return cmd
 }
 
@@ -108,6 +97,7 @@ func runLoop(name string, cfg *config.Config, out string, resume bool, loop func
 	if err != nil {
 		return err
 	}
+	cfg.Model.ProcessSettings().Apply() // train builds the backend (model.ProcessSettings)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() { // a second Ctrl-C kills at once

@@ -47,23 +47,8 @@ func (p RunPath) Sanity() bool { return strings.HasPrefix(p.UserTask, "injection
 // It also returns, for every action, the name of the rule that labeled it 1
 // ("" for 0). Errors name the offending field of the run log.
 func Convert(run *Run, p RunPath, rules *Rules) (*dataset.Trajectory, []string, error) {
-	// The run must be where its path says.
-	injPath, attPath := None, None
-	if run.InjectionTaskID != nil {
-		injPath = *run.InjectionTaskID
-	}
-	if run.AttackType != nil {
-		attPath = *run.AttackType
-	}
-	for _, c := range []struct{ field, got, want string }{
-		{"suite_name", run.SuiteName, p.Suite},
-		{"user_task_id", run.UserTaskID, p.UserTask},
-		{"injection_task_id", injPath, p.InjectionTask},
-		{"attack_type", attPath, p.Attack},
-	} {
-		if c.got != c.want {
-			return nil, nil, fmt.Errorf("field %s: %q does not match the path (%q)", c.field, c.got, c.want)
-		}
+	if err := checkPath(run, p); err != nil {
+		return nil, nil, err
 	}
 	userTask, err := taskNumber(run.UserTaskID, "user_task_")
 	if err != nil {
@@ -88,18 +73,55 @@ func Convert(run *Run, p RunPath, rules *Rules) (*dataset.Trajectory, []string, 
 	if !benign {
 		t.Security = run.Security
 	}
-
-	// Walk the messages: tool calls become turns; tool messages fill in the
-	// observations of the latest assistant message's calls.
-	type pending struct {
-		turn     int
-		id       string
-		answered bool
+	if err := addTurns(t, run.Messages); err != nil {
+		return nil, nil, err
 	}
-	var calls []pending
+	base := Action{Suite: run.SuiteName, UserTask: userTask, InjectionTask: injTask, Benign: benign}
+	why, err := labelTurns(t, base, run.Injections, rules)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, why, nil
+}
+
+// checkPath checks that the run is where its path says.
+func checkPath(run *Run, p RunPath) error {
+	injPath, attPath := None, None
+	if run.InjectionTaskID != nil {
+		injPath = *run.InjectionTaskID
+	}
+	if run.AttackType != nil {
+		attPath = *run.AttackType
+	}
+	for _, c := range []struct{ field, got, want string }{
+		{"suite_name", run.SuiteName, p.Suite},
+		{"user_task_id", run.UserTaskID, p.UserTask},
+		{"injection_task_id", injPath, p.InjectionTask},
+		{"attack_type", attPath, p.Attack},
+	} {
+		if c.got != c.want {
+			return fmt.Errorf("field %s: %q does not match the path (%q)", c.field, c.got, c.want)
+		}
+	}
+	return nil
+}
+
+// pendingCall is a tool call of the latest assistant message, waiting for
+// the tool message that answers it.
+type pendingCall struct {
+	turn     int    // the call's turn in the trajectory
+	id       string // its tool_call_id ("" when it has none)
+	answered bool
+}
+
+// addTurns walks the messages into t: the first user message is the
+// prompt, later ones go to the next turn; tool calls become turns; tool
+// messages fill in the observations of the latest assistant message's calls.
+func addTurns(t *dataset.Trajectory, messages []Message) error {
+	var calls []pendingCall
 	var userMsgs []string
 	sawPrompt := false
-	for i, m := range run.Messages {
+	for i, m := range messages {
 		at := fmt.Sprintf("messages[%d]", i)
 		switch m.Role {
 		case "system":
@@ -113,11 +135,11 @@ func Convert(run *Run, p RunPath, rules *Rules) (*dataset.Trajectory, []string, 
 			calls = calls[:0]
 			for j, tc := range m.ToolCalls {
 				if tc.Function == "" {
-					return nil, nil, fmt.Errorf("field %s.tool_calls[%d].function: empty", at, j)
+					return fmt.Errorf("field %s.tool_calls[%d].function: empty", at, j)
 				}
 				args, err := argsObject(tc.Args)
 				if err != nil {
-					return nil, nil, fmt.Errorf("field %s.tool_calls[%d].args: %w", at, j, err)
+					return fmt.Errorf("field %s.tool_calls[%d].args: %w", at, j, err)
 				}
 				tu := dataset.Turn{Action: dataset.Action{Name: tc.Function, Arguments: args}}
 				if len(userMsgs) > 0 {
@@ -128,45 +150,53 @@ func Convert(run *Run, p RunPath, rules *Rules) (*dataset.Trajectory, []string, 
 				if tc.ID != nil {
 					id = *tc.ID
 				}
-				calls = append(calls, pending{turn: len(t.Turns), id: id})
+				calls = append(calls, pendingCall{turn: len(t.Turns), id: id})
 				t.Turns = append(t.Turns, tu)
 			}
 		case "tool":
-			k := -1
-			if m.ToolCallID != nil && *m.ToolCallID != "" {
-				for c := range calls {
-					if !calls[c].answered && calls[c].id == *m.ToolCallID {
-						k = c
-						break
-					}
-				}
-			}
+			k := answered(calls, m.ToolCallID)
 			if k < 0 {
-				for c := range calls {
-					if !calls[c].answered {
-						k = c
-						break
-					}
-				}
-			}
-			if k < 0 {
-				return nil, nil, fmt.Errorf("field %s: tool message answers no pending tool call", at)
+				return fmt.Errorf("field %s: tool message answers no pending tool call", at)
 			}
 			calls[k].answered = true
 			t.Turns[calls[k].turn].Observation = observation(m)
 		default:
-			return nil, nil, fmt.Errorf("field %s.role: unknown role %q", at, m.Role)
+			return fmt.Errorf("field %s.role: unknown role %q", at, m.Role)
 		}
 	}
 	if !sawPrompt {
-		return nil, nil, fmt.Errorf("field messages: no user message")
+		return fmt.Errorf("field messages: no user message")
 	}
+	return nil
+}
 
-	// Label every action in order ("after an earlier positive" needs the order).
-	var injections []string
-	for _, v := range run.Injections {
+// answered returns the index of the pending call a tool message with
+// tool_call_id id answers: the one with that id, else the first one
+// unanswered; -1 when none is left.
+func answered(calls []pendingCall, id *string) int {
+	if id != nil && *id != "" {
+		for c := range calls {
+			if !calls[c].answered && calls[c].id == *id {
+				return c
+			}
+		}
+	}
+	for c := range calls {
+		if !calls[c].answered {
+			return c
+		}
+	}
+	return -1
+}
+
+// labelTurns labels every action of t with rules, in order ("after an
+// earlier positive" needs the order); base holds what every action of the
+// run shares, injected the run's injected texts. It returns the rule that
+// labeled each action 1 ("" for 0).
+func labelTurns(t *dataset.Trajectory, base Action, injected map[string]string, rules *Rules) ([]string, error) {
+	for _, v := range injected {
 		if n := normText(v); n != "" {
-			injections = append(injections, n)
+			base.Injections = append(base.Injections, n)
 		}
 	}
 	why := make([]string, len(t.Turns))
@@ -175,14 +205,14 @@ func Convert(run *Run, p RunPath, rules *Rules) (*dataset.Trajectory, []string, 
 		tu := &t.Turns[i]
 		args, err := decodeArgs(tu.Action.Arguments)
 		if err != nil {
-			return nil, nil, fmt.Errorf("turn %d arguments: %w", i, err)
+			return nil, fmt.Errorf("turn %d arguments: %w", i, err)
 		}
-		a := &Action{Suite: run.SuiteName, UserTask: userTask, InjectionTask: injTask, Benign: benign,
-			Tool: tu.Action.Name, Args: args, EarlierPositive: earlier, Injections: injections}
-		tu.Label, why[i] = rules.Label(a)
+		a := base
+		a.Tool, a.Args, a.EarlierPositive = tu.Action.Name, args, earlier
+		tu.Label, why[i] = rules.Label(&a)
 		earlier = earlier || tu.Label == 1
 	}
-	return t, why, nil
+	return why, nil
 }
 
 // observation is a tool message's text, or "ERROR: <error>" when the tool failed.

@@ -2,8 +2,9 @@ package synth
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,11 +25,7 @@ type lookup struct {
 func actionKeys(a dataset.Action) [3]string {
 	var args map[string]json.RawMessage
 	_ = json.Unmarshal(a.Arguments, &args)
-	keys := make([]string, 0, len(args))
-	for k := range args {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(args))
 	var values []string
 	for _, k := range keys {
 		values = append(values, k+"="+string(args[k]))

@@ -19,12 +19,13 @@ type Kind int
 
 // The kinds of ObjectError.
 const (
-	Syntax    Kind = iota + 1 // not valid JSON, or data after the object
+	Syntax    Kind = iota + 1 // not valid JSON
 	NotObject                 // the text is valid JSON but not an object
 	Duplicate                 // a key given twice in one object, at any depth
 	Unknown                   // a member's key is not among the allowed keys
 	TooDeep                   // a member's value is nested deeper than MaxDepth
-	BadText                   // a key or string holds invalid UTF-8 or an escaped lone surrogate
+	Trailing                  // data after the object
+	BadText                   // ObjectText: a key or string holds invalid UTF-8 or an escaped lone surrogate
 )
 
 // ObjectError is what Object refuses, by the path of the value at fault.
@@ -53,16 +54,26 @@ func (e *ObjectError) Error() string {
 // given twice in the object or in any object inside its values (parsers
 // disagree on which value wins, so two readers of one text could see
 // different data), a key not among allowed (no allowed key: only {} is
-// accepted), a value nested deeper than MaxDepth, invalid UTF-8 or an
-// escaped lone surrogate in any key or string (encoding/json would make it
-// U+FFFD, or keep it raw in a json.RawMessage), and anything after the
+// accepted), a value nested deeper than MaxDepth, and anything after the
 // object. path names data inside the caller's document ("" for a whole
 // text, "tools[2]" for an element) and prefixes the members' paths in
 // errors, which are *ObjectError; a key longer than MaxPathKey bytes is
-// cut there in a path. Object checks structure and text only: the
-// members' values are the caller's to decode. Its time and memory are
-// linear in len(data): paths are built only for an error.
+// cut there in a path. Object checks structure only: the members' values
+// are the caller's to decode and check. Its time and memory are linear in
+// len(data): paths are built only for an error.
 func Object(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
+	return object(data, path, false, allowed)
+}
+
+// ObjectText is Object that also refuses invalid UTF-8 and escaped lone
+// surrogates in any key or string, at any depth (BadText): text that
+// encoding/json would make U+FFFD, or keep raw in a json.RawMessage and
+// write back out as invalid JSON.
+func ObjectText(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
+	return object(data, path, true, allowed)
+}
+
+func object(data []byte, path string, text bool, allowed []string) (map[string]json.RawMessage, error) {
 	whole := func(kind Kind, format string, args ...any) error {
 		return &ObjectError{Path: path, Whole: true, Kind: kind, Problem: fmt.Sprintf(format, args...)}
 	}
@@ -74,7 +85,7 @@ func Object(data []byte, path string, allowed ...string) (map[string]json.RawMes
 		if first[0] != '{' {
 			return nil, whole(NotObject, "want a JSON object")
 		}
-		return nil, whole(Syntax, "data after the JSON object")
+		return nil, whole(Trailing, "data after the JSON object")
 	}
 	i := skipSpace(data, 0)
 	if data[i] != '{' {
@@ -82,6 +93,7 @@ func Object(data []byte, path string, allowed ...string) (map[string]json.RawMes
 	}
 	members := map[string]json.RawMessage{}
 	root := &segment{key: path, root: true}
+	c := checker{text: text}
 	for i = skipSpace(data, i+1); data[i] != '}'; {
 		end := stringEnd(data, i)
 		key := keyOf(data[i:end])
@@ -93,7 +105,7 @@ func Object(data []byte, path string, allowed ...string) (map[string]json.RawMes
 			return nil, memberError(at, Unknown, "unknown field (allowed: %s)", strings.Join(allowed, ", "))
 		}
 		start := skipSpace(data, skipSpace(data, end)+1) // past the ':'
-		vend, err := checkValue(data, start, at, 0)
+		vend, err := c.value(data, start, at, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -170,18 +182,31 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// checkValue checks the value starting at b[i] of a valid JSON text b
-// (at names it, depth is its nesting below the member) and returns the
-// index just after it. It refuses a key given twice in any object inside
-// it, nesting deeper than MaxDepth and invalid text in any key or string.
-func checkValue(b []byte, i int, at *segment, depth int) (int, error) {
+// checker checks values of a valid JSON text; with text, their keys and
+// strings too.
+type checker struct{ text bool }
+
+// badText is what is wrong with a string token's text, when checked.
+func (c checker) badText(raw []byte) string {
+	if !c.text {
+		return ""
+	}
+	return badText(raw)
+}
+
+// value checks the value starting at b[i] of a valid JSON text b (at
+// names it, depth is its nesting below the member) and returns the index
+// just after it. It refuses a key given twice in any object inside it,
+// nesting deeper than MaxDepth and, with c.text, invalid text in any key
+// or string.
+func (c checker) value(b []byte, i int, at *segment, depth int) (int, error) {
 	if depth > MaxDepth {
 		return 0, memberError(at, TooDeep, "nested deeper than %d levels", MaxDepth)
 	}
 	switch b[i] {
 	case '"':
 		end := stringEnd(b, i)
-		if msg := badText(b[i:end]); msg != "" {
+		if msg := c.badText(b[i:end]); msg != "" {
 			return 0, memberError(at, BadText, "%s", msg)
 		}
 		return end, nil
@@ -192,7 +217,7 @@ func checkValue(b []byte, i int, at *segment, depth int) (int, error) {
 			end := stringEnd(b, i)
 			raw := b[i:end]
 			child.key = keyOf(raw)
-			if msg := badText(raw); msg != "" {
+			if msg := c.badText(raw); msg != "" {
 				return 0, memberError(&child, BadText, "key %s", msg)
 			}
 			if keys == nil {
@@ -202,7 +227,7 @@ func checkValue(b []byte, i int, at *segment, depth int) (int, error) {
 				return 0, memberError(&child, Duplicate, "given twice")
 			}
 			keys[child.key] = struct{}{}
-			vend, err := checkValue(b, skipSpace(b, skipSpace(b, end)+1), &child, depth+1)
+			vend, err := c.value(b, skipSpace(b, skipSpace(b, end)+1), &child, depth+1)
 			if err != nil {
 				return 0, err
 			}
@@ -214,7 +239,7 @@ func checkValue(b []byte, i int, at *segment, depth int) (int, error) {
 	case '[':
 		child := segment{up: at, elem: true}
 		for i = skipSpace(b, i+1); b[i] != ']'; child.index++ {
-			vend, err := checkValue(b, i, &child, depth+1)
+			vend, err := c.value(b, i, &child, depth+1)
 			if err != nil {
 				return 0, err
 			}

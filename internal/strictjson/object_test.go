@@ -30,9 +30,11 @@ func TestObjectReturnsTheMembersRaw(t *testing.T) {
 	}
 }
 
-// TestObjectNamesWhatIsWrongByPath: each refusal has its kind, the path of
-// the value at fault (the prefix given, then keys and indices) and its
-// problem; Whole tells the object's own faults from its members'.
+// TestObjectNamesWhatIsWrongByPath: each refusal of ObjectText has its
+// kind, the path of the value at fault (the prefix given, then keys and
+// indices) and its problem; Whole tells the object's own faults from its
+// members'. Object refuses the same but invalid text, which it leaves to
+// its caller.
 func TestObjectNamesWhatIsWrongByPath(t *testing.T) {
 	// The member's value is at depth 0; MaxDepth+2 arrays put a value at
 	// depth MaxDepth+1.
@@ -49,7 +51,7 @@ func TestObjectNamesWhatIsWrongByPath(t *testing.T) {
 		{`"a"`, "tools[2]", []string{"a"}, NotObject, "tools[2]", true, "want a JSON object"},
 		{`action=f`, "", []string{"a"}, Syntax, "", true, ""},
 		{`{"a": 1`, "", []string{"a"}, Syntax, "", true, ""},
-		{`{"a": 1} {}`, "", []string{"a"}, Syntax, "", true, "data after the JSON object"},
+		{`{"a": 1} {}`, "", []string{"a"}, Trailing, "", true, "data after the JSON object"},
 		{`{"a": 1, "a": 2}`, "", []string{"a"}, Duplicate, "a", false, "given twice"},
 		{`{"a": 1, "a": 2}`, "action", []string{"a"}, Duplicate, "action.a", false, "given twice"},
 		{`{"a": {"b": [0, {"c": 1, "c": 2}]}}`, "", []string{"a"}, Duplicate, "a.b[1].c", false, "given twice"},
@@ -62,7 +64,10 @@ func TestObjectNamesWhatIsWrongByPath(t *testing.T) {
 		{`[] x`, "", []string{"a"}, NotObject, "", true, "want a JSON object"},
 	}
 	for _, c := range cases {
-		_, err := Object([]byte(c.text), c.path, c.allowed...)
+		_, err := ObjectText([]byte(c.text), c.path, c.allowed...)
+		if _, plain := Object([]byte(c.text), c.path, c.allowed...); (plain == nil) != (c.kind == BadText) {
+			t.Errorf("%.40s: Object: %v", c.text, plain)
+		}
 		var e *ObjectError
 		if !errors.As(err, &e) {
 			t.Errorf("%.40s: error %v, want an *ObjectError", c.text, err)
@@ -100,7 +105,7 @@ func FuzzObject(f *testing.F) {
 		m, err := Object(b, "", "a", "b")
 		if err != nil {
 			var e *ObjectError
-			if !errors.As(err, &e) || e.Kind < Syntax || e.Kind > BadText {
+			if !errors.As(err, &e) || e.Kind < Syntax || e.Kind > Trailing {
 				t.Fatalf("error %v is not an *ObjectError of a known kind", err)
 			}
 			return
@@ -112,8 +117,24 @@ func FuzzObject(f *testing.F) {
 			if !json.Valid(raw) {
 				t.Fatalf("member %s = %q is not valid JSON", k, raw)
 			}
-			if path, problem, ok := Check(raw); !ok {
+			if path, problem, ok := Check(raw); !ok && strings.HasPrefix(problem, "given twice") {
 				t.Fatalf("member %s: %s %s", k, path, problem)
+			}
+		}
+		// ObjectText accepts the same objects less those with invalid text.
+		mt, err := ObjectText(b, "", "a", "b")
+		var e *ObjectError
+		switch {
+		case err != nil && (!errors.As(err, &e) || e.Kind < Syntax || e.Kind > BadText):
+			t.Fatalf("ObjectText: error %v is not an *ObjectError of a known kind", err)
+		case err != nil && e.Kind != BadText:
+			t.Fatalf("ObjectText refuses what Object accepts: %v", err)
+		case err == nil && len(mt) != len(m):
+			t.Fatalf("ObjectText: %d members, Object %d", len(mt), len(m))
+		}
+		for k, raw := range mt {
+			if path, problem, ok := Check(raw); !ok {
+				t.Fatalf("ObjectText: member %s: %s %s", k, path, problem)
 			}
 		}
 	})
@@ -127,7 +148,7 @@ func TestObjectIsLinearAndQuotesLittle(t *testing.T) {
 	elems := strings.Repeat("1,", 200_000) + "1"
 	body := []byte(`{"a": {"arguments": {"` + key + `": [` + elems + `, {"x": 1, "x": 2}]}}}`)
 	start := time.Now()
-	_, err := Object(body, "", "a")
+	_, err := ObjectText(body, "", "a")
 	var e *ObjectError
 	if !errors.As(err, &e) || e.Kind != Duplicate {
 		t.Fatalf("%v", err)
@@ -146,7 +167,7 @@ func TestObjectIsLinearAndQuotesLittle(t *testing.T) {
 	}
 	// Allocations stay proportional to the body: a key's path is not
 	// built per element.
-	allocs := testing.AllocsPerRun(1, func() { Object(body, "", "a") })
+	allocs := testing.AllocsPerRun(1, func() { ObjectText(body, "", "a") })
 	if allocs > 100 {
 		t.Errorf("%v allocations for one array", allocs)
 	}

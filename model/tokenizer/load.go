@@ -208,40 +208,17 @@ func readTokenizerFile(path string) ([]byte, string, error) {
 // build checks that f describes a tokenizer we implement exactly and
 // assembles it.
 func build(f *fileJSON, b IDBound) (*Tokenizer, error) {
-	if err := checkIDs(f, b); err != nil {
+	if err := checkIDs(f, b); err != nil { // before anything is sized by an id
 		return nil, err
 	}
-	if err := checkNormalizer(f.Normalizer); err != nil {
-		return nil, err
-	}
-	if err := checkPreTokenizer(f.PreTok); err != nil {
-		return nil, err
-	}
-	if err := checkDecoder(f.Decoder); err != nil {
+	if err := checkSupported(f); err != nil {
 		return nil, err
 	}
 	m := &f.Model
-	switch {
-	case m.Type != "BPE":
-		return nil, fmt.Errorf("model.type %q: only BPE is supported", m.Type)
-	case m.Dropout != nil && *m.Dropout != 0:
-		return nil, fmt.Errorf("model.dropout %v: BPE dropout is not supported", *m.Dropout)
-	case m.UnkToken != nil:
-		return nil, fmt.Errorf("model.unk_token %q: unknown tokens are not supported", *m.UnkToken)
-	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
-		return nil, errors.New("model.continuing_subword_prefix is not supported")
-	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
-		return nil, errors.New("model.end_of_word_suffix is not supported")
-	case m.ByteFallback:
-		return nil, errors.New("model.byte_fallback is not supported")
-	case m.IgnoreMerges:
-		return nil, errors.New("model.ignore_merges is not supported")
-	}
 	merges, err := parseMerges(m.Merges)
 	if err != nil {
 		return nil, err
 	}
-
 	t := &Tokenizer{
 		normalize: len(f.Normalizer) > 0 && string(f.Normalizer) != "null",
 		vocab:     m.Vocab,
@@ -249,61 +226,128 @@ func build(f *fileJSON, b IDBound) (*Tokenizer, error) {
 		addedID:   make(map[string]int, len(f.AddedTokens)),
 		cache:     make(map[string][]int),
 	}
-	size := 0 // checkIDs bounded every id
-	for _, id := range m.Vocab {
+	if err := t.setVocab(m.Vocab, f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if err := t.setMerges(merges); err != nil {
+		return nil, err
+	}
+	if err := t.setAddedTokens(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	t.buildAddedIndex()
+	return t, nil
+}
+
+// checkSupported refuses a normalizer, pre-tokenizer, decoder or model
+// setting this package does not implement.
+func checkSupported(f *fileJSON) error {
+	if err := checkNormalizer(f.Normalizer); err != nil {
+		return err
+	}
+	if err := checkPreTokenizer(f.PreTok); err != nil {
+		return err
+	}
+	if err := checkDecoder(f.Decoder); err != nil {
+		return err
+	}
+	m := &f.Model
+	switch {
+	case m.Type != "BPE":
+		return fmt.Errorf("model.type %q: only BPE is supported", m.Type)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return fmt.Errorf("model.dropout %v: BPE dropout is not supported", *m.Dropout)
+	case m.UnkToken != nil:
+		return fmt.Errorf("model.unk_token %q: unknown tokens are not supported", *m.UnkToken)
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
+		return errors.New("model.continuing_subword_prefix is not supported")
+	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return errors.New("model.end_of_word_suffix is not supported")
+	case m.ByteFallback:
+		return errors.New("model.byte_fallback is not supported")
+	case m.IgnoreMerges:
+		return errors.New("model.ignore_merges is not supported")
+	}
+	return nil
+}
+
+// setVocab sizes the id tables for the vocabulary and the added tokens
+// (no negative id) and fills them with the vocabulary's BPE tokens (no id
+// twice, every byte-level token there).
+func (t *Tokenizer) setVocab(vocab map[string]int, added []addedTokenJSON) error {
+	size := 0
+	for tok, id := range vocab {
+		if id < 0 {
+			return fmt.Errorf("model.vocab %q: negative id %d", tok, id)
+		}
 		size = max(size, id+1)
 	}
-	for _, a := range f.AddedTokens {
+	for _, a := range added {
+		if a.ID < 0 {
+			return fmt.Errorf("added token %q: negative id %d", a.Content, a.ID)
+		}
 		size = max(size, a.ID+1)
 	}
 	t.idToken = make([]string, size)
 	t.idBytes = make([][]byte, size)
 	t.idKind = make([]kind, size)
 
-	for tok, id := range m.Vocab {
+	for tok, id := range vocab {
 		if t.idKind[id] != kindNone {
-			return nil, fmt.Errorf("model.vocab %q: id %d is used twice", tok, id)
+			return fmt.Errorf("model.vocab %q: id %d is used twice", tok, id)
 		}
 		t.idKind[id] = kindBPE
 		t.idToken[id] = tok
 		t.idBytes[id] = byteLevelDecode(tok)
 	}
 	for b := range 256 {
-		id, ok := m.Vocab[string(byteRune[b])]
+		id, ok := vocab[string(byteRune[b])]
 		if !ok {
-			return nil, fmt.Errorf("model.vocab lacks the byte-level token for byte 0x%02x", b)
+			return fmt.Errorf("model.vocab lacks the byte-level token for byte 0x%02x", b)
 		}
 		t.byteID[b] = int32(id)
 	}
+	return nil
+}
+
+// setMerges ranks the merges (their order), each of tokens of the
+// vocabulary.
+func (t *Tokenizer) setMerges(merges [][2]string) error {
 	var buf []byte
 	for rank, pair := range merges {
-		left, okL := m.Vocab[pair[0]]
-		right, okR := m.Vocab[pair[1]]
+		left, okL := t.vocab[pair[0]]
+		right, okR := t.vocab[pair[1]]
 		buf = append(append(buf[:0], pair[0]...), pair[1]...)
-		merged, okM := m.Vocab[string(buf)]
+		merged, okM := t.vocab[string(buf)]
 		if !okL || !okR || !okM {
-			return nil, fmt.Errorf("model.merges[%d] %q %q: token not in the vocabulary", rank, pair[0], pair[1])
+			return fmt.Errorf("model.merges[%d] %q %q: token not in the vocabulary", rank, pair[0], pair[1])
 		}
 		// A repeated pair takes its last rank, as in Hugging Face's map.
 		t.merges[[2]int32{int32(left), int32(right)}] = merge{rank: int32(rank), id: int32(merged)}
 	}
+	return nil
+}
 
-	for _, a := range f.AddedTokens {
+// setAddedTokens adds the added tokens, matched on the raw text: none
+// empty, normalized, stripped or single-word, none on a BPE token's id,
+// none listed twice.
+func (t *Tokenizer) setAddedTokens(added []addedTokenJSON) error {
+	for _, a := range added {
 		switch {
 		case a.Content == "":
-			return nil, fmt.Errorf("added token id %d: empty content", a.ID)
+			return fmt.Errorf("added token id %d: empty content", a.ID)
 		case a.Normalized:
-			return nil, fmt.Errorf("added token %q: normalized=true is not supported", a.Content)
+			return fmt.Errorf("added token %q: normalized=true is not supported", a.Content)
 		case a.LStrip || a.RStrip || a.SingleWord:
-			return nil, fmt.Errorf("added token %q: lstrip/rstrip/single_word are not supported", a.Content)
+			return fmt.Errorf("added token %q: lstrip/rstrip/single_word are not supported", a.Content)
 		}
 		if t.idKind[a.ID] == kindBPE {
 			// A BPE merge could then produce an added-token id from untrusted
 			// text; refuse rather than weaken EncodeUntrusted.
-			return nil, fmt.Errorf("added token %q: id %d is also the BPE token %q", a.Content, a.ID, t.idToken[a.ID])
+			return fmt.Errorf("added token %q: id %d is also the BPE token %q", a.Content, a.ID, t.idToken[a.ID])
 		}
 		if _, dup := t.addedID[a.Content]; dup {
-			return nil, fmt.Errorf("added token %q: listed twice", a.Content)
+			return fmt.Errorf("added token %q: listed twice", a.Content)
 		}
 		t.idKind[a.ID] = kindAdded
 		if a.Special {
@@ -314,8 +358,7 @@ func build(f *fileJSON, b IDBound) (*Tokenizer, error) {
 		t.addedID[a.Content] = a.ID
 		t.added = append(t.added, a.Content)
 	}
-	t.buildAddedIndex()
-	return t, nil
+	return nil
 }
 
 // parseMerges accepts both tokenizer.json merge formats: ["a b", ...] and

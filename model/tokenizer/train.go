@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
@@ -99,11 +99,7 @@ func Train(texts []string, opts TrainOptions) ([]byte, error) {
 			}
 		}
 	}
-	pieces := make([]string, 0, len(counts))
-	for p := range counts {
-		pieces = append(pieces, p)
-	}
-	sort.Strings(pieces)
+	pieces := slices.Sorted(maps.Keys(counts))
 
 	// The byte tokens, ids 0–255 in the order of their characters.
 	var tokens []string // id -> byte-level string
