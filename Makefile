@@ -131,8 +131,8 @@ FUZZ_TARGETS := \
 	./model/safetensors:FuzzSafetensors \
 	./model:FuzzParseConfig \
 	./config:FuzzLoad \
-	./rollout:FuzzParseToolCall \
-	./rollout:FuzzEscapeDelimiters \
+	./rollout/prompt:FuzzParseToolCall \
+	./rollout/prompt:FuzzEscapeDelimiters \
 	./model/tokenizer:FuzzEncodeUntrusted \
 	./model/tokenizer:FuzzSplit \
 	./model/tokenizer:FuzzParse \

@@ -5,6 +5,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -39,8 +40,8 @@ func hostileBody(n int) map[string]any {
 // TestServeAbuse (make serve-abuse): a normal session driven through turns
 // of the bundled eval split alone, then again beside a hostile session that
 // sends long actions as fast as it is answered. The normal session must
-// keep its decisions, and its latency (median and mean) must stay within
-// 2× of running alone; every hostile step must be answered (elided, not
+// keep its decisions and scores, and its latency (median and mean) must
+// stay within 2× of running alone; every hostile step must be answered (elided, not
 // failed). Figures go to $MAGEGUARD_SERVE_ABUSE (a JSON file).
 func TestServeAbuse(t *testing.T) {
 	out := os.Getenv("MAGEGUARD_SERVE_ABUSE")
@@ -162,8 +163,8 @@ func TestServeAbuse(t *testing.T) {
 		steps, alone.P50MS, alone.MeanMS, beside.HostileSteps, codes, guard["beside_hostile"]["mageguard_steps_paced_total"], beside.P50MS, beside.MeanMS,
 		beside.P50MS/alone.P50MS, beside.MeanMS/alone.MeanMS, guard["alone"]["mageguard_batch_seconds_sum"], guard["beside_hostile"]["mageguard_batch_seconds_sum"])
 	for i := range alone.Decisions {
-		if alone.Decisions[i] != beside.Decisions[i] {
-			t.Errorf("step %d: %s alone, %s beside the hostile session", i, alone.Decisions[i], beside.Decisions[i])
+		if alone.Decisions[i] != beside.Decisions[i] || math.Abs(alone.Scores[i]-beside.Scores[i]) > 1e-6 {
+			t.Errorf("step %d: %s (score %g) alone, %s (%g) beside the hostile session", i, alone.Decisions[i], alone.Scores[i], beside.Decisions[i], beside.Scores[i])
 		}
 	}
 	if beside.P50MS > 2*alone.P50MS || beside.MeanMS > 2*alone.MeanMS {
