@@ -13,6 +13,8 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+
+	"github.com/mageguard/mageguard/internal/heapstat"
 )
 
 // benchConfig is the bench-size model of the issue and of
@@ -124,18 +126,28 @@ func benchmarkTrainStep(b *testing.B, block int) {
 		opt.UpdateGraph(ctx, tok.Graph(), loss)
 		return loss
 	})
-	if _, err := e.Exec(tokens, mask, target); err != nil { // compile (and first step) outside the timing
-		b.Fatal(err)
-	}
-	cpu := startCPU(b)
-	for i := 0; i < b.N; i++ {
+	step := func() {
 		if _, err := e.Exec(tokens, mask, target); err != nil {
 			b.Fatal(err)
 		}
 	}
+	step() // compile (and first step) outside the timing
+	cpu := startCPU(b)
+	for i := 0; i < b.N; i++ {
+		step()
+	}
 	cpu.stop()
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/step")
 	b.ReportMetric(float64(benchBatch*benchSeq*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	reportPeakHeap(b, step)
+}
+
+// reportPeakHeap runs fn once more, untimed, with the garbage collector made eager, and
+// reports the peak of the Go heap meanwhile (metric "peak-heap-MB": the weights, the optimizer
+// state and what one step holds; on the pure-Go backend every tensor is a Go slice).
+func reportPeakHeap(b *testing.B, fn func()) {
+	b.StopTimer()
+	b.ReportMetric(float64(heapstat.Peak(fn))/1e6, "peak-heap-MB")
 }
 
 // benchSharedPrefix is how many of the benchSeq tokens of every row the
@@ -205,17 +217,19 @@ func benchmarkDecode(b *testing.B, batch int) {
 		prompts[i] = randomSeqs(rng, 8192, benchPrompt)[0]
 	}
 	opts := GenerateOptions{MaxNewTokens: benchNewTokens} // greedy, no stop: every row makes benchNewTokens
-	if _, err := m.Generate(prompts, opts); err != nil {  // compile outside the timing
-		b.Fatal(err)
-	}
-	cpu := startCPU(b)
-	for i := 0; i < b.N; i++ {
+	generate := func() {
 		if _, err := m.Generate(prompts, opts); err != nil {
 			b.Fatal(err)
 		}
 	}
+	generate() // compile outside the timing
+	cpu := startCPU(b)
+	for i := 0; i < b.N; i++ {
+		generate()
+	}
 	cpu.stop()
 	b.ReportMetric(float64(batch*benchNewTokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	reportPeakHeap(b, generate)
 }
 
 // benchmarkGeneratePrefix: 8 prompts of 448 shared + 64 own tokens (a
