@@ -383,18 +383,26 @@ func (m *Model) prefillGraph(ctx *context.Context, tokens, mask, last, temperatu
 	return append([]*Node{z, lse}, cache...)
 }
 
-// generationChunkBytes is the size of a generation step's float32 [B, V] logits above which
-// they are computed over the LM head's vocabulary chunks. The logits are the step's output
-// either way, so chunks only save the softmax's temporaries beside them; below this (64 rows
-// of Qwen3's vocabulary are 39 MB), one product is faster than the chunks' many small ops.
-var generationChunkBytes int64 = 64 << 20 // a variable: tests lower it to run the chunked path on small batches
+// defaultGenerationChunkBytes is the size of a generation step's float32 [B, V] logits above
+// which they are computed over the LM head's vocabulary chunks. The logits are the step's
+// output either way, so chunks only save the softmax's temporaries beside them; below this (64
+// rows of Qwen3's vocabulary are 39 MB), one product is faster than the chunks' many small ops.
+const defaultGenerationChunkBytes int64 = 64 << 20
+
+// generationChunkLimit is Model.generationChunkBytes, or defaultGenerationChunkBytes when that is 0.
+func (m *Model) generationChunkLimit() int64 {
+	if m.generationChunkBytes > 0 {
+		return m.generationChunkBytes
+	}
+	return defaultGenerationChunkBytes
+}
 
 // lastLogits maps the hidden states of the rows being generated, hLast
 // [B, H], to their logits / temperature [B, V] (float32) and log-sum-exp
 // [B]: over vocabulary chunks (lmhead.go) when the batch's logits exceed
-// generationChunkBytes, else at once.
+// generationChunkLimit, else at once.
 func (m *Model) lastLogits(ctx *context.Context, hLast, temperature *Node) (z, lse *Node) {
-	if m.chunked() && int64(hLast.Shape().Dimensions[0])*int64(m.cfg.VocabSize)*4 > generationChunkBytes {
+	if m.chunked() && int64(hLast.Shape().Dimensions[0])*int64(m.cfg.VocabSize)*4 > m.generationChunkLimit() {
 		invT := Inverse(ConvertDType(temperature, dtypes.Float32))
 		return m.headLogits(ctx, hLast, invT)
 	}
@@ -561,7 +569,7 @@ func (m *Model) extendGraph(ctx *context.Context, tokens, pos, valid, last, temp
 	}
 	allowed := LessOrEqual(Iota(g, shapes.Make(dtypes.Int32, B, T, S), 2), Reshape(pos, B, T, 1)) // [B, T, S]
 	bias := Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
-	h := m.forward(ctx, tokens, pos, bias, write)                                          // [B, T, H]
+	h := m.forward(ctx, tokens, pos, attnBias{bias: bias}, write)                          // [B, T, H]
 	hLast := Gather(h, Stack([]*Node{Iota(g, shapes.Make(dtypes.Int32, B), 0), last}, -1)) // [B, H]
 	z, lse := m.lastLogits(ctx, hLast, temperature)                                        // [B, V] logits / temperature, [B]
 	return append([]*Node{z, lse}, updated...)
