@@ -27,3 +27,11 @@ func haveFastKernel() bool { return false }
 
 // expFloat32 is the portable exponential.
 func expFloat32(dst, x []float32) { expFloat32Go(dst, x) }
+
+// The elementwise loops, portable.
+func binaryVecRun(op binaryOp, dst, a, b []float32) { binaryVecRunGo(op, dst, a, b) }
+func binaryScalarRun(op binaryOp, dst, x []float32, c float32, scalarLeft bool) {
+	binaryScalarRunGo(op, dst, x, c, scalarLeft)
+}
+func sumRun(x []float32) float32 { return sumRunGo(x) }
+func maxRun(x []float32) float32 { return maxRunGo(x) }
