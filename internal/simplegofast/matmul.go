@@ -283,14 +283,18 @@ func axpyNT(A, B operandView, batch, M, N, K int, out []float32) {
 		for p := 0; p < K; p++ {
 			row := B.flat[bBase+B.pOff[p]+B.iOff[0]:][:N]
 			for i := 0; i < M; i++ {
-				a := A.flat[aBase+A.iOff[i]+A.pOff[p]]
-				dst := outB[i*N : (i+1)*N]
-				for j, x := range row {
-					dst[j] += a * x
-				}
+				axpy(outB[i*N:(i+1)*N], row, A.flat[aBase+A.iOff[i]+A.pOff[p]])
 			}
 		}
 	})
+}
+
+// axpyGo is the portable axpy: dst[j] += a·x[j].
+func axpyGo(dst, x []float32, a float32) {
+	x = x[:len(dst)]
+	for j, v := range x {
+		dst[j] += a * v
+	}
 }
 
 // gemmNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) for b < batch,
@@ -381,7 +385,8 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 
 // dotsNT computes what gemmNT does for operands whose contracting index is
 // contiguous (pStride 1) without packing them: each output element is the
-// dot product of a row of A and a row of B, four rows of B at a time. It
+// dot product of a row of A and a row of B, two rows of A against four of B
+// at a time. It
 // reads B once, which is what products with a few rows (decoding: M = the
 // batch, B = a weight or the KV cache) want.
 func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
@@ -394,10 +399,17 @@ func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
 		outB := out[b*M*N : (b+1)*M*N]
 		row := func(o operandView, base, i int) []float32 { return o.flat[base+o.iOff[i]:][:K] }
 		var d [4]float32
+		var d2 [8]float32
 		j := j0
 		for ; j+4 <= j1; j += 4 {
 			b0, b1, b2, b3 := row(B, bBase, j), row(B, bBase, j+1), row(B, bBase, j+2), row(B, bBase, j+3)
-			for i := 0; i < M; i++ {
+			i := 0
+			for ; i+2 <= M; i += 2 { // two rows of A at a time: eight independent sums
+				dot2x4(row(A, aBase, i), row(A, aBase, i+1), b0, b1, b2, b3, &d2)
+				copy(outB[i*N+j:i*N+j+4], d2[:4])
+				copy(outB[(i+1)*N+j:(i+1)*N+j+4], d2[4:])
+			}
+			if i < M {
 				dot4(row(A, aBase, i), b0, b1, b2, b3, &d)
 				copy(outB[i*N+j:i*N+j+4], d[:])
 			}
@@ -410,6 +422,16 @@ func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
 			}
 		}
 	})
+}
+
+// dot2x4Go is the portable dot2x4: out[4i + r] = Σₚ a_i[p]·b_r[p] for
+// i < 2, r < 4, p < len(a0).
+func dot2x4Go(a0, a1, b0, b1, b2, b3 []float32, out *[8]float32) {
+	var d [4]float32
+	dot4Go(a0, b0, b1, b2, b3, &d)
+	copy(out[:4], d[:])
+	dot4Go(a1, b0, b1, b2, b3, &d)
+	copy(out[4:], d[:])
 }
 
 // dot4Go is the portable dot4: out[r] = Σₚ a[p]·b_r[p], p < len(a).

@@ -117,6 +117,32 @@ func TestDot4(t *testing.T) {
 	}
 }
 
+// TestDot2x4 checks dot2x4 (assembly where the CPU has AVX2 and FMA) and
+// the portable dot2x4Go against sums in float64, for lengths around its
+// 8-wide steps.
+func TestDot2x4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 8))
+	for _, k := range []int{1, 7, 8, 9, 64, 100} {
+		as := [2][]float32{randomFloats(rng, k), randomFloats(rng, k)}
+		bs := [4][]float32{randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k)}
+		for name, dot := range map[string]func(a0, a1, b0, b1, b2, b3 []float32, out *[8]float32){"dot2x4": dot2x4, "dot2x4Go": dot2x4Go} {
+			var got [8]float32
+			dot(as[0], as[1], bs[0], bs[1], bs[2], bs[3], &got)
+			for i := range as {
+				for r := range bs {
+					var want float64
+					for p := range as[i] {
+						want += float64(as[i][p]) * float64(bs[r][p])
+					}
+					if g := got[4*i+r]; math.Abs(float64(g)-want) > 1e-4*(1+math.Abs(want)) {
+						t.Errorf("%s k=%d row %d, %d: %g, want %g", name, k, i, r, g, want)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestMatmulNT checks the packed product and the small-product path against
 // a float64 triple loop over each case's operand views.
 func TestMatmulNT(t *testing.T) {
@@ -169,10 +195,10 @@ func TestOperandView(t *testing.T) {
 // own executor), and compares; on amd64 with AVX2 it also checks that the
 // packed product was installed and did the work.
 func TestFastDotGeneral(t *testing.T) {
+	fast, plain := testBackends(t) // installs
 	if runtime.GOARCH == "amd64" && haveFastKernel() && !Installed() {
 		t.Fatal("the CPU has AVX2 and FMA but the packed product was not installed")
 	}
-	fast, plain := testBackends(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, c := range fastDotGeneralCases {
 		t.Run(c.name, func(t *testing.T) {

@@ -67,6 +67,45 @@ func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) {
 }
 
 //go:noescape
+func dot2x4AVX2(k int, a0, a1, b0, b1, b2, b3 *float32, out *[8]float32)
+
+// dot2x4 is dot2x4Go, in AVX2/FMA assembly when the CPU has it (whole blocks
+// of 8 contracting steps; the rest here).
+func dot2x4(a0, a1, b0, b1, b2, b3 []float32, out *[8]float32) {
+	k := len(a0)
+	k8 := k &^ 7
+	if !haveAVX2FMA || k8 == 0 {
+		dot2x4Go(a0, a1, b0, b1, b2, b3, out)
+		return
+	}
+	_, _, _, _, _ = a1[k-1], b0[k-1], b1[k-1], b2[k-1], b3[k-1]
+	dot2x4AVX2(k8, &a0[0], &a1[0], &b0[0], &b1[0], &b2[0], &b3[0], out)
+	if k8 < k {
+		var rest [8]float32
+		dot2x4Go(a0[k8:], a1[k8:k], b0[k8:k], b1[k8:k], b2[k8:k], b3[k8:k], &rest)
+		for i := range out {
+			out[i] += rest[i]
+		}
+	}
+}
+
+//go:noescape
+func axpyAVX2(dst, x *float32, a float32, n int)
+
+// axpy is axpyGo, in AVX2/FMA assembly when the CPU has it (whole blocks of
+// 8; the rest here).
+func axpy(dst, x []float32, a float32) {
+	n8 := len(dst) &^ 7
+	if !haveAVX2FMA || n8 == 0 {
+		axpyGo(dst, x, a)
+		return
+	}
+	x = x[:len(dst)]
+	axpyAVX2(&dst[0], &x[0], a, n8)
+	axpyGo(dst[n8:], x[n8:], a)
+}
+
+//go:noescape
 func expAVX2(dst, x *float32, n int) (done int)
 
 // expFloat32 is dst[i] = exp(x[i]) (dst may be x): the AVX2 exponential

@@ -358,3 +358,111 @@ expdone:
 	MOVQ AX, done+24(FP)
 	VZEROUPPER
 	RET
+
+// func dot2x4AVX2(k int, a0, a1, b0, b1, b2, b3 *float32, out *[8]float32)
+// out[4i + r] = Σ_p a_i[p] · b_r[p] for i < 2, r < 4, p < k rounded down to
+// a multiple of 8 (the caller adds the rest): two rows against four, eight
+// independent accumulators (Y0–Y7), for products with a few rows (decoding).
+TEXT ·dot2x4AVX2(SB), NOSPLIT, $0-64
+	MOVQ k+0(FP), CX
+	MOVQ a0+8(FP), SI
+	MOVQ a1+16(FP), R8
+	MOVQ b0+24(FP), DX
+	MOVQ b1+32(FP), R9
+	MOVQ b2+40(FP), R10
+	MOVQ b3+48(FP), R11
+	MOVQ out+56(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	SHRQ $3, CX
+	JEQ reduce
+
+loop8:
+	VMOVUPS (SI)(AX*1), Y8
+	VMOVUPS (R8)(AX*1), Y9
+	VMOVUPS (DX)(AX*1), Y10
+	VMOVUPS (R9)(AX*1), Y11
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VFMADD231PS Y11, Y8, Y1
+	VFMADD231PS Y11, Y9, Y5
+	VMOVUPS (R10)(AX*1), Y12
+	VMOVUPS (R11)(AX*1), Y13
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	VFMADD231PS Y13, Y8, Y3
+	VFMADD231PS Y13, Y9, Y7
+	ADDQ $32, AX
+	DECQ CX
+	JNE loop8
+
+reduce:
+	// [Σ Y0, Σ Y1, Σ Y2, Σ Y3] into X0 and [Σ Y4, …, Σ Y7] into X4.
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X0, (DI)
+	VMOVUPS X4, 16(DI)
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(dst, x *float32, a float32, n int)
+// dst[i] += a · x[i] for i < n rounded down to a multiple of 8 (the caller
+// does the rest): a scaled row added into another (axpyNT).
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	VBROADCASTSS a+16(FP), Y8
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+	MOVQ CX, BX
+	SHRQ $5, BX
+	JEQ by8
+
+loop32:
+	VMOVUPS (DI)(AX*1), Y0
+	VMOVUPS 32(DI)(AX*1), Y1
+	VMOVUPS 64(DI)(AX*1), Y2
+	VMOVUPS 96(DI)(AX*1), Y3
+	VFMADD231PS (SI)(AX*1), Y8, Y0
+	VFMADD231PS 32(SI)(AX*1), Y8, Y1
+	VFMADD231PS 64(SI)(AX*1), Y8, Y2
+	VFMADD231PS 96(SI)(AX*1), Y8, Y3
+	VMOVUPS Y0, (DI)(AX*1)
+	VMOVUPS Y1, 32(DI)(AX*1)
+	VMOVUPS Y2, 64(DI)(AX*1)
+	VMOVUPS Y3, 96(DI)(AX*1)
+	ADDQ $128, AX
+	DECQ BX
+	JNE loop32
+
+by8:
+	ANDQ $31, CX
+	SHRQ $3, CX
+	JEQ done
+
+loop8:
+	VMOVUPS (DI)(AX*1), Y0
+	VFMADD231PS (SI)(AX*1), Y8, Y0
+	VMOVUPS Y0, (DI)(AX*1)
+	ADDQ $32, AX
+	DECQ CX
+	JNE loop8
+
+done:
+	VZEROUPPER
+	RET

@@ -14,6 +14,12 @@ func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []floa
 	kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
 }
 
+// dot2x4 is the portable dot2x4Go.
+func dot2x4(a0, a1, b0, b1, b2, b3 []float32, out *[8]float32) { dot2x4Go(a0, a1, b0, b1, b2, b3, out) }
+
+// axpy is the portable axpyGo.
+func axpy(dst, x []float32, a float32) { axpyGo(dst, x, a) }
+
 // dot4 is the portable dot4Go.
 func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) { dot4Go(a, b0, b1, b2, b3, out) }
 
