@@ -390,7 +390,7 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 // reads B once, which is what products with a few rows (decoding: M = the
 // batch, B = a weight or the KV cache) want.
 func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
-	const rowsPerTask = 256
+	rowsPerTask := dotsRowsPerTask(batch, N)
 	chunks := ceilDiv(N, rowsPerTask)
 	parallelFor(batch*chunks, func(t int) {
 		b, j0 := t/chunks, (t%chunks)*rowsPerTask
@@ -422,6 +422,18 @@ func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
 			}
 		}
 	})
+}
+
+// dotsRowsPerTask is how many rows of B (a multiple of 4, at most 256) each
+// task of dotsNT takes: few enough that every core gets work (a decoding
+// step's products have one batch element and 128–768 rows: one task of 256
+// rows would leave the other cores idle), at least 16 so that a task
+// outweighs its scheduling.
+func dotsRowsPerTask(batch, N int) int {
+	tasks := 4 * runtime.GOMAXPROCS(0) // tasks wanted, a few per core to even out their ends
+	perBatch := ceilDiv(tasks, batch)
+	rows := ceilDiv(ceilDiv(N, perBatch), 4) * 4
+	return min(max(rows, 16), 256)
 }
 
 // dot2x4Go is the portable dot2x4: out[4i + r] = Σₚ a_i[p]·b_r[p] for
