@@ -72,7 +72,7 @@ type Model struct {
 	attentionBlock int // query rows per block of training graphs' attention (attention.go); 0 = plain
 	// Size limits (bytes; 0 = the default) above which forward-only graphs run the attention in
 	// blocks (attention.go) and generation computes its logits over the LM head's chunks
-	// (generate.go). Tests lower them to run those paths on small inputs.
+	// (kvcache.go). Tests lower them to run those paths on small inputs.
 	forwardBlockBytes, generationChunkBytes int64
 
 	sharedPrefills atomic.Int64 // generation batches whose common prompt prefix was prefilled once (tests)
