@@ -5,15 +5,17 @@ package simplegofast
 // simplego (GoMLX v0.26) multiplies matrices with a scalar, bounds-checked Go
 // loop that runs at about 4.5 GFLOP/s per core on this project's machines; it
 // was 75–80% of a training step. This file holds a blocked matrix product in
-// the style of BLIS/GotoBLAS: a 6×16 register-blocked micro-kernel
-// multiplies 6 rows of the left operand by 16 of the right one, kc
+// the style of BLIS/GotoBLAS: a 6×32 register-blocked micro-kernel
+// multiplies 6 rows of the left operand by 32 of the right one, kc
 // contracting steps at a time, into the output; operands whose layout the
 // kernel cannot read where they lie are first copied into panels (groups of
-// 6 or 16 rows, the contracting axis running along each panel). On amd64 the micro-kernel is AVX2/FMA Go assembly
-// (matmul_amd64.s, ~60–75 GFLOP/s per core); matmul_amd64.go installs the
+// 6 or 32 rows, the contracting axis running along each panel). On amd64 the
+// micro-kernel is Go assembly (simplego_amd64.s): AVX-512 where the CPU has
+// it (~130 GFLOP/s per core on this project's 2.3 GHz machine), else two
+// AVX2/FMA 6×16 halves (~60–70 GFLOP/s); simplego_amd64.go installs the
 // product as simplego's DotGeneral executor when the CPU has AVX2 and FMA.
 // Elsewhere simplego keeps its own, and the portable micro-kernel
-// (kernel6x16Go) only serves the tests.
+// (kernel6x32Go) only serves the tests.
 //
 // The product is exact float32 arithmetic in another order of summation
 // (and with fused multiply-adds): results differ from simplego's in the last
@@ -28,12 +30,12 @@ import (
 )
 
 // Blocking of the packed product: micro-tile mr × nr (the registers of the
-// micro-kernel), kc contracting steps per micro-kernel call (a 16 × kc panel
+// micro-kernel), kc contracting steps per micro-kernel call (a 32 × kc panel
 // of the right operand stays in L1), mc × nc output tiles per task (an
 // mc × kc block of the left operand stays in L2).
 const (
 	gemmMR = 6
-	gemmNR = 16
+	gemmNR = 32
 	gemmKC = 256
 	gemmMC = 96
 	gemmNC = 256
@@ -363,10 +365,10 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 						ap, aps = A.flat[A.bOff[b]+A.iOff[i]+A.pOff[p0]:], A.pStride
 					}
 					if i+gemmMR <= M && j+gemmNR <= N {
-						kernel6x16(k, ap, ars, aps, bp, gemmNR, outB[i*N+j:], N, add)
+						kernel6x32(k, ap, ars, aps, bp, gemmNR, outB[i*N+j:], N, add)
 						continue
 					}
-					kernel6x16(k, ap, ars, aps, bp, gemmNR, tmp[:], gemmNR, false)
+					kernel6x32(k, ap, ars, aps, bp, gemmNR, tmp[:], gemmNR, false)
 					for r := 0; r < min(gemmMR, M-i); r++ {
 						dst := outB[(i+r)*N+j:][:min(gemmNR, N-j)]
 						for c := range dst {
@@ -458,15 +460,22 @@ func dot4Go(a, b0, b1, b2, b3 []float32, out *[4]float32) {
 	*out = [4]float32{s0, s1, s2, s3}
 }
 
-// kernel6x16Go is the micro-kernel in portable Go: for r < 6, j < 16,
+// kernel6x32Go is the micro-kernel of the packed product in portable Go:
+// kernel6x16Go on columns 0–15 and 16–31.
+func kernel6x32Go(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
+	kernel6x16Go(k, a, ars, aps, b[16:], bps, c[16:], ldc, add)
+}
+
+// kernel6x16Go is a 6×16 micro-kernel in portable Go: for r < 6, j < 16,
 // c[r·ldc + j] (+)= Σₚ a[r·ars + p·aps]·b[p·bps + j], p < k (add false
 // overwrites c). A packed panel of a is ars = 1, aps = 6; rows of a with a
 // contiguous contracting axis are ars = row stride, aps = 1; b's 16 values
 // of one p are contiguous. It defines what the assembly kernel computes.
 func kernel6x16Go(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
-	var acc [gemmMR][gemmNR]float32
+	var acc [gemmMR][16]float32
 	for p := 0; p < k; p++ {
-		bp := b[p*bps:][:gemmNR]
+		bp := b[p*bps:][:16]
 		for r := range acc {
 			x := a[r*ars+p*aps]
 			for j, y := range bp {
@@ -475,7 +484,7 @@ func kernel6x16Go(k int, a []float32, ars, aps int, b []float32, bps int, c []fl
 		}
 	}
 	for r := range acc {
-		row := c[r*ldc:][:gemmNR]
+		row := c[r*ldc:][:16]
 		for j, x := range acc[r] {
 			if add {
 				row[j] += x

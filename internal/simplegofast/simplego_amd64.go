@@ -36,6 +36,9 @@ import (
 // haveAVX2FMA: the CPU (and OS) run the assembly kernels.
 var haveAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
+// haveAVX512: the CPU (and OS) also run the AVX-512 micro-kernel.
+var haveAVX512 = haveAVX2FMA && cpu.X86.HasAVX512F
+
 func haveFastKernel() bool { return haveAVX2FMA }
 
 //go:noescape
@@ -48,8 +51,34 @@ func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []floa
 		kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
 		return
 	}
-	_, _, _ = a[(gemmMR-1)*ars+(k-1)*aps], b[(k-1)*bps+gemmNR-1], c[(gemmMR-1)*ldc+gemmNR-1]
+	_, _, _ = a[(gemmMR-1)*ars+(k-1)*aps], b[(k-1)*bps+15], c[(gemmMR-1)*ldc+15]
 	kernel6x16AVX2(k, &a[0], ars, aps, &b[0], bps, &c[0], ldc, add)
+}
+
+//go:noescape
+func kernel6x32AVX512(k int, a *float32, ars, aps int, b *float32, bps int, c *float32, ldc int, add bool)
+
+// kernel6x32 is kernel6x32Go: in AVX-512 assembly when the CPU has it, else
+// as two AVX2 6×16 halves, else in Go. The slices are checked to hold what
+// the kernel reads and writes.
+func kernel6x32(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	kernel6x32On(haveAVX512, k, a, ars, aps, b, bps, c, ldc, add)
+}
+
+// kernel6x32On is kernel6x32 with AVX-512 used only when avx512 is true
+// (tests run the AVX2 halves on a CPU that has AVX-512).
+func kernel6x32On(avx512 bool, k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	if !haveAVX2FMA {
+		kernel6x32Go(k, a, ars, aps, b, bps, c, ldc, add)
+		return
+	}
+	_, _, _ = a[(gemmMR-1)*ars+(k-1)*aps], b[(k-1)*bps+gemmNR-1], c[(gemmMR-1)*ldc+gemmNR-1]
+	if avx512 && haveAVX512 {
+		kernel6x32AVX512(k, &a[0], ars, aps, &b[0], bps, &c[0], ldc, add)
+		return
+	}
+	kernel6x16AVX2(k, &a[0], ars, aps, &b[0], bps, &c[0], ldc, add)
+	kernel6x16AVX2(k, &a[0], ars, aps, &b[16], bps, &c[16], ldc, add)
 }
 
 //go:noescape

@@ -126,6 +126,130 @@ overwrite:
 	VZEROUPPER
 	RET
 
+// The same micro-kernel for CPUs with AVX-512 (kernel6x32Go in assembly):
+// the 6×32 output tile in 12 ZMM registers (Z4–Z15, two per row), 32
+// contiguous values of b per contracting step (Z0, Z1), twice the work of
+// an AVX2 step for the same instructions.
+
+// func kernel6x32AVX512(k int, a *float32, ars, aps int, b *float32, bps int, c *float32, ldc int, add bool)
+// c[r*ldc + j] (+)= Σ_p a[r*ars + p*aps] · b[p*bps + j] for r < 6, j < 32, p < k.
+TEXT ·kernel6x32AVX512(SB), NOSPLIT, $0-65
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ ars+16(FP), R8
+	SHLQ $2, R8
+	LEAQ (SI)(R8*1), R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	LEAQ (R11)(R8*1), R12
+	LEAQ (R12)(R8*1), R13
+	MOVQ aps+24(FP), R8
+	SHLQ $2, R8
+	MOVQ b+32(FP), DX
+	MOVQ bps+40(FP), BX
+	SHLQ $2, BX
+	XORQ AX, AX
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	TESTQ CX, CX
+	JEQ store512
+
+loop512:
+	VMOVUPS (DX), Z0
+	VMOVUPS 64(DX), Z1
+	VBROADCASTSS (SI)(AX*1), Z2
+	VBROADCASTSS (R9)(AX*1), Z3
+	VFMADD231PS Z0, Z2, Z4
+	VFMADD231PS Z1, Z2, Z5
+	VFMADD231PS Z0, Z3, Z6
+	VFMADD231PS Z1, Z3, Z7
+	VBROADCASTSS (R10)(AX*1), Z2
+	VBROADCASTSS (R11)(AX*1), Z3
+	VFMADD231PS Z0, Z2, Z8
+	VFMADD231PS Z1, Z2, Z9
+	VFMADD231PS Z0, Z3, Z10
+	VFMADD231PS Z1, Z3, Z11
+	VBROADCASTSS (R12)(AX*1), Z2
+	VBROADCASTSS (R13)(AX*1), Z3
+	VFMADD231PS Z0, Z2, Z12
+	VFMADD231PS Z1, Z2, Z13
+	VFMADD231PS Z0, Z3, Z14
+	VFMADD231PS Z1, Z3, Z15
+	ADDQ R8, AX
+	ADDQ BX, DX
+	DECQ CX
+	JNE loop512
+
+store512:
+	MOVQ c+48(FP), DI
+	MOVQ ldc+56(FP), R8
+	SHLQ $2, R8
+	MOVBLZX add+64(FP), AX
+	TESTQ AX, AX
+	JEQ overwrite512
+	VADDPS (DI), Z4, Z4
+	VADDPS 64(DI), Z5, Z5
+	VMOVUPS Z4, (DI)
+	VMOVUPS Z5, 64(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Z6, Z6
+	VADDPS 64(DI), Z7, Z7
+	VMOVUPS Z6, (DI)
+	VMOVUPS Z7, 64(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Z8, Z8
+	VADDPS 64(DI), Z9, Z9
+	VMOVUPS Z8, (DI)
+	VMOVUPS Z9, 64(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Z10, Z10
+	VADDPS 64(DI), Z11, Z11
+	VMOVUPS Z10, (DI)
+	VMOVUPS Z11, 64(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Z12, Z12
+	VADDPS 64(DI), Z13, Z13
+	VMOVUPS Z12, (DI)
+	VMOVUPS Z13, 64(DI)
+	ADDQ R8, DI
+	VADDPS (DI), Z14, Z14
+	VADDPS 64(DI), Z15, Z15
+	VMOVUPS Z14, (DI)
+	VMOVUPS Z15, 64(DI)
+	VZEROUPPER
+	RET
+
+overwrite512:
+	VMOVUPS Z4, (DI)
+	VMOVUPS Z5, 64(DI)
+	ADDQ R8, DI
+	VMOVUPS Z6, (DI)
+	VMOVUPS Z7, 64(DI)
+	ADDQ R8, DI
+	VMOVUPS Z8, (DI)
+	VMOVUPS Z9, 64(DI)
+	ADDQ R8, DI
+	VMOVUPS Z10, (DI)
+	VMOVUPS Z11, 64(DI)
+	ADDQ R8, DI
+	VMOVUPS Z12, (DI)
+	VMOVUPS Z13, 64(DI)
+	ADDQ R8, DI
+	VMOVUPS Z14, (DI)
+	VMOVUPS Z15, 64(DI)
+	VZEROUPPER
+	RET
+
 // func dot4AVX2(k int, a, b0, b1, b2, b3, out *float32)
 // out[r] = Σ_p a[p] · b_r[p] for r < 4, p < k: one row against four, for
 // products with a few rows (decoding), where packing would cost more than

@@ -7,11 +7,19 @@ import (
 	"sync/atomic"
 )
 
-// kernel6x16 is the portable micro-kernel: the packed product and the
-// elementwise ops are not installed on this architecture (simplego keeps
-// its own executors), only tested.
+// kernel6x16 and kernel6x32 are the portable micro-kernels: the packed
+// product and the elementwise ops are not installed on this architecture
+// (simplego keeps its own executors), only tested.
 func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
 	kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
+}
+
+func kernel6x32(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	kernel6x32Go(k, a, ars, aps, b, bps, c, ldc, add)
+}
+
+func kernel6x32On(_ bool, k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	kernel6x32Go(k, a, ars, aps, b, bps, c, ldc, add)
 }
 
 // dot2x4 is the portable dot2x4Go.
