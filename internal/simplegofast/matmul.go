@@ -23,7 +23,6 @@ package simplegofast
 
 import (
 	"math/bits"
-	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -55,65 +54,6 @@ const fastMatmulMinCross = 16
 type dotParams struct {
 	lhsContracting, lhsBatch, rhsContracting, rhsBatch []int
 	batch, lhsCross, rhsCross, contracting             int
-}
-
-// readSimpleGoDotParams reads the parameters simplego keeps in the data field
-// of a DotGeneral node (v0.26: an unexported *dotGeneralNodeData), with
-// reflection, which may read unexported integer fields. ok is false when the
-// layout is not the expected one (another GoMLX version): the caller then
-// leaves the product to simplego.
-func readSimpleGoDotParams(node any) (p dotParams, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	v := reflect.ValueOf(node)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return p, false
-	}
-	v = v.Elem().FieldByName("data")
-	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
-		return p, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return p, false
-	}
-	v = v.Elem()
-	ints := func(name string) ([]int, bool) {
-		f := v.FieldByName(name)
-		if !f.IsValid() || f.Kind() != reflect.Slice {
-			return nil, false
-		}
-		out := make([]int, f.Len())
-		for i := range out {
-			out[i] = int(f.Index(i).Int())
-		}
-		return out, true
-	}
-	size := func(name string) (int, bool) {
-		f := v.FieldByName(name)
-		if !f.IsValid() || f.Kind() != reflect.Int {
-			return 0, false
-		}
-		return int(f.Int()), true
-	}
-	oks := make([]bool, 8)
-	p.lhsContracting, oks[0] = ints("lhsContractingAxes")
-	p.lhsBatch, oks[1] = ints("lhsBatchAxes")
-	p.rhsContracting, oks[2] = ints("rhsContractingAxes")
-	p.rhsBatch, oks[3] = ints("rhsBatchAxes")
-	p.batch, oks[4] = size("batchSize")
-	p.lhsCross, oks[5] = size("lhsCrossSize")
-	p.rhsCross, oks[6] = size("rhsCrossSize")
-	p.contracting, oks[7] = size("contractingSize")
-	for _, o := range oks {
-		if !o {
-			return p, false
-		}
-	}
-	return p, true
 }
 
 // operandView addresses element (b, i, p) — batch index, cross index,

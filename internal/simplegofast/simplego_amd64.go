@@ -21,7 +21,6 @@ package simplegofast
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"sync/atomic"
 	_ "unsafe" // go:linkname
@@ -256,70 +255,13 @@ func simplegoLayoutOK() (ok bool) {
 	if !isNode {
 		return false
 	}
-	inputs := reflectNodeInputs(node)
+	inputs, _ := nodeInputs(node)
 	if len(inputs) != 1 {
 		return false
 	}
 	p, ok := readSimpleGoDotParams(inputs[0])
 	return ok && p.batch == 2 && p.lhsCross == 3 && p.rhsCross == 7 && p.contracting == 5 &&
 		fmt.Sprint(p.lhsContracting, p.lhsBatch, p.rhsContracting, p.rhsBatch) == "[2] [0] [2] [0]"
-}
-
-// reflectNodeInputs returns the inputs of a simplego node (an unexported
-// field, read with reflection).
-func reflectNodeInputs(node *simplego.Node) []*simplego.Node {
-	f := reflect.ValueOf(node).Elem().FieldByName("inputs")
-	if !f.IsValid() || f.Kind() != reflect.Slice {
-		return nil
-	}
-	out := make([]*simplego.Node, f.Len())
-	for i := range out {
-		out[i] = (*simplego.Node)(f.Index(i).UnsafePointer())
-	}
-	return out
-}
-
-// nodeOutputDims returns the dimensions of a float32 node's output (its
-// unexported shape field); ok is false for other dtypes or layouts.
-func nodeOutputDims(node *simplego.Node) (dims []int, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	s := reflect.ValueOf(node).Elem().FieldByName("shape")
-	dt, d := s.FieldByName("DType"), s.FieldByName("Dimensions")
-	if !dt.IsValid() || !d.IsValid() || d.Kind() != reflect.Slice || dtypes.DType(dt.Int()) != dtypes.Float32 {
-		return nil, false
-	}
-	dims = make([]int, d.Len())
-	for i := range dims {
-		dims[i] = int(d.Index(i).Int())
-	}
-	return dims, true
-}
-
-// nodeIntsData returns a node's data field when it holds an []int (the axes
-// of reductions and broadcasts).
-func nodeIntsData(node *simplego.Node) (ints []int, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	v := reflect.ValueOf(node).Elem().FieldByName("data")
-	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
-		return nil, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Slice || v.Type().Elem().Kind() != reflect.Int {
-		return nil, false
-	}
-	ints = make([]int, v.Len())
-	for i := range ints {
-		ints[i] = int(v.Index(i).Int())
-	}
-	return ints, true
 }
 
 // float32Buffer returns a buffer's data and dimensions when it is float32.
@@ -483,40 +425,6 @@ func fastBroadcastInDim(backend *simplego.Backend, node *simplego.Node, inputs [
 	}
 	fastOpCalls.Add(1)
 	return out, nil
-}
-
-// sliceParams reads a Slice node's starts, limits and strides (simplego's unexported
-// *sliceNode in the node's data field, with reflection).
-func sliceParams(node *simplego.Node) (starts, limits, strides []int, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	v := reflect.ValueOf(node).Elem().FieldByName("data")
-	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
-		return nil, nil, nil, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return nil, nil, nil, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Struct || v.NumField() != 3 {
-		return nil, nil, nil, false
-	}
-	read := func(i int) []int {
-		f := v.Field(i)
-		if f.Kind() != reflect.Slice || f.Type().Elem().Kind() != reflect.Int {
-			panic("not []int")
-		}
-		out := make([]int, f.Len())
-		for j := range out {
-			out[j] = int(f.Index(j).Int())
-		}
-		return out
-	}
-	return read(0), read(1), read(2), true
 }
 
 // fastSlice is the executor of Slice for float32 operands with unit strides: the slice
