@@ -218,7 +218,7 @@ func matmulNT(A, B operandView, batch, M, N, K int, out []float32) {
 // contiguous (iStride 1), without packing: row i of the output is
 // Σₚ A(b, i, p)·B(b, ·, p), one scaled row of B added per p.
 func axpyNT(A, B operandView, batch, M, N, K int, out []float32) {
-	parallelFor(batch, func(b int) {
+	parallelForWork(batch, batch*M*N*K, func(b int) {
 		outB := out[b*M*N : (b+1)*M*N]
 		clear(outB)
 		aBase, bBase := A.bOff[b], B.bOff[b]
@@ -334,7 +334,7 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
 	rowsPerTask := dotsRowsPerTask(batch, N)
 	chunks := ceilDiv(N, rowsPerTask)
-	parallelFor(batch*chunks, func(t int) {
+	parallelForWork(batch*chunks, batch*M*N*K, func(t int) {
 		b, j0 := t/chunks, (t%chunks)*rowsPerTask
 		j1 := min(j0+rowsPerTask, N)
 		aBase, bBase := A.bOff[b], B.bOff[b]
@@ -437,7 +437,29 @@ func kernel6x16Go(k int, a []float32, ars, aps int, b []float32, bps int, c []fl
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// parallelFor runs fn(0) … fn(n-1) on up to GOMAXPROCS goroutines.
+// minParallelWork is the multiply-adds below which a product runs on the
+// calling goroutine alone (a few microseconds of work: a decoding step's
+// small products, where starting and waiting for helpers costs more than it
+// saves, and much more on a busy machine).
+const minParallelWork = 1 << 18
+
+// parallelForWork is parallelFor for tasks that do work multiply-adds in
+// all: on the calling goroutine alone below minParallelWork.
+func parallelForWork(n, work int, fn func(i int)) {
+	if work < minParallelWork {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	parallelFor(n, fn)
+}
+
+// parallelFor runs fn(0) … fn(n-1) on up to GOMAXPROCS goroutines: the
+// caller's and helpers that take the next index as they get to it. The
+// caller works too, so on a busy machine, where a helper may start late, it
+// does not wait for one that has not started: a helper that finds every
+// index taken just ends.
 func parallelFor(n int, fn func(i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	if workers <= 1 {
@@ -447,16 +469,20 @@ func parallelFor(n int, fn func(i int)) {
 		return
 	}
 	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+			fn(i)
+		}
+	}
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
+	for w := 1; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i)
-			}
+			work()
 		}()
 	}
+	work()
 	wg.Wait()
 }
 
