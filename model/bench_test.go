@@ -101,6 +101,7 @@ func BenchmarkForward(b *testing.B) {
 			b.Fatal(err)
 		}
 		res[0].FinalizeAll()
+		cpu.lap()
 	}
 	cpu.stop()
 	b.ReportMetric(float64(benchBatch*benchSeq*b.N)/b.Elapsed().Seconds(), "tokens/s")
@@ -135,6 +136,7 @@ func benchmarkTrainStep(b *testing.B, block int) {
 	cpu := startCPU(b)
 	for i := 0; i < b.N; i++ {
 		step()
+		cpu.lap()
 	}
 	cpu.stop()
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/step")
@@ -226,6 +228,7 @@ func benchmarkDecode(b *testing.B, batch int) {
 	cpu := startCPU(b)
 	for i := 0; i < b.N; i++ {
 		generate()
+		cpu.lap()
 	}
 	cpu.stop()
 	b.ReportMetric(float64(batch*benchNewTokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
@@ -277,17 +280,37 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cpuTimer reports CPU seconds per op (metric "cpu-s/op") next to the wall time.
+// cpuTimer reports CPU seconds per op (metric "cpu-s/op") next to the wall
+// time, and the wall time of the fastest op (metric "best-s/op", when the
+// loop calls lap after each op): scripts/bench_torch.py compares it with
+// PyTorch's best of its runs.
 type cpuTimer struct {
 	b     *testing.B
 	start time.Duration
+	last  time.Time
+	best  time.Duration
 }
 
-func startCPU(b *testing.B) *cpuTimer { b.ResetTimer(); return &cpuTimer{b, cpuTime()} }
+func startCPU(b *testing.B) *cpuTimer {
+	b.ResetTimer()
+	return &cpuTimer{b: b, start: cpuTime(), last: time.Now()}
+}
+
+// lap ends one timed op.
+func (c *cpuTimer) lap() {
+	now := time.Now()
+	if d := now.Sub(c.last); c.best == 0 || d < c.best {
+		c.best = d
+	}
+	c.last = now
+}
 
 func (c *cpuTimer) stop() float64 {
 	s := (cpuTime() - c.start).Seconds() / float64(c.b.N)
 	c.b.ReportMetric(s, "cpu-s/op")
+	if c.best > 0 {
+		c.b.ReportMetric(c.best.Seconds(), "best-s/op")
+	}
 	return s
 }
 
