@@ -181,16 +181,17 @@ func (m *Model) blocksForward(qs, k, v *Node, bias attnBias) (out, lse *Node) {
 // blockedAttention is attention over query blocks of Model.attentionBlock rows, its gradient
 // with respect to q5, k and v computed block by block (attentionBackward).
 //
-// The forward reads q, k and v through StopGradient; the gradient reaches them through three
-// identities with custom gradients. q's identity enters the output as qi − StopGradient(qi),
-// which adds 0 and hands it the output's upstream gradient dO (q5's layout is the output's);
-// its gradient function computes dq, dk and dv at once. k's and v's identities enter as a
+// The output is read through StopGradient (stopping q, k and v instead would copy them: on the
+// pure-Go backend an Identity copies an input that has other uses); the gradient reaches q, k
+// and v through three identities with custom gradients. q's identity enters the output as
+// qi − StopGradient(qi), which adds 0 and hands it the output's upstream gradient dO (q5's
+// layout is the output's); its gradient function computes dq, dk and dv at once. k's and v's identities enter as a
 // scalar 0 (ReduceAllSum(x) − StopGradient(ReduceAllSum(x))), and their gradient functions
 // return the dk and dv that q's computed: GoMLX's Gradient visits nodes from the last built
 // to the first, and q's identity is built after theirs.
 func (m *Model) blockedAttention(q5, k, v *Node, bias attnBias) *Node {
-	qs, ks, vs := StopGradient(scaledQuery(q5, m.dtype)), StopGradient(k), StopGradient(v)
-	out, lse := m.blocksForward(qs, ks, vs, bias) // [B, T, nkv, rep, D], [B, nkv, T, rep]
+	qs := scaledQuery(q5, m.dtype)
+	out, lse := m.blocksForward(qs, k, v, bias) // [B, T, nkv, rep, D], [B, nkv, T, rep]
 
 	var dk, dv *Node // set by q's gradient function, read by k's and v's
 	stashed := func(d **Node) func(_, _ *Node) *Node {
@@ -205,11 +206,11 @@ func (m *Model) blockedAttention(q5, k, v *Node, bias attnBias) *Node {
 	vi := IdentityWithCustomGradient(v, stashed(&dv))
 	qi := IdentityWithCustomGradient(q5, func(_, dO *Node) *Node {
 		var dq *Node
-		dq, dk, dv = m.attentionBackward(qs, ks, vs, bias, out, lse, dO)
+		dq, dk, dv = m.attentionBackward(qs, k, v, bias, out, lse, dO)
 		return dq
 	})
 	zero := Add(zeroOf(ki), zeroOf(vi)) // a scalar 0 through which k's and v's identities get a gradient
-	return Add(out, Sub(qi, Sub(StopGradient(qi), ConvertDType(zero, qi.DType()))))
+	return Add(StopGradient(out), Sub(qi, Sub(StopGradient(qi), ConvertDType(zero, qi.DType()))))
 }
 
 // zeroOf returns a float32 scalar 0 computed from x, differentiable with respect to x (a

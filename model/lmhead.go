@@ -137,18 +137,18 @@ func (m *Model) headLogProbs(ctx *context.Context, h, targets *Node, temperature
 	g := h.Graph()
 	w := m.lmWeight(ctx, g) // [V, H]
 	N := h.Shape().Dimensions[0]
-	hs, ws := StopGradient(h), StopGradient(w)
 	invT := inverseTemperature(g, temperature)
 
-	// Forward: the running statistics over the chunks, then log p = z_t − lse.
+	// Forward: the running statistics over the chunks, then log p = z_t − lse. The value is
+	// read through StopGradient (N values; stopping h and W instead would copy the weight).
 	var st headStats
 	for _, c := range m.chunks() {
-		st = st.add(chunkLogits(after(hs, st.max), ws, c[0], c[1], invT), withEntropy)
+		st = st.add(chunkLogits(after(h, st.max), w, c[0], c[1], invT), withEntropy)
 	}
-	lse := st.lse()                                               // [N]
-	value := Sub(targetLogits(hs, ws, targets, temperature), lse) // [N]
+	lse := st.lse()                                             // [N]
+	value := Sub(targetLogits(h, w, targets, temperature), lse) // [N]
 	if withEntropy {
-		entropy = Sub(lse, Div(st.zsum, st.sum))
+		entropy = StopGradient(Sub(lse, Div(st.zsum, st.sum)))
 	}
 
 	// The gradient: h and W reach the value through identities with custom gradients. h's
@@ -167,11 +167,11 @@ func (m *Model) headLogProbs(ctx *context.Context, h, targets *Node, temperature
 	hi := IdentityWithCustomGradient(h, func(_, v *Node) *Node {
 		up := toF32(Reshape(Slice(v, AxisRange(), AxisRange(0, 1)), N)) // [N]: g_n, on every column of v
 		var dh *Node
-		dh, dw = m.headBackward(hs, ws, targets, lse, up, temperature) // lse: computed from hs, ws, without a gradient
+		dh, dw = m.headBackward(h, w, targets, lse, up, temperature)
 		return dh
 	})
 	probe := ReduceSum(toF32(hi), -1) // [N]
-	logp = Add(value, Sub(probe, Sub(StopGradient(probe), zeroOf(wi))))
+	logp = Add(StopGradient(value), Sub(probe, Sub(StopGradient(probe), zeroOf(wi))))
 	return logp, entropy
 }
 
