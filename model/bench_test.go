@@ -37,14 +37,17 @@ var (
 // newBenchModel is the bench model on the test backend or, with
 // MODEL_BENCH_SIMPLEGO_OPS=1, on a backend that keeps simplego's own matrix
 // product and elementwise ops (BackendConfig.SimpleGoOps): the figures
-// before this package's executors, from the same binary.
+// before this package's executors, from the same binary; with
+// MODEL_BENCH_OPS_SEQUENTIAL=1, on one that runs a graph's ops one at a time
+// in program order (BackendConfig.OpsSequential).
 func newBenchModel(b *testing.B) *Model {
-	if os.Getenv("MODEL_BENCH_SIMPLEGO_OPS") != "1" {
+	simplegoOps, sequential := os.Getenv("MODEL_BENCH_SIMPLEGO_OPS") == "1", os.Getenv("MODEL_BENCH_OPS_SEQUENTIAL") == "1"
+	if !simplegoOps && !sequential {
 		return newTestModel(b, benchConfig(), 1)
 	}
 	plainBenchOnce.Do(func() { // once: simplego's message must not split a benchmark's output line
 		cfg := DefaultBackendConfig()
-		cfg.SimpleGoOps = true
+		cfg.SimpleGoOps, cfg.OpsSequential = simplegoOps, sequential
 		plainBenchBackend, plainBenchErr = NewBackend(cfg)
 	})
 	if plainBenchErr != nil {
