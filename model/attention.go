@@ -185,10 +185,10 @@ func (m *Model) blocksForward(qs, k, v *Node, bias attnBias) (out, lse *Node) {
 // pure-Go backend an Identity copies an input that has other uses); the gradient reaches q, k
 // and v through three identities with custom gradients. q's identity enters the output as
 // qi − StopGradient(qi), which adds 0 and hands it the output's upstream gradient dO (q5's
-// layout is the output's); its gradient function computes dq, dk and dv at once. k's and v's identities enter as a
-// scalar 0 (ReduceAllSum(x) − StopGradient(ReduceAllSum(x))), and their gradient functions
-// return the dk and dv that q's computed: GoMLX's Gradient visits nodes from the last built
-// to the first, and q's identity is built after theirs.
+// layout is the output's); its gradient function computes dq, dk and dv at once. k's and v's
+// identities enter as a scalar 0 (zeroOf), and their gradient functions return the dk and dv
+// that q's computed: GoMLX's Gradient visits nodes from the last built to the first, and q's
+// identity is built after theirs.
 func (m *Model) blockedAttention(q5, k, v *Node, bias attnBias) *Node {
 	qs := scaledQuery(q5, m.dtype)
 	out, lse := m.blocksForward(qs, k, v, bias) // [B, T, nkv, rep, D], [B, nkv, T, rep]
