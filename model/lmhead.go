@@ -176,7 +176,7 @@ func (m *Model) headLogProbs(ctx *context.Context, h, targets *Node, temperature
 }
 
 // headBackward returns the gradients of Σ_n up_n · log p_n with respect to
-// h [N, H] and W [V, H] (DESIGN of this file), in their dtypes, recomputing
+// h [N, H] and W [V, H] (this file's equations), in their dtypes, recomputing
 // each chunk's probabilities exp(z − lse) from h and W:
 //
 //	dz_c = −up ⊙ p_c / T,  dh = Σ_c dz_c · W_c + up ⊙ W[t] / T,  dW_c = dz_cᵀ · h,  dW[t_n] += up_n h_n / T

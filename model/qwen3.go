@@ -22,7 +22,7 @@
 // partial rotary embeddings, sliding-window attention, activations other than
 // SiLU and attention dropout.
 //
-// Choices forced by GoMLX's pure-Go backend (see GOMLX-NOTES.md), all exact:
+// Choices forced by GoMLX's pure-Go backend (docs/design.md#backends), all exact:
 // RMSNorm is x / Sqrt(mean(x²) + eps) (Rsqrt has no gradient there); RoPE's
 // rotate-half is a product with a fixed ±1 permutation matrix (the gradient of
 // Slice needs Pad, which is missing); the KV cache is written with
