@@ -180,16 +180,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	id, err := newID()
+	id, err := s.CreateSession("", req)
 	if err != nil {
 		return 0, err
 	}
-	sess := &Session{ID: id, UserPrompt: req.UserPrompt, Tools: req.Tools, CreatedAt: s.now().UTC(),
-		Status: StatusActive, Resumes: []time.Time{}}
-	if err := s.store.Create(sess); err != nil {
-		return 0, err
-	}
-	s.metrics.sessionCreated()
 	w.Header().Set("Location", "/v1/sessions/"+id)
 	writeJSON(w, 201, map[string]string{"id": id})
 	return 201, nil
