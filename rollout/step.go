@@ -64,18 +64,11 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 
 	reqs := make([]Request, len(inputs))
 	calls := make([]*Call, len(inputs))
+	shown := make([]StepInput, len(inputs)) // as the prompts show them: elided as in Run
 	for k := range inputs {
-		in := &inputs[k]
-		obs := ""
-		if in.Previous != nil {
-			var elided int
-			obs, elided = ElideObservation(g.tok, in.Observation, g.cfg.MaxObservationTokens)
-			if elided > 0 {
-				stats.ElidedObs++
-				stats.ElidedTokens += elided
-			}
-		}
-		calls[k] = g.newCall(g.prompts.Memory(in.Memory, in.events(obs)), MemoryRole)
+		shown[k] = g.elideStep(&inputs[k], &stats)
+		in := &shown[k]
+		calls[k] = g.newCall(g.prompts.Memory(in.Memory, in.events(in.Observation)), MemoryRole)
 		reqs[k] = g.request(calls[k], MemoryRole)
 	}
 	if err := g.generate(reqs, calls, s, 0, &stats); err != nil {
@@ -87,7 +80,7 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 	}
 
 	for k := range inputs {
-		calls[k] = g.newCall(g.prompts.Judge(turns[k].MemoryOut, inputs[k].Action), JudgeRole)
+		calls[k] = g.newCall(g.prompts.Judge(turns[k].MemoryOut, shown[k].Action), JudgeRole)
 		reqs[k] = g.request(calls[k], JudgeRole)
 	}
 	if err := g.generate(reqs, calls, s, 1, &stats); err != nil {
@@ -100,6 +93,41 @@ func (g *Guard) Step(inputs []StepInput, s Sampling) ([]Turn, Stats, error) {
 		turns[k].Score, turns[k].ScoreExact = j.Score, j.ScoreExact
 	}
 	return turns, stats, nil
+}
+
+// elideStep returns in with its untrusted texts as the prompts show them,
+// elided as Run's view elides them (elide.go): the user's request and
+// messages to rollout.max_user_tokens, the observation to
+// max_observation_tokens, the previous and pending actions by ElideAction.
+func (g *Guard) elideStep(in *StepInput, stats *Stats) StepInput {
+	out := *in
+	user := func(text string) string {
+		text, elided := ElideText(g.tok, text, g.cfg.MaxUserTokens)
+		if elided > 0 {
+			stats.ElidedUsers++
+			stats.ElidedUserTokens += elided
+		}
+		return text
+	}
+	out.UserPrompt = user(in.UserPrompt)
+	out.UserMessages = make([]string, len(in.UserMessages))
+	for i, m := range in.UserMessages {
+		out.UserMessages[i] = user(m)
+	}
+	out.Observation = ""
+	if in.Previous != nil {
+		var elided int
+		out.Observation, elided = ElideObservation(g.tok, in.Observation, g.cfg.MaxObservationTokens)
+		if elided > 0 {
+			stats.ElidedObs++
+			stats.ElidedTokens += elided
+		}
+		// Counted when it was the pending action, as Run counts each action once.
+		prev := ElideAction(g.tok, *in.Previous, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens, &Stats{})
+		out.Previous = &prev
+	}
+	out.Action = ElideAction(g.tok, in.Action, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens, stats)
+	return out
 }
 
 // memoryOutcome parses a memory call (marking it parsed or recording its

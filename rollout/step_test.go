@@ -196,3 +196,33 @@ func TestStepRefusesBadInput(t *testing.T) {
 		t.Errorf("judge-only Step: error %v", err)
 	}
 }
+
+// TestStepElidesActionsAndUserTexts: a huge argument, user request and
+// user message reach Step's prompts elided exactly as Run's.
+func TestStepElidesActionsAndUserTexts(t *testing.T) {
+	tok := qwenTokenizer(t)
+	cfg := DefaultConfig()
+	cfg.MaxUserTokens, cfg.MaxArgumentTokens, cfg.MaxActionTokens = 16, 16, 64
+	tr := bankTrajectory()
+	tr.UserPrompt += strings.Repeat(" and more", 40)
+	tr.Turns[1].Action = action("send_email", `{"to": "a@b.c", "body": "`+strings.Repeat("long body ", 60)+`"}`)
+	tr.Turns[2].User = str("Also" + strings.Repeat(" this", 40))
+	gen := &hashed{tok: tok}
+	g, err := NewGuard(cfg, tok, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains, _, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: len(tr.Turns)}}, RunOptions{Chains: 1, Sampling: Sampling{Greedy: true, Temperature: 1, TopP: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepped := stepThrough(t, g, []*dataset.Trajectory{tr})[0]
+	for k, want := range chains[0].Turns {
+		if !slices.Equal(stepped[k].Memory.Prompt, want.Memory.Prompt) || !slices.Equal(stepped[k].Judge.Prompt, want.Judge.Prompt) {
+			t.Errorf("turn %d: prompts differ:\nstep: %s\nrun:  %s", k, tok.Decode(stepped[k].Judge.Prompt, false), tok.Decode(want.Judge.Prompt, false))
+		}
+	}
+	if p := tok.Decode(stepped[1].Judge.Prompt, false); !strings.Contains(p, "tokens elided ...]") || !strings.Contains(p, `"to": "a@b.c"`) {
+		t.Errorf("the long argument is not elided in place: %s", p)
+	}
+}
