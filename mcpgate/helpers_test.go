@@ -280,7 +280,9 @@ type harness struct {
 	cancel context.CancelFunc
 }
 
-func newHarness(t *testing.T, opts Options) *harness {
+// newHarness builds the harness; tokens, if given, authenticate the
+// guard's API.
+func newHarness(t *testing.T, opts Options, tokens ...*serve.Tokens) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	store, err := serve.OpenStore(dir, time.Second)
@@ -289,7 +291,11 @@ func newHarness(t *testing.T, opts Options) *harness {
 	}
 	h := &harness{t: t, store: store, model: &scripted{tok: qwenTokenizer(t), reject: []string{"write_file"}}, down: newDownstream(t),
 		audit: filepath.Join(dir, "audit.jsonl")}
-	if h.guard, err = serve.New(serve.Options{Config: serve.DefaultConfig(), Rollout: rollout.DefaultConfig(), Store: store}); err != nil {
+	so := serve.Options{Config: serve.DefaultConfig(), Rollout: rollout.DefaultConfig(), Store: store}
+	if len(tokens) > 0 {
+		so.Tokens = tokens[0]
+	}
+	if h.guard, err = serve.New(so); err != nil {
 		t.Fatal(err)
 	}
 	g, err := rollout.NewGuard(rollout.DefaultConfig(), h.model.tok, h.model)
