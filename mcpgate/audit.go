@@ -36,7 +36,7 @@ type Record struct {
 	Rationale     string          `json:"rationale,omitempty"`
 	MemoryVersion int             `json:"memory_version,omitempty"` // the memory version the judge read
 	GuardTokens   int             `json:"guard_tokens,omitempty"`
-	GuardMS       int64           `json:"guard_ms"` // from the call's arrival to the guard's answer
+	GuardMS       int64           `json:"guard_ms,omitempty"` // decision: from the call's arrival to the guard's answer
 	Forwarded     bool            `json:"forwarded"`
 	Monitor       bool            `json:"monitor,omitempty"`       // --monitor: forwarded whatever the decision
 	Error         string          `json:"error,omitempty"`         // why the guard did not decide, or why the forwarded call failed

@@ -15,9 +15,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestRefusedCalls: a call the gateway refuses gets a JSON-RPC error
-// naming what is wrong, reaches neither the guard nor the downstream, and
-// the session goes on.
+// TestRefusedCalls: a call the gateway refuses gets a tool result with
+// isError naming what is wrong (as an SDK server reports an unknown tool
+// or bad arguments), reaches neither the guard nor the downstream, is
+// audited, and the session goes on.
 func TestRefusedCalls(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, Options{})
@@ -29,14 +30,17 @@ func TestRefusedCalls(t *testing.T) {
 		want string
 	}{
 		{"a tool the downstream does not list", "delete_everything", map[string]any{}, `mageguard: unknown tool "delete_everything": the downstream MCP server does not list it; the call was not run`},
-		{"arguments that are no object", "read_file", []int{1}, "mageguard: arguments: want a JSON object"},
-		{"a key given twice", "read_file", json.RawMessage(`{"path": "a", "path": "notes.txt"}`), "mageguard: arguments.path: given twice"},
+		{"arguments that are no object", "read_file", []int{1}, "mageguard: arguments: want a JSON object; the call was not run"},
+		{"a key given twice", "read_file", json.RawMessage(`{"path": "a", "path": "notes.txt"}`), "mageguard: arguments.path: given twice; the call was not run"},
 	} {
-		_, err := c.call(ctx, tc.tool, tc.args, nil)
-		var we *jsonrpc.Error
-		if !errors.As(err, &we) || we.Code != codeInvalidParams || !strings.Contains(we.Message, tc.want) {
-			t.Errorf("%s: error %v, want code %d with %q", tc.name, err, codeInvalidParams, tc.want)
+		res, err := c.call(ctx, tc.tool, tc.args, nil)
+		if err != nil || !res.IsError || text(res) != tc.want {
+			t.Errorf("%s: %v %+v, want the error result %q", tc.name, err, res, tc.want)
 		}
+	}
+	var we *jsonrpc.Error
+	if _, err := c.call(ctx, "read_file", map[string]any{"path": "x"}, mcp.Meta{MetaUserPrompt: 1}); !errors.As(err, &we) || we.Code != codeInvalidParams {
+		t.Errorf("a _meta user prompt that is no string: %v", err)
 	}
 	if got := h.down.called(); len(got) != 0 {
 		t.Errorf("the downstream got %v", got)
@@ -45,7 +49,7 @@ func TestRefusedCalls(t *testing.T) {
 		t.Errorf("the guard ran %d generations", n)
 	}
 	recs := h.records()
-	if len(recs) != 1 || recs[0].Tool != "delete_everything" || recs[0].Forwarded || recs[0].Error == "" {
+	if len(recs) != 3 || recs[0].Tool != "delete_everything" || recs[0].Forwarded || recs[0].Error == "" || recs[2].Error != "arguments.path: given twice" {
 		t.Errorf("audit: %+v", recs)
 	}
 	if res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil); err != nil || res.IsError {
@@ -146,7 +150,6 @@ func TestMalformedJSONRPC(t *testing.T) {
 	}{
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":5}}`, codeInvalidParams},
 		{`{"jsonrpc":"2.0","id":3,"method":"no/such/method","params":{}}`, -32601},
-		{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"read_file","arguments":"x"}}`, codeInvalidParams},
 	} {
 		send(c.msg)
 		if r := read(); r.Error == nil || r.Error.Code != c.code {

@@ -24,10 +24,12 @@ import (
 // notRun is the observation of a blocked call: what happened to it.
 const notRun = "(not run: the guard blocked this call)"
 
-// callTool runs one tools/call: the tool must be one the downstream lists;
-// the guard's step decides; the decision is audited; then the call is
-// forwarded, or answered as blocked. A session's calls run one at a time,
-// each step reading the previous call's result.
+// callTool runs one tools/call: the tool must be one the downstream lists
+// and its arguments a JSON object (else the call is refused with a tool
+// result with isError, as the SDKs report a tool's bad input); the guard's
+// step decides; the decision is audited; then the call is forwarded, or
+// answered as blocked. A session's calls run one at a time, each step
+// reading the previous call's result.
 func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
 	arrived := s.g.now()
 	p := req.Params
@@ -55,11 +57,13 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	if !known {
 		rec.Error = "unknown tool: the downstream server does not list it"
 		s.g.audit(rec)
-		return nil, rpcError(codeInvalidParams, "mageguard: unknown tool %q: the downstream MCP server does not list it; the call was not run", p.Name)
+		return refused("mageguard: unknown tool %q: the downstream MCP server does not list it; the call was not run", p.Name), nil
 	}
 	areq, err := s.assessRequest(p.Name, p.Arguments, meta)
 	if err != nil {
-		return nil, err
+		rec.Error = err.Error()
+		s.g.audit(rec)
+		return refused("mageguard: %s; the call was not run", err), nil
 	}
 	rec.Arguments = s.g.elide(areq.Action).Arguments
 	ans, err := s.step(ctx, areq, meta)
@@ -96,7 +100,7 @@ func (s *session) undecided(ctx context.Context, fwd *mcp.CallToolParamsRaw, rec
 	var ae *serve.APIError
 	if errors.As(err, &ae) && ae.Status == 400 {
 		s.g.audit(rec)
-		return nil, rpcError(codeInvalidParams, "mageguard: %s", strings.TrimPrefix(ae.Message, "action."))
+		return refused("mageguard: %s; the call was not run", strings.TrimPrefix(ae.Message, "action.")), nil
 	}
 	if ctx.Err() != nil {
 		s.g.audit(rec)
@@ -108,12 +112,18 @@ func (s *session) undecided(ctx context.Context, fwd *mcp.CallToolParamsRaw, rec
 	if err := s.g.audit(rec); err != nil {
 		s.g.log.Error("audit", "error", err.Error())
 	}
-	text := fmt.Sprintf("mageguard could not assess this call to %s (%s); the call was not run.", fwd.Name, rec.Error)
 	if ae != nil && ae.Code == "session_blocked" {
-		text = fmt.Sprintf("mageguard: this session is blocked since the guard blocked one of its calls; the call to %s was not run. "+
-			"An operator can resume the session (guard session %s: POST /v1/sessions/%s/resume).", fwd.Name, s.guardID, s.guardID)
+		return refused("mageguard: this session is blocked since the guard blocked one of its calls; the call to %s was not run. "+
+			"An operator can resume the session (guard session %s: POST /v1/sessions/%s/resume).", fwd.Name, s.guardID, s.guardID), nil
 	}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+	return refused("mageguard could not assess this call to %s (%s); the call was not run.", fwd.Name, rec.Error), nil
+}
+
+// refused is a tool result with isError: a call the gateway did not run,
+// and why (as a tool's own errors are reported, so the agent's model
+// reads it).
+func refused(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
 }
 
 // forwardCall audits the decision to forward (the call does not go out if
@@ -146,7 +156,7 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 
 // assessRequest is the guard's request for a call, parsed by serve's
 // strict parser from what the client sent: the call, the previous call's
-// result and the new user messages. Refusals are JSON-RPC invalid params.
+// result and the new user messages. A refusal names the field at fault.
 func (s *session) assessRequest(name string, args json.RawMessage, meta string) (*serve.AssessRequest, error) {
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
@@ -160,11 +170,11 @@ func (s *session) assessRequest(name string, args json.RawMessage, meta string) 
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
-		return nil, rpcError(codeInvalidParams, "mageguard: the call's arguments: %v", err)
+		return nil, fmt.Errorf("arguments: %w", err)
 	}
 	req, err := serve.ParseAssess(data)
 	if err != nil {
-		return nil, rpcError(codeInvalidParams, "mageguard: %s", strings.TrimPrefix(err.Error(), "action."))
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "action."))
 	}
 	return req, nil
 }
