@@ -240,3 +240,31 @@ func TestRootsListChanged(t *testing.T) {
 	cl.AddRoots(&mcp.Root{URI: "file:///other"})
 	<-h.down.rootsSeen
 }
+
+// TestSessionsShareBatches: the calls of two client sessions that arrive
+// together are decided in one generation batch.
+func TestSessionsShareBatches(t *testing.T) {
+	ctx := context.Background()
+	cfg := serve.DefaultConfig()
+	cfg.MaxWaitMS = 2000 // the first step waits for the second
+	cfg.BatchSize = 2
+	h := newHarnessConfig(t, Options{Task: "Read my notes"}, cfg)
+	a, b := h.connect(ctx), h.connect(ctx)
+	errs := make(chan error, 2)
+	for _, c := range []*client{a, b} {
+		go func() {
+			_, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.model.mu.Lock()
+	defer h.model.mu.Unlock()
+	if !slices.Equal(h.model.batches, []int{2, 2}) {
+		t.Errorf("generation calls of %v rows, want [2 2] (memory, judge)", h.model.batches)
+	}
+}

@@ -43,6 +43,7 @@ type scripted struct {
 
 	mu      sync.Mutex
 	prompts []string
+	batches []int // rows of each generation call
 }
 
 const (
@@ -54,6 +55,9 @@ func (f *scripted) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollo
 	end, _ := f.tok.TokenID("<|im_end|>")
 	approveID, _ := f.tok.TokenID("approve")
 	rejectID, _ := f.tok.TokenID("reject")
+	f.mu.Lock()
+	f.batches = append(f.batches, len(reqs))
+	f.mu.Unlock()
 	var out []rollout.Completion
 	for _, r := range reqs {
 		p := f.tok.Decode(r.Prompt, false)
@@ -283,6 +287,11 @@ type harness struct {
 // newHarness builds the harness; tokens, if given, authenticate the
 // guard's API.
 func newHarness(t *testing.T, opts Options, tokens ...*serve.Tokens) *harness {
+	return newHarnessConfig(t, opts, serve.DefaultConfig(), tokens...)
+}
+
+// newHarnessConfig is newHarness with a serve section.
+func newHarnessConfig(t *testing.T, opts Options, cfg serve.Config, tokens ...*serve.Tokens) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	store, err := serve.OpenStore(dir, time.Second)
@@ -291,7 +300,7 @@ func newHarness(t *testing.T, opts Options, tokens ...*serve.Tokens) *harness {
 	}
 	h := &harness{t: t, store: store, model: &scripted{tok: qwenTokenizer(t), reject: []string{"write_file"}}, down: newDownstream(t),
 		audit: filepath.Join(dir, "audit.jsonl")}
-	so := serve.Options{Config: serve.DefaultConfig(), Rollout: rollout.DefaultConfig(), Store: store}
+	so := serve.Options{Config: cfg, Rollout: rollout.DefaultConfig(), Store: store}
 	if len(tokens) > 0 {
 		so.Tokens = tokens[0]
 	}

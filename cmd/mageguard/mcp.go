@@ -32,6 +32,7 @@ type mcpRun struct {
 	command                      []string // the downstream's command and arguments (after --)
 	listen, api, tlsCert, tlsKey string
 	allowedHosts                 []string
+	idle                         time.Duration // --listen: a client session idle this long is closed
 	monitor                      bool
 	tokens                       *serve.Tokens
 	stdin                        io.Reader
@@ -118,6 +119,7 @@ refused. docs/mcp.md has client configurations.`,
 	fl.StringVar(&r.listen, "listen", "", "serve MCP over Streamable HTTP at http://HOST:PORT/mcp instead of stdio")
 	fl.StringVar(&r.api, "api", "", "with stdio: serve the sessions API (/v1/, /healthz, /metrics) at HOST:PORT")
 	fl.StringArrayVar(&r.allowedHosts, "allowed-host", nil, "a Host / Origin name to accept besides loopback's (repeatable)")
+	fl.DurationVar(&r.idle, "idle-timeout", 30*time.Minute, "with --listen: close a client session (and its downstream) idle this long (0: never)")
 	fl.StringVar(&r.tlsCert, "tls-cert", "", "TLS certificate (PEM) to serve HTTPS")
 	fl.StringVar(&r.tlsKey, "tls-key", "", "TLS private key (PEM)")
 	auth.register(cmd)
@@ -151,6 +153,8 @@ func (r *mcpRun) check(args []string, auth authFlags) error {
 		return errors.New("mcp: give --tls-cert and --tls-key together")
 	case r.tlsCert != "" && r.listen == "" && r.api == "":
 		return errors.New("mcp: --tls-cert needs --listen or --api")
+	case r.idle < 0:
+		return errors.New("mcp: --idle-timeout must be >= 0")
 	case r.cfg.Rollout.Variant != "mage":
 		return fmt.Errorf("mcp: rollout.variant is %q: mcp runs the mage guard (memory + judge)", r.cfg.Rollout.Variant)
 	}
@@ -249,7 +253,7 @@ func (r *mcpRun) run(ctx context.Context) error {
 // httpOptions are the gateway's HTTP options for --listen.
 func (r *mcpRun) httpOptions(api http.Handler) mcpgate.HTTPOptions {
 	return mcpgate.HTTPOptions{Tokens: r.tokens, API: api, AllowedHosts: r.allowedHosts,
-		AnyHost: !loopback(r.listen) && len(r.allowedHosts) == 0}
+		AnyHost: !loopback(r.listen) && len(r.allowedHosts) == 0, SessionTimeout: r.idle}
 }
 
 // serveHTTP serves h on ln and loads the guard meanwhile (load; nil:

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mageguard/mageguard/mcpgate"
+	"github.com/mageguard/mageguard/serve"
 )
 
 // testServerEnv makes the test binary an MCP server over stdio (a
@@ -103,7 +104,8 @@ func TestMCPCommand(t *testing.T) {
 		cmd.SetIn(inR)
 		cmd.SetOut(outW)
 		cmd.SetErr(&stderr)
-		cmd.SetArgs(append(append([]string{"mcp", "--state", state, "--monitor", "--task", "Summarise notes.txt"}, mcpSettings(ckpt)...), "--", self))
+		cmd.SetArgs(append(append([]string{"mcp", "--state", state, "--monitor", "--task", "Summarise notes.txt", "--api", "127.0.0.1:0", "--insecure-no-auth"},
+			mcpSettings(ckpt)...), "--", self))
 		done := make(chan error, 1)
 		go func() { done <- cmd.ExecuteContext(context.Background()); outW.Close() }()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -116,6 +118,16 @@ func TestMCPCommand(t *testing.T) {
 			t.Errorf("server name %q, want the downstream's", name)
 		}
 		driveMCPSession(t, ctx, cs, filepath.Join(state, "audit.jsonl"))
+		// The sessions API beside stdio (--api) has the guard session.
+		api := regexp.MustCompile(`mcp: listening on (http://[^ ]+)`).FindStringSubmatch(stderr.String())
+		if api == nil {
+			t.Fatalf("no API address in\n%s", stderr.String())
+		}
+		var list serve.SessionList
+		if code := (&client{t: t, base: api[1]}).call("GET", "/v1/sessions", nil, &list); code != 200 || len(list.Sessions) != 1 ||
+			list.Sessions[0].StepCount != 2 || list.Sessions[0].UserPrompt != "Summarise notes.txt" {
+			t.Errorf("GET /v1/sessions on --api: %d %+v", code, list)
+		}
 		cs.Close()
 		if err := <-done; err != nil {
 			t.Errorf("mcp: %v\n%s", err, stderr.String())
