@@ -239,7 +239,13 @@ func (r *mcpRun) run(ctx context.Context) error {
 			return fmt.Errorf("mcp: --api: %w", err)
 		}
 		api := mcpgate.CheckOrigin(r.allowedHosts, !loopback(r.api) && len(r.allowedHosts) == 0, srv.Handler())
-		go r.serveHTTP(ctx, ln, api, srv, nil)
+		apiCtx, stopAPI := context.WithCancel(ctx)
+		apiDone := make(chan struct{})
+		go func() {
+			r.serveHTTP(apiCtx, ln, api, srv, nil)
+			close(apiDone)
+		}()
+		defer func() { stopAPI(); <-apiDone }() // before the store closes
 	}
 	fmt.Fprintf(r.stderr, "mcp: ready on stdio\n")
 	err = gw.Server().Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(r.stdin), Writer: nopWriteCloser{r.stdout}})
@@ -297,8 +303,10 @@ func (r *mcpRun) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler,
 	defer cancel()
 	hs.Shutdown(shutdown) // open SSE streams do not end by themselves
 	hs.Close()
-	srv.Close()
-	fmt.Fprintf(r.stderr, "mcp: stopped\n")
+	if load != nil {
+		srv.Close()
+		fmt.Fprintf(r.stderr, "mcp: stopped\n")
+	}
 	return nil
 }
 
