@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash mcp-e2e fuzz parquet-flip learn learn-gamma
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e fuzz parquet-flip learn learn-gamma
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -66,8 +66,8 @@ acceptance-sweep: build
 # Proof that training makes a guard (docs/learning.md): synthetic train and
 # held-out files, a tiny model taught to copy, warm-started with 400 SFT
 # steps, then GRPO with two seeds; the held-out table of random init,
-# judge-only, SFT and SFT + GRPO (the GRPO seeds side by side). 26 min 36 s
-# on a 2-core machine (measured as one command). Leaves the guard
+# judge-only, SFT and SFT + GRPO (the GRPO seeds side by side); its time is
+# in docs/learning.md. Leaves the guard
 # in $(LEARN_OUT)/guard/, its eval config in $(LEARN_OUT)/guard.yaml and the
 # table in $(LEARN_OUT)/results.md.
 LEARN_OUT ?= runs/learn
@@ -76,8 +76,8 @@ learn: build
 
 # The γ experiment (docs/learning.md): GRPO from a myopic warm start with
 # γ = 0 and γ = 0.5 under a tight memory length threshold, 3 seeds each;
-# the table of F1 and recall at gap >= 3 in $(LEARN_GAMMA_OUT)/results.md.
-# 33 min 51 s on a 2-core machine (measured as one command).
+# the table of F1 and recall at gap >= 3 in $(LEARN_GAMMA_OUT)/results.md
+# (its time: docs/learning.md).
 LEARN_GAMMA_OUT ?= runs/learn-gamma
 learn-gamma: build
 	scripts/learn-gamma.sh $(LEARN_GAMMA_OUT)
@@ -102,6 +102,19 @@ serve-load:
 # half-updated, and the agents' retries (by step index) store nothing twice.
 serve-crash:
 	MAGEGUARD_SERVE_CRASH=1 $(GO) test -count=1 -v -timeout 15m -run '^TestServeCrash$$' ./cmd/mageguard
+
+# The abuse test of `mageguard serve` (not part of `make test`): a normal
+# session of SERVE_ABUSE_STEPS steps alone, then beside a hostile session
+# sending long actions and messages as fast as it is answered; the normal
+# session must keep its decisions and its median and mean latency within
+# 2x of running alone. Figures in $(SERVE_ABUSE_OUT).
+SERVE_ABUSE_STEPS ?= 24
+SERVE_ABUSE_OUT   ?= runs/serve-abuse.json
+serve-abuse:
+	mkdir -p $(dir $(SERVE_ABUSE_OUT))
+	MAGEGUARD_SERVE_ABUSE=$(abspath $(SERVE_ABUSE_OUT)) MAGEGUARD_SERVE_ABUSE_STEPS=$(SERVE_ABUSE_STEPS) \
+	  $(GO) test -count=1 -v -timeout 15m -run '^TestServeAbuse$$' ./cmd/mageguard
+
 # `mageguard mcp` with real MCP clients and servers (not part of `make test`:
 # it installs npm packages into a temporary folder, so it needs the npm
 # registry): the official conformance suite against server-everything and
@@ -132,14 +145,17 @@ FUZZ_TARGETS := \
 	./model/safetensors:FuzzSafetensors \
 	./model:FuzzParseConfig \
 	./config:FuzzLoad \
-	./rollout:FuzzParseToolCall \
-	./rollout:FuzzEscapeDelimiters \
+	./rollout/prompt:FuzzParseToolCall \
+	./rollout/prompt:FuzzEscapeDelimiters \
 	./model/tokenizer:FuzzEncodeUntrusted \
 	./model/tokenizer:FuzzSplit \
 	./model/tokenizer:FuzzParse \
+	./model/tokenizer:FuzzLoadWithin \
 	./eval:FuzzDecodeDecisions \
 	./eval:FuzzReadReport \
-	./internal/strictjson:FuzzCheck
+	./internal/strictjson:FuzzCheck \
+	./internal/strictjson:FuzzObject \
+	./serve:FuzzParseRequest
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

@@ -17,8 +17,8 @@ import (
 type Config struct {
 	Model   model.Settings  `yaml:"model"`   // the checkpoint or random architecture, backend, tokenizer
 	Rollout rollout.Config  `yaml:"rollout"` // prompts, sampling, G, token budgets, structured decoding
-	Rewards rewards.Config  `yaml:"rewards"` // judge/memory rewards and penalties (DESIGN.md "Rewards")
-	GRPO    grpo.Config     `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (DESIGN.md "Turn-wise GRPO")
+	Rewards rewards.Config  `yaml:"rewards"` // judge/memory rewards and penalties (docs/design.md#rewards)
+	GRPO    grpo.Config     `yaml:"grpo"`    // turn-wise GRPO objective and AdamW (docs/design.md#turn-wise-grpo)
 	Train   train.Config    `yaml:"train"`   // the training loop: data, steps, checkpoints, logs
 	SFT     train.SFTConfig `yaml:"sft"`     // the supervised warm start's teacher (`mageguard sft`)
 	Sweep   sweep.Config    `yaml:"sweep"`   // grid of config points for `mageguard sweep`

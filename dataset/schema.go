@@ -1,8 +1,8 @@
-// Package dataset holds mageguard's trajectory schema (DESIGN.md, "Trajectory
-// schema"), its streaming JSONL and Parquet readers and writers, validation of
-// every record, and the operations on whole files: stats, task-disjoint
-// splits, subsets and comparisons. Importers of benchmark logs live in
-// subpackages (dataset/agentdojo).
+// Package dataset holds mageguard's trajectory schema
+// (docs/design.md#trajectory-schema), its streaming JSONL and Parquet readers
+// and writers, validation of every record, and the operations on whole files:
+// stats, task-disjoint splits, subsets and comparisons. Importers of benchmark
+// logs live in subpackages (dataset/agentdojo).
 //
 // A file's format is chosen by its extension: ".jsonl" (one JSON object a
 // line) or ".parquet" (the same fields, turns nested as a list of structs, the

@@ -11,7 +11,7 @@ import (
 )
 
 // TurnBuckets are the turns-per-trajectory buckets of the stats histogram
-// (those of ../shared/data/agentdojo/README.md): [Lo, Hi], Hi < 0 = no bound.
+// (those of the AgentDojo reference labels' figures): [Lo, Hi], Hi < 0 = no bound.
 var TurnBuckets = []struct {
 	Label  string
 	Lo, Hi int

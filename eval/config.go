@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // Config is the `eval` section: which trajectories `mageguard eval` runs
@@ -57,7 +58,7 @@ func (c *Config) Validate() error {
 // votes) and the default chunk size from the rollout section r.
 func (c *Config) Options(r rollout.Config) Options {
 	o := Options{
-		Sampling: rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1, Seed: c.Seed},
+		Sampling: generate.Sampling{Greedy: true, Temperature: 1, TopP: 1, Seed: c.Seed},
 		Votes:    c.Votes,
 		Limit:    c.Limit,
 		Chunk:    c.Chunk,
@@ -65,10 +66,10 @@ func (c *Config) Options(r rollout.Config) Options {
 		MemoryCalls: r.Variant == "mage",
 	}
 	if !c.Greedy {
-		o.Sampling = rollout.Sampling{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP, Seed: c.Seed}
+		o.Sampling = generate.Sampling{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP, Seed: c.Seed}
 	}
 	if c.Votes > 1 {
-		o.VoteSampling = rollout.Sampling{Temperature: c.VoteTemperature, TopK: r.TopK, TopP: r.TopP, Seed: c.Seed}
+		o.VoteSampling = generate.Sampling{Temperature: c.VoteTemperature, TopK: r.TopK, TopP: r.TopP, Seed: c.Seed}
 	}
 	if o.Chunk == 0 {
 		o.Chunk = r.BatchSize

@@ -1,5 +1,5 @@
 // Package eval turns a guard's per-turn decisions into the metrics of
-// DESIGN.md ("Metrics") and into reports a person reads.
+// docs/design.md#metrics and into reports a person reads.
 //
 // The flow is: the guard loop (package rollout) writes one Decision per
 // trajectory × turn to decisions.jsonl; Compute derives report.json's
@@ -23,6 +23,7 @@ import (
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/strictjson"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Decision is one line of decisions.jsonl: what the guard decided at one
@@ -157,13 +158,13 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "turn": %d, want >= 0`, d.Turn)
 	case d.Label != 0 && d.Label != 1:
 		return fmt.Errorf(`field "label": %d, want 0 or 1`, d.Label)
-	case d.Decision != rollout.DecisionApprove && d.Decision != rollout.DecisionReject:
+	case d.Decision != prompt.DecisionApprove && d.Decision != prompt.DecisionReject:
 		return fmt.Errorf(`field "decision": %q, want "approve" or "reject"`, d.Decision)
 	case !d.Attack && d.Label == 1:
 		return errors.New(`field "label": 1 on a benign run ("attack": false), whose actions are all 0`)
 	case !d.Attack && d.AttackType != nil:
 		return fmt.Errorf(`field "attack_type": %q on a benign run ("attack": false), want null`, *d.AttackType)
-	case !d.JudgeParsed && len(d.Votes) == 0 && d.Decision != rollout.DecisionReject:
+	case !d.JudgeParsed && len(d.Votes) == 0 && d.Decision != prompt.DecisionReject:
 		return fmt.Errorf(`field "decision": %q with "judge_parsed": false and no votes, want the fallback "reject"`, d.Decision)
 	case d.MemoryChars < 0:
 		return fmt.Errorf(`field "memory_chars": %d, want >= 0`, d.MemoryChars)
@@ -183,7 +184,7 @@ func (d *Decision) Validate() error {
 		return fmt.Errorf(`field "score": %g with "judge_parsed": false and no votes, want the fallback's 1`, *d.Score)
 	}
 	for i, v := range d.Votes {
-		if v != rollout.DecisionApprove && v != rollout.DecisionReject {
+		if v != prompt.DecisionApprove && v != prompt.DecisionReject {
 			return fmt.Errorf(`field "votes": vote %d is %q, want "approve" or "reject"`, i, v)
 		}
 	}

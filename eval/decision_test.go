@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 const goodLine = `{"trajectory_id":"t1","suite":"banking","attack_type":null,"attack":false,"utility":true,"turn":0,"label":0,"decision":"approve","judge_parsed":true,"memory_parsed":true,"memory_chars":12,"guard_tokens":100,"prefix_tokens":40}`
@@ -19,7 +19,7 @@ func TestReadDecisionsGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ds) != 2 || ds[0].AttackType != nil || ds[0].Utility == nil || !*ds[0].Utility ||
-		ds[1].Turn != 1 || ds[1].Decision != rollout.DecisionReject || ds[0].GuardTokens != 100 || ds[0].PrefixTokens != 40 {
+		ds[1].Turn != 1 || ds[1].Decision != prompt.DecisionReject || ds[0].GuardTokens != 100 || ds[0].PrefixTokens != 40 {
 		t.Fatalf("got %+v", ds)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // TestDemoReport writes an example report from synthetic decisions (MAGE
@@ -37,9 +37,9 @@ func TestDemoReport(t *testing.T) {
 			if attack && k >= start && k < start+h {
 				lab = 1
 			}
-			dec := rollout.DecisionApprove
+			dec := prompt.DecisionApprove
 			if (lab == 1 && rng.Float64() < 0.7) || rng.Float64() < 0.05 {
-				dec = rollout.DecisionReject
+				dec = prompt.DecisionReject
 			}
 			d := Decision{TrajectoryID: id, Suite: suites[i%4], AttackType: at, Attack: attack, Utility: ptr(i%5 != 0),
 				Turn: k, Label: lab, Decision: dec, JudgeParsed: true, MemoryParsed: ptr(true), MemoryChars: 400,

@@ -8,14 +8,16 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // TestNothingToEvaluateIsAnError: an empty eval file (which gave exit 0
 // and an all-null report) and one whose trajectories have no action are
 // errors, and EvaluateInto writes nothing.
 func TestNothingToEvaluateIsAnError(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	g, err := rollout.NewGuard(rollout.DefaultConfig(), tok, &scriptedGuard{tok: tok})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +32,7 @@ func TestNothingToEvaluateIsAnError(t *testing.T) {
 		{"no action", []*dataset.Trajectory{noAction, noAction}, "nothing to evaluate: 2 trajectories, none with an action"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			opts := Options{Sampling: rollout.Sampling{Greedy: true}}
+			opts := Options{Sampling: generate.Sampling{Greedy: true}}
 			if _, _, err := Evaluate(context.Background(), g, c.trajs, opts, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Evaluate: %v, want %q", err, c.want)
 			}

@@ -3,10 +3,10 @@ package eval
 import (
 	"sync"
 
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
-// Meter is a rollout.Generator that passes every generation call on to
+// Meter is a generate.Generator that passes every generation call on to
 // Generator and then tells the Evaluate watching it (Options.Meter) how
 // many rows and tokens the call produced. Guard.Run steps turn by turn
 // inside a chunk of trajectories, so a guard built on a Meter lets Evaluate
@@ -17,14 +17,14 @@ import (
 //	guard, err := rollout.NewGuard(cfg, tok, meter)
 //	opts.Meter = meter
 type Meter struct {
-	Generator rollout.Generator
+	Generator generate.Generator
 
 	mu    sync.Mutex
 	after func(rows, promptTokens, newTokens int) error
 }
 
-// Generate implements rollout.Generator.
-func (m *Meter) Generate(reqs []rollout.Request, s rollout.Sampling) ([]rollout.Completion, error) {
+// Generate implements generate.Generator.
+func (m *Meter) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 	out, err := m.Generator.Generate(reqs, s)
 	if err != nil {
 		return out, err

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -24,14 +24,14 @@ func traj(id, suite string, attackType *string, attack bool, utility *bool, labe
 	for i := range labels {
 		d := Decision{
 			TrajectoryID: id, Suite: suite, AttackType: attackType, Attack: attack, Utility: utility,
-			Turn: i, Label: int(labels[i] - '0'), Decision: rollout.DecisionApprove, JudgeParsed: true,
+			Turn: i, Label: int(labels[i] - '0'), Decision: prompt.DecisionApprove, JudgeParsed: true,
 			MemoryParsed: ptr(true), MemoryChars: 100, GuardTokens: 10, PrefixTokens: 4,
 		}
 		switch decisions[i] {
 		case 'R':
-			d.Decision = rollout.DecisionReject
+			d.Decision = prompt.DecisionReject
 		case 'F':
-			d.Decision, d.JudgeParsed = rollout.DecisionReject, false
+			d.Decision, d.JudgeParsed = prompt.DecisionReject, false
 		}
 		out = append(out, d)
 	}
@@ -240,7 +240,7 @@ func TestComputeVotes(t *testing.T) {
 	for i := range ds {
 		ds[i].GuardTokens, ds[i].VoteTokens = 30, 20 // K = 3: two extra judge calls of 10 tokens
 	}
-	ds[1].Votes = []string{rollout.DecisionReject, rollout.DecisionApprove, rollout.DecisionReject}
+	ds[1].Votes = []string{prompt.DecisionReject, prompt.DecisionApprove, prompt.DecisionReject}
 	r := Compute(ds, 0)
 	checkMetrics(t, "votes", r.Metrics, want{
 		"vote_token_cost_online":     f(40, 1), // turns 0 and 1

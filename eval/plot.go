@@ -1,9 +1,7 @@
 package eval
 
 import (
-	"bytes"
 	"fmt"
-	"image/color"
 	"sort"
 	"strconv"
 
@@ -11,39 +9,14 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/mageguard/mageguard/internal/chart"
 )
-
-// Plot size (PNG at 96 dpi: 672 × 432 pixels).
-const (
-	plotWidth  = 7 * vg.Inch
-	plotHeight = 4.5 * vg.Inch
-)
-
-// renderPNG renders p as PNG bytes.
-func renderPNG(p *plot.Plot) ([]byte, error) {
-	wt, err := p.WriterTo(plotWidth, plotHeight, "png")
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// noData marks an empty plot in its title.
-func noData(p *plot.Plot) {
-	p.Title.Text += " (no data)"
-	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
-}
 
 // plotHorizon draws ASR and BU (in %) against the attack horizon, skipping
 // horizons where a metric is undefined.
 func plotHorizon(r Report) ([]byte, error) {
-	p := plot.New()
-	p.Title.Padding = vg.Points(6)
-	p.Title.Text = "ASR and BU by horizon"
+	p := chart.New("ASR and BU by horizon")
 	p.X.Label.Text = "horizon (malicious actions in the run)"
 	p.Y.Label.Text = "%"
 	p.Legend.Top = true
@@ -74,17 +47,15 @@ func plotHorizon(r Report) ([]byte, error) {
 			continue
 		}
 		drawn = true
-		line, points, err := plotter.NewLinePoints(xys)
+		line, points, err := chart.LinePoints(xys, i)
 		if err != nil {
 			return nil, err
 		}
-		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
-		points.Shape = plotutil.Shape(i)
 		p.Add(line, points)
 		p.Legend.Add(s.name, line, points)
 	}
 	if !drawn {
-		noData(p)
+		chart.NoData(p)
 	} else {
 		// Leave room for the legend above 100% and for the points at the ends.
 		p.Y.Min, p.Y.Max = 0, 115
@@ -96,63 +67,21 @@ func plotHorizon(r Report) ([]byte, error) {
 			m := r.ByHorizon[strconv.Itoa(h)]
 			runs[float64(h)] = fmt.Sprintf("%d\n(%d runs)", h, m.NAttack+m.NBenign)
 		}
-		p.X.Tick.Marker = integerTicks{labels: runs}
+		p.X.Tick.Marker = chart.IntegerTicks{Labels: runs}
 	}
 	p.Add(plotter.NewGrid())
-	return renderPNG(p)
-}
-
-// integerTicks puts a tick on every integer (labelled on at most ~20 of
-// them), with labels[v] as the label of v when given.
-type integerTicks struct{ labels map[float64]string }
-
-func (it integerTicks) Ticks(min, max float64) []plot.Tick {
-	step := 1
-	for (int(max)-int(min))/step > 20 {
-		step *= 2
-	}
-	var ts []plot.Tick
-	for v := int(min) - 1; v <= int(max)+1; v++ {
-		if float64(v) < min || float64(v) > max {
-			continue
-		}
-		t := plot.Tick{Value: float64(v)}
-		if v%step == 0 {
-			t.Label = strconv.Itoa(v)
-			if l, ok := it.labels[float64(v)]; ok {
-				t.Label = l
-			}
-		}
-		ts = append(ts, t)
-	}
-	return ts
-}
-
-// plainTicks are gonum's default ticks labelled without trailing zeros
-// ("25000", not "25000.00").
-type plainTicks struct{}
-
-func (plainTicks) Ticks(min, max float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(min, max)
-	for i := range ts {
-		if ts[i].Label != "" {
-			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
-		}
-	}
-	return ts
+	return chart.PNG(p)
 }
 
 // plotLatency draws the detection-latency histogram as bars, one per
 // latency from the smallest to the largest seen.
 func plotLatency(hist []LatencyCount) ([]byte, error) {
-	p := plot.New()
-	p.Title.Padding = vg.Points(6)
-	p.Title.Text = "Detection latency (first reject − first malicious turn)"
+	p := chart.New("Detection latency (first reject − first malicious turn)")
 	p.X.Label.Text = "latency (turns; negative = early warning)"
 	p.Y.Label.Text = "attack runs"
 	if len(hist) == 0 {
-		noData(p)
-		return renderPNG(p)
+		chart.NoData(p)
+		return chart.PNG(p)
 	}
 	lo, hi := hist[0].Latency, hist[len(hist)-1].Latency
 	counts := make(plotter.Values, hi-lo+1)
@@ -172,7 +101,7 @@ func plotLatency(hist []LatencyCount) ([]byte, error) {
 	p.Add(bars)
 	p.NominalX(names...)
 	p.Y.Min = 0
-	return renderPNG(p)
+	return chart.PNG(p)
 }
 
 // perTask returns, for each trajectory of ds, its number of turns and its
@@ -208,9 +137,7 @@ func meanByX(xys plotter.XYs) plotter.XYs {
 // number of turns, with the mean per length as a line: for this run and, when
 // given, the baseline (judge-only grows quadratically, MAGE linearly).
 func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
-	p := plot.New()
-	p.Title.Padding = vg.Points(6)
-	p.Title.Text = "Guard tokens per task (all turns, both roles, system prompts included)"
+	p := chart.New("Guard tokens per task (all turns, both roles, system prompts included)")
 	p.X.Label.Text = "turns in the task"
 	p.Y.Label.Text = "guard tokens"
 	p.Legend.Top = true
@@ -237,7 +164,7 @@ func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc.Color = withAlpha(c, 0x60)
+		sc.Color = chart.WithAlpha(c, 0x60)
 		sc.Shape = plotutil.Shape(i)
 		line, err := plotter.NewLine(meanByX(xys))
 		if err != nil {
@@ -249,20 +176,13 @@ func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 		p.Legend.Add(s.name, sc, line)
 	}
 	if !drawn {
-		noData(p)
+		chart.NoData(p)
 	} else {
 		p.X.Min, p.Y.Min = 0, 0
 		p.Y.Max *= 1.15 // room for the legend
-		p.Y.Tick.Marker = plainTicks{}
-		p.X.Tick.Marker = integerTicks{}
+		p.Y.Tick.Marker = chart.PlainTicks{}
+		p.X.Tick.Marker = chart.IntegerTicks{}
 	}
 	p.Add(plotter.NewGrid())
-	return renderPNG(p)
-}
-
-func withAlpha(c color.Color, a uint8) color.Color {
-	r, g, b, _ := c.RGBA()
-	// Premultiplied: scale the channels with the alpha.
-	s := func(v uint32) uint8 { return uint8((v >> 8) * uint32(a) / 0xff) }
-	return color.RGBA{s(r), s(g), s(b), a}
+	return chart.PNG(p)
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 func TestWriteReport(t *testing.T) {
@@ -111,7 +111,7 @@ func TestViolationSummary(t *testing.T) {
 func TestCompare(t *testing.T) {
 	a := Compute(handMade(), 2)
 	votes := traj("A", "s", ptr("x"), true, nil, "01", "AR")
-	votes[1].Votes, votes[1].VoteTokens = []string{rollout.DecisionReject, rollout.DecisionReject, rollout.DecisionApprove}, 5
+	votes[1].Votes, votes[1].VoteTokens = []string{prompt.DecisionReject, prompt.DecisionReject, prompt.DecisionApprove}, 5
 	b := Compute(votes, 0)
 	got := Compare([]NamedReport{{"mage", a}, {"votes|3", b}})
 	lines := strings.Split(strings.TrimSpace(got), "\n")

@@ -8,10 +8,11 @@ package eval
 import (
 	"sort"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/mageguard/mageguard/internal/chart"
 )
 
 // PlotROC is the ROC curve's file, beside WriteReport's other plots.
@@ -143,15 +144,13 @@ func rocCurve(xs []scored) plotter.XYs {
 // plotROC draws the ROC curve of the decisions' scores with the chance diagonal.
 func plotROC(ds []Decision) ([]byte, error) {
 	xs := scoredActions(ds)
-	p := plot.New()
-	p.Title.Padding = vg.Points(6)
-	p.Title.Text = "ROC of the decision score (per action)"
+	p := chart.New("ROC of the decision score (per action)")
 	p.X.Label.Text = "false-positive rate (benign actions blocked)"
 	p.Y.Label.Text = "recall (malicious actions blocked)"
 	auc := rocAUC(xs)
 	if auc == nil {
-		noData(p)
-		return renderPNG(p)
+		chart.NoData(p)
+		return chart.PNG(p)
 	}
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
 	chance, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}})
@@ -170,5 +169,5 @@ func plotROC(ds []Decision) ([]byte, error) {
 	p.Legend.Add("score (AUC "+Format(Field{Kind: Score, Value: auc})+")", curve)
 	p.Legend.Add("chance", chance)
 	p.Legend.Left, p.Legend.Top = false, false
-	return renderPNG(p)
+	return chart.PNG(p)
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // rocCase: malicious actions score 0.9, 0.6, 0.4; benign ones 0.8, 0.4, 0.1.
@@ -66,7 +66,7 @@ func TestReportScores(t *testing.T) {
 		if ds[i].Label == 1 || !ds[i].JudgeParsed {
 			s = 1
 		}
-		if ds[i].Decision == rollout.DecisionApprove && ds[i].Label == 1 {
+		if ds[i].Decision == prompt.DecisionApprove && ds[i].Label == 1 {
 			s = 0.3 // a malicious action scored low
 		}
 		ds[i].Score = &s

@@ -12,6 +12,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // DefaultChunk is the number of trajectories per guard run when
@@ -22,11 +23,11 @@ const DefaultChunk = 32
 // the `eval` and `rollout` sections.
 type Options struct {
 	// Sampling draws the memory and judge calls; Greedy for a plain eval.
-	Sampling rollout.Sampling
+	Sampling generate.Sampling
 	// Votes > 1 makes K = Votes judge calls per turn, each drawn with
 	// VoteSampling, whose majority is the decision (consensus baseline).
 	Votes        int
-	VoteSampling rollout.Sampling
+	VoteSampling generate.Sampling
 	// Limit evaluates only the first Limit trajectories that have an action
 	// (0 = all).
 	Limit int

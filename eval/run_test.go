@@ -10,29 +10,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
-
-var (
-	tokOnce sync.Once
-	tokVal  *tokenizer.Tokenizer
-	tokErr  error
-)
-
-// qwenTokenizer loads the bundled Qwen3 tokenizer once per test binary.
-func qwenTokenizer(t testing.TB) *tokenizer.Tokenizer {
-	tokOnce.Do(func() { tokVal, tokErr = tokenizer.Load("../assets/qwen3") })
-	if tokErr != nil {
-		t.Fatal(tokErr)
-	}
-	return tokVal
-}
 
 // The scripted trajectories tag every action with a marker @<traj><turn>@
 // (in its arguments) and every user prompt with #<traj>#, so the scripted
@@ -65,78 +52,72 @@ type scriptedGuard struct {
 	nJudge map[string]int
 }
 
-const (
-	memReply   = "<tool_call>\n{\"name\": \"update_memory\", \"arguments\": {\"content\": \"%s\"}}\n</tool_call>"
-	judgeReply = "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"decision\": \"%s\", \"rationale\": \"scripted\"}}\n</tool_call>"
-)
-
 func memoryText(key string) string { return "mémoire " + key }
 
-func (s *scriptedGuard) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
+// Generate implements generate.Generator: reply writes the completions.
+func (s *scriptedGuard) Generate(reqs []generate.Request, smp generate.Sampling) ([]generate.Completion, error) {
+	return (&guardtest.Scripted{Tok: s.tok, Reply: s.reply}).Generate(reqs, smp)
+}
+
+// reply is the script: the text of r's completion, recorded in s.calls.
+func (s *scriptedGuard) reply(r generate.Request, p string) (string, error) {
 	if s.nJudge == nil {
 		s.nJudge = map[string]int{}
 	}
-	end, _ := s.tok.TokenID("<|im_end|>")
 	start, _ := s.tok.TokenID("<|im_start|>")
-	var out []rollout.Completion
-	for _, r := range reqs {
-		p := s.tok.Decode(r.Prompt, false)
-		c := call{prompt: p}
-		seen := 0
-		for i, id := range r.Prompt {
-			if id == start {
-				if seen++; seen == 2 {
-					c.prefix = i
-					break
-				}
+	c := call{prompt: p}
+	seen := 0
+	for i, id := range r.Prompt {
+		if id == start {
+			if seen++; seen == 2 {
+				c.prefix = i
+				break
 			}
 		}
-		var reply string
-		if strings.Contains(p, "Update the memory with one update_memory call.") {
-			c.role = "memory"
-			if m := actionMarker.FindAllStringSubmatch(p, -1); m != nil {
-				last := m[len(m)-1]
-				var turn int
-				fmt.Sscan(last[2], &turn)
-				c.key = fmt.Sprintf("%s%d", last[1], turn+1)
-			} else if m := userMarker.FindStringSubmatch(p); m != nil {
-				c.key = m[1] + "0"
-			} else {
-				return nil, fmt.Errorf("scripted: a memory prompt without a marker:\n%s", p)
-			}
-			reply = fmt.Sprintf(memReply, memoryText(c.key))
-			if s.memBad[c.key] {
-				reply = "I would rather not."
-			}
-		} else {
-			c.role = "judge"
-			m := actionMarker.FindAllStringSubmatch(p, -1)
-			if m == nil {
-				return nil, fmt.Errorf("scripted: a judge prompt without a marker:\n%s", p)
-			}
-			last := m[len(m)-1]
-			c.key = last[1] + last[2]
-			c.vote = s.nJudge[c.key]
-			s.nJudge[c.key]++
-			script := s.judge[c.key]
-			if c.vote >= len(script) {
-				return nil, fmt.Errorf("scripted: judge call %d for %s, script %q", c.vote, c.key, script)
-			}
-			switch script[c.vote] {
-			case 'a':
-				reply = fmt.Sprintf(judgeReply, "approve")
-			case 'r':
-				reply = fmt.Sprintf(judgeReply, "reject")
-			default:
-				reply = "approve" // not a tool call: a format violation
-			}
-		}
-		ids := append(s.tok.Encode(reply), end)
-		c.tokens = len(r.Prompt) + len(ids)
-		s.calls = append(s.calls, c)
-		out = append(out, rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
-	return out, nil
+	var reply string
+	if strings.Contains(p, "Update the memory with one update_memory call.") {
+		c.role = "memory"
+		if m := actionMarker.FindAllStringSubmatch(p, -1); m != nil {
+			last := m[len(m)-1]
+			var turn int
+			fmt.Sscan(last[2], &turn)
+			c.key = fmt.Sprintf("%s%d", last[1], turn+1)
+		} else if m := userMarker.FindStringSubmatch(p); m != nil {
+			c.key = m[1] + "0"
+		} else {
+			return "", fmt.Errorf("scripted: a memory prompt without a marker:\n%s", p)
+		}
+		reply = guardtest.MemoryCall(memoryText(c.key))
+		if s.memBad[c.key] {
+			reply = "I would rather not."
+		}
+	} else {
+		c.role = "judge"
+		m := actionMarker.FindAllStringSubmatch(p, -1)
+		if m == nil {
+			return "", fmt.Errorf("scripted: a judge prompt without a marker:\n%s", p)
+		}
+		last := m[len(m)-1]
+		c.key = last[1] + last[2]
+		c.vote = s.nJudge[c.key]
+		s.nJudge[c.key]++
+		script := s.judge[c.key]
+		if c.vote >= len(script) {
+			return "", fmt.Errorf("scripted: judge call %d for %s, script %q", c.vote, c.key, script)
+		}
+		switch script[c.vote] {
+		case 'a':
+			reply = guardtest.JudgeCall("approve", "scripted")
+		case 'r':
+			reply = guardtest.JudgeCall("reject", "scripted")
+		default:
+			reply = "approve" // not a tool call: a format violation
+		}
+	}
+	c.tokens = len(r.Prompt) + len(s.tok.Encode(reply)) + 1 // the reply and <|im_end|>
+	s.calls = append(s.calls, c)
+	return reply, nil
 }
 
 // scriptedTrajectories: zero-action runs first and last (skipped), an
@@ -181,7 +162,7 @@ type wantDecision struct {
 }
 
 func TestEvaluateScripted(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	yes, no := ptr(true), ptr(false)
 	// Plain run: the judge rejects the attack A1, fails on A2 (→ reject);
 	// the memory fails on A1 (keeps A0's memory) and on B0 (stays empty).
@@ -244,8 +225,8 @@ func TestEvaluateScripted(t *testing.T) {
 			var emitted []Decision
 			var progress bytes.Buffer
 			opts := Options{
-				Sampling: rollout.Sampling{Greedy: true, Temperature: 1, TopP: 1}, Votes: c.votes,
-				VoteSampling: rollout.Sampling{Temperature: 1, TopP: 1}, Chunk: c.chunk, Limit: c.limit,
+				Sampling: generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}, Votes: c.votes,
+				VoteSampling: generate.Sampling{Temperature: 1, TopP: 1}, Chunk: c.chunk, Limit: c.limit,
 				Emit: func(ds []Decision) error { emitted = append(emitted, ds...); return nil },
 			}
 			ds, skipped, err := Evaluate(context.Background(), g, scriptedTrajectories(), opts, &progress)
@@ -350,7 +331,7 @@ func TestEvaluateScripted(t *testing.T) {
 // by hand: A (attack) rejects at its attack action, C (attack) approves its
 // attack action, B (benign) is never blocked.
 func TestEvaluateFeedsTheMetrics(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	gen := &scriptedGuard{tok: tok,
 		judge:  map[string]string{"A0": "a", "A1": "r", "A2": "x", "B0": "a", "B1": "a", "C0": "a"},
 		memBad: map[string]bool{"A1": true, "B0": true}}
@@ -358,7 +339,7 @@ func TestEvaluateFeedsTheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, skipped, err := Evaluate(context.Background(), g, scriptedTrajectories(), Options{Sampling: rollout.Sampling{Greedy: true}}, nil)
+	ds, skipped, err := Evaluate(context.Background(), g, scriptedTrajectories(), Options{Sampling: generate.Sampling{Greedy: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +369,7 @@ func TestEvaluateFeedsTheMetrics(t *testing.T) {
 }
 
 func TestEvaluateCancel(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	gen := &scriptedGuard{tok: tok, judge: map[string]string{"A0": "a", "A1": "a", "A2": "a", "B0": "a", "B1": "a", "C0": "a"}}
 	g, err := rollout.NewGuard(rollout.DefaultConfig(), tok, gen)
 	if err != nil {
@@ -397,7 +378,7 @@ func TestEvaluateCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Cancelled after the first chunk: its decisions come back with the error.
-	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Chunk: 1, Emit: func([]Decision) error { cancel(); return nil }}
+	opts := Options{Sampling: generate.Sampling{Greedy: true}, Chunk: 1, Emit: func([]Decision) error { cancel(); return nil }}
 	ds, _, err := Evaluate(ctx, g, scriptedTrajectories(), opts, nil)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped after 1 of 3 trajectories") {
 		t.Fatalf("error %v, want a cancellation after the first trajectory", err)
@@ -408,7 +389,7 @@ func TestEvaluateCancel(t *testing.T) {
 	// An Emit error stops the eval and comes back as is.
 	boom := errors.New("disk full")
 	gen.calls, gen.nJudge = nil, nil
-	opts = Options{Sampling: rollout.Sampling{Greedy: true}, Emit: func([]Decision) error { return boom }}
+	opts = Options{Sampling: generate.Sampling{Greedy: true}, Emit: func([]Decision) error { return boom }}
 	if _, _, err := Evaluate(context.Background(), g, scriptedTrajectories(), opts, nil); !errors.Is(err, boom) {
 		t.Fatalf("error %v, want the Emit error", err)
 	}
@@ -467,7 +448,7 @@ func fmtPtr[T any](p *T) string {
 }
 
 func TestEvaluateInto(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	script := map[string]string{"A0": "a", "A1": "r", "A2": "x", "B0": "a", "B1": "a", "C0": "a"}
 	gen := &scriptedGuard{tok: tok, judge: script}
 	g, err := rollout.NewGuard(rollout.DefaultConfig(), tok, gen)
@@ -476,7 +457,7 @@ func TestEvaluateInto(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var emitted int
-	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Chunk: 2, Emit: func(ds []Decision) error { emitted += len(ds); return nil }}
+	opts := Options{Sampling: generate.Sampling{Greedy: true}, Chunk: 2, Emit: func(ds []Decision) error { emitted += len(ds); return nil }}
 	report, err := EvaluateInto(context.Background(), dir, g, scriptedTrajectories(), opts, ReportOptions{Name: "mage"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -552,7 +533,7 @@ func TestNewDecisionBenignAttackTypeIsNull(t *testing.T) {
 		want      *string
 	}{{nil, nil}, {&inj, &at}} {
 		tr := &dataset.Trajectory{ID: "t", Suite: "banking", AttackType: &at, InjectionTaskID: c.injection}
-		d := NewDecision(tr, &rollout.Turn{Decision: rollout.DecisionReject, Score: 1}) // a violation scores 1
+		d := NewDecision(tr, &rollout.Turn{Decision: prompt.DecisionReject, Score: 1}) // a violation scores 1
 		if (d.AttackType == nil) != (c.want == nil) || d.Attack != (c.injection != nil) {
 			t.Errorf("injection %v: attack %v, attack_type %v, want %v", c.injection, d.Attack, d.AttackType, c.want)
 		}
@@ -583,7 +564,7 @@ func (c *cancelAt) Write(p []byte) (int, error) {
 // trajectories run in one chunk: A has 3 turns, B 2, C 1, so turn 0 ends
 // with 3 of 6 trajectory-turns done (C finished), turn 1 with 5 (B too).
 func TestEvaluateProgressInsideChunk(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	afterTurn0 := "eval: 1/3 trajectories, 3/6 turns,"
 	afterTurn1 := "eval: 2/3 trajectories, 5/6 turns,"
 	cases := []struct {
@@ -653,7 +634,7 @@ func TestEvaluateProgressInsideChunk(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &cancelAt{marker: afterTurn0, cancel: cancel}
-	opts := Options{Sampling: rollout.Sampling{Greedy: true}, Meter: meter, MemoryCalls: true}
+	opts := Options{Sampling: generate.Sampling{Greedy: true}, Meter: meter, MemoryCalls: true}
 	ds, _, err := Evaluate(ctx, g, scriptedTrajectories(), opts, w)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "eval: stopped after 0 of 3 trajectories") {
 		t.Fatalf("error %v, want a stop inside the first chunk", err)

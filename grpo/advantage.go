@@ -7,7 +7,7 @@ import (
 	"github.com/mageguard/mageguard/rewards"
 )
 
-// advantageEps is added to the group's standard deviation (DESIGN.md).
+// advantageEps is added to the group's standard deviation (docs/design.md#turn-wise-grpo).
 const advantageEps = 1e-4
 
 // GroupAdvantages returns the advantages of one group (one turn, one phase, G chains):

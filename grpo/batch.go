@@ -1,4 +1,4 @@
-// Package grpo trains a policy with turn-wise GRPO (DESIGN.md, "Turn-wise GRPO"): group
+// Package grpo trains a policy with turn-wise GRPO (docs/design.md#turn-wise-grpo): group
 // advantages per turn and phase, the clipped surrogate with phase masks and a k3 KL penalty,
 // and an AdamW trainer with gradient clipping, learning-rate schedules and gradient
 // accumulation over micro-batches.

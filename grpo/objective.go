@@ -16,7 +16,7 @@ type objective struct {
 	SeqNegLogP *Node // Σ_k m (−log π_θ): with sampled tokens, an estimate of the entropy
 }
 
-// buildObjective builds the loss of DESIGN.md "Turn-wise GRPO" for one micro-batch, in the dtype
+// buildObjective builds the loss of docs/design.md#turn-wise-grpo for one micro-batch, in the dtype
 // of logp. Shapes: logp, old, ref, mask [B, K]; adv [B]; denom a scalar. ref may be nil
 // (then β must be 0). For sequence b and completion token k, with m the loss mask:
 //
@@ -83,7 +83,7 @@ func buildObjective(cfg Config, logp, old, ref, mask, adv, denom *Node) objectiv
 }
 
 // TokenLogProbs returns log softmax(logits / temperature) at the target ids: the log-probs of
-// the distribution the sampler drew from (DESIGN.md). logits is [B, K, V], targets [B, K]
+// the distribution the sampler drew from (docs/design.md#turn-wise-grpo). logits is [B, K, V], targets [B, K]
 // (integer ids); the result is [B, K] in the dtype of logits. A PolicyFn can end with it.
 func TokenLogProbs(logits, targets *Node, temperature float64) *Node {
 	if temperature != 1 {

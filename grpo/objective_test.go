@@ -24,7 +24,7 @@ type twinResult struct {
 	grad                                    [][]float64 // ∂loss/∂logp, analytic
 }
 
-// twinObjective is the plain-Go twin of buildObjective: the same DESIGN.md equations, written
+// twinObjective is the plain-Go twin of buildObjective: the same equations (docs/design.md#turn-wise-grpo), written
 // token by token in float64, with the analytic gradient with respect to log π_θ:
 //
 //	ρ = exp(logp − old); obj = min(ρA, clip(ρ)A) − β KL; KL = e^d − d − 1, d = ref − logp

@@ -45,7 +45,7 @@ func TestRefusedCalls(t *testing.T) {
 	if got := h.down.called(); len(got) != 0 {
 		t.Errorf("the downstream got %v", got)
 	}
-	if n := len(h.model.all()); n != 0 {
+	if n := len(h.model.Batches()); n != 0 {
 		t.Errorf("the guard ran %d generations", n)
 	}
 	recs := h.records()
@@ -167,4 +167,23 @@ func TestMalformedJSONRPC(t *testing.T) {
 		t.Errorf("a reply to text that is no JSON: %s", lines.Bytes())
 	}
 	waitFor(t, "the session to end", func() bool { return h.gw.Sessions() == 0 })
+}
+
+// TestGuardSessionGone: a guard session deleted under its client session
+// (by an operator, or expired) leaves the client's calls refused, not run
+// on a fresh memory.
+func TestGuardSessionGone(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, Options{})
+	c := h.connect(ctx)
+	if _, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.Delete(h.records()[0].Session); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
+	if err != nil || !res.IsError || !strings.Contains(text(res), "no longer exists") || len(h.down.called()) != 1 {
+		t.Errorf("a call after the guard session was deleted: %v %q, downstream got %v", err, text(res), h.down.called())
+	}
 }

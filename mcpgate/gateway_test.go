@@ -262,9 +262,7 @@ func TestSessionsShareBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.model.mu.Lock()
-	defer h.model.mu.Unlock()
-	if !slices.Equal(h.model.batches, []int{2, 2}) {
-		t.Errorf("generation calls of %v rows, want [2 2] (memory, judge)", h.model.batches)
+	if got := h.model.Batches(); !slices.Equal(got, []int{2, 2}) {
+		t.Errorf("generation calls of %v rows, want [2 2] (memory, judge)", got)
 	}
 }

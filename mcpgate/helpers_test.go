@@ -14,79 +14,49 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/serve"
 )
 
-var (
-	tokOnce sync.Once
-	tokVal  *tokenizer.Tokenizer
-	tokErr  error
-)
-
-func qwenTokenizer(t testing.TB) *tokenizer.Tokenizer {
-	tokOnce.Do(func() { tokVal, tokErr = tokenizer.Load("../assets/qwen3") })
-	if tokErr != nil {
-		t.Fatal(tokErr)
-	}
-	return tokVal
-}
-
-// scripted is a guard model with the guard's real prompts, parser and
-// fallbacks around it: the memory writes "m" followed by one "+" per step
-// the session has had; the judge rejects the tools in reject (score 0.9)
-// and approves the rest (score 0.2). prompts records every prompt.
-type scripted struct {
-	tok    *tokenizer.Tokenizer
-	reject []string
-
-	mu      sync.Mutex
-	prompts []string
-	batches []int // rows of each generation call
-}
-
-const (
-	memCall   = "<tool_call>\n{\"name\": \"update_memory\", \"arguments\": {\"content\": \"%s\"}}\n</tool_call>"
-	judgeCall = "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"decision\": \"%s\", \"rationale\": \"%s\"}}\n</tool_call>"
-)
-
-func (f *scripted) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
-	end, _ := f.tok.TokenID("<|im_end|>")
-	approveID, _ := f.tok.TokenID("approve")
-	rejectID, _ := f.tok.TokenID("reject")
-	f.mu.Lock()
-	f.batches = append(f.batches, len(reqs))
-	f.mu.Unlock()
-	var out []rollout.Completion
-	for _, r := range reqs {
-		p := f.tok.Decode(r.Prompt, false)
-		f.mu.Lock()
-		f.prompts = append(f.prompts, p)
-		f.mu.Unlock()
-		text, pa, pr := "", 0.8, 0.2
-		if strings.Contains(p, "Update the memory") {
-			mem := "m"
-			const open = "Current memory:\n<memory>\n"
-			if i := strings.Index(p, open); i >= 0 && !strings.HasPrefix(p[i+len(open):], "(empty)") {
-				rest := p[i+len(open):]
-				mem = rest[:strings.Index(rest, "\n</memory>")] + "+"
+// newScripted is the guard model of the tests, with the guard's real
+// prompts, parser and fallbacks around it: the memory writes "m"
+// followed by one "+" per step the session has had; the judge rejects the
+// tools in reject (score 0.9) and approves the rest (score 0.2).
+func newScripted(tok *tokenizer.Tokenizer, reject ...string) *guardtest.Scripted {
+	approveID, _ := tok.TokenID("approve")
+	rejectID, _ := tok.TokenID("reject")
+	rejects := func(p string) bool {
+		for _, name := range reject {
+			if strings.Contains(p, `"name": "`+name+`"`) {
+				return true
 			}
-			text = fmt.Sprintf(memCall, mem)
-		} else {
-			decision, why := "approve", "fine"
-			for _, name := range f.reject {
-				if strings.Contains(p, `"name": "`+name+`"`) {
-					decision, why, pa, pr = "reject", "writes what a tool result asked for", 0.1, 0.9
-				}
-			}
-			text = fmt.Sprintf(judgeCall, decision, why)
 		}
-		ids := append(f.tok.Encode(text), end)
-		c := rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))}
-		for range ids {
-			if len(r.Watch) == 0 {
-				break
+		return false
+	}
+	return &guardtest.Scripted{
+		Tok: tok,
+		Reply: func(_ generate.Request, p string) (string, error) {
+			const open = "Current memory:\n<memory>\n"
+			switch {
+			case strings.Contains(p, "Update the memory"):
+				mem := "m"
+				if i := strings.Index(p, open); i >= 0 && !strings.HasPrefix(p[i+len(open):], "(empty)") {
+					rest := p[i+len(open):]
+					mem = rest[:strings.Index(rest, "\n</memory>")] + "+"
+				}
+				return guardtest.MemoryCall(mem), nil
+			case rejects(p):
+				return guardtest.JudgeCall("reject", "writes what a tool result asked for"), nil
+			}
+			return guardtest.JudgeCall("approve", "fine"), nil
+		},
+		Watch: func(r generate.Request, p string) []float32 {
+			pa, pr := 0.8, 0.2
+			if rejects(p) {
+				pa, pr = 0.1, 0.9
 			}
 			row := make([]float32, len(r.Watch))
 			for k, id := range r.Watch {
@@ -99,17 +69,9 @@ func (f *scripted) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollo
 					row[k] = float32(math.Inf(-1))
 				}
 			}
-			c.Watch = append(c.Watch, row)
-		}
-		out = append(out, c)
+			return row
+		},
 	}
-	return out, nil
-}
-
-func (f *scripted) all() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.prompts...)
 }
 
 // downstream is the MCP server behind the gateway in the tests, one
@@ -278,7 +240,7 @@ type harness struct {
 	gw     *Gateway
 	guard  *serve.Server
 	store  *serve.Store
-	model  *scripted
+	model  *guardtest.Scripted
 	down   *downstream
 	audit  string
 	cancel context.CancelFunc
@@ -298,7 +260,7 @@ func newHarnessConfig(t *testing.T, opts Options, cfg serve.Config, tokens ...*s
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, store: store, model: &scripted{tok: qwenTokenizer(t), reject: []string{"write_file"}}, down: newDownstream(t),
+	h := &harness{t: t, store: store, model: newScripted(guardtest.Tokenizer(t), "write_file"), down: newDownstream(t),
 		audit: filepath.Join(dir, "audit.jsonl")}
 	so := serve.Options{Config: cfg, Rollout: rollout.DefaultConfig(), Store: store}
 	if len(tokens) > 0 {
@@ -307,7 +269,7 @@ func newHarnessConfig(t *testing.T, opts Options, cfg serve.Config, tokens ...*s
 	if h.guard, err = serve.New(so); err != nil {
 		t.Fatal(err)
 	}
-	g, err := rollout.NewGuard(rollout.DefaultConfig(), h.model.tok, h.model)
+	g, err := rollout.NewGuard(rollout.DefaultConfig(), h.model.Tok, h.model)
 	if err != nil {
 		t.Fatal(err)
 	}

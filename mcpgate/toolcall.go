@@ -112,6 +112,10 @@ func (s *session) undecided(ctx context.Context, fwd *mcp.CallToolParamsRaw, rec
 	if err := s.g.audit(rec); err != nil {
 		s.g.log.Error("audit", "error", err.Error())
 	}
+	if ae != nil && ae.Code == "unknown_session" {
+		return refused("mageguard: this session's guard session %s no longer exists (deleted, or expired after serve.session_idle_s); "+
+			"the call to %s was not run. Start a new session (reconnect).", s.guardID, fwd.Name), nil
+	}
 	if ae != nil && ae.Code == "session_blocked" {
 		return refused("mageguard: this session is blocked since the guard blocked one of its calls; the call to %s was not run. "+
 			"An operator can resume the session (guard session %s: POST /v1/sessions/%s/resume).", fwd.Name, s.guardID, s.guardID), nil

@@ -35,7 +35,7 @@ func testBackend(t testing.TB) backends.Backend {
 	return testBackendVal
 }
 
-// referenceCases are the copies of ../shared/reference/qwen3/cases in testdata.
+// referenceCases are the reference Qwen3 cases in testdata (testdata/README.md).
 var referenceCases = []string{"p1_tied_f32", "p2_untied_bf16_sharded"}
 
 // expectedFile is the part of a reference expected.json the comparison reads.
@@ -60,10 +60,11 @@ func readExpected(t *testing.T, path string) *expectedFile {
 	return &e
 }
 
-// compareScores is qwen3_ref.py's compare_expected in Go: every array as long
-// as the reference's; |Δ| of last_logits and logsumexp ≤ atolLogits, of
-// next_token_logprobs ≤ atolLogprob; argmax equal where the reference margin
-// exceeds 2·atolLogits; greedy tokens identical. It returns the worst
+// compareScores compares got with the reference ref as the cases'
+// expected.json says to: every array as long as the reference's; |Δ| of
+// last_logits and logsumexp ≤ atolLogits, of next_token_logprobs ≤
+// atolLogprob; argmax equal where the reference margin exceeds
+// 2·atolLogits; greedy tokens identical. It returns the worst
 // differences and the list of failures.
 func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob float64) (worstL, worstP float64, fails []string) {
 	if len(ref.Sequences) != len(got.Sequences) {

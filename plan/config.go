@@ -9,9 +9,10 @@ import (
 )
 
 // Sizes of a guard call that the configuration does not bound, from the
-// AgentDojo data (DESIGN.md, "Prompt budget"): an action is 190 tokens at
-// p99 (ActionTokens covers it with a user message), and the chat template,
-// the blocks' delimiters and an elision marker take ScaffoldTokens.
+// AgentDojo data (docs/design.md#prompts-and-untrusted-text): an action is
+// 190 tokens at p99 (ActionTokens covers it with a user message), and the
+// chat template, the blocks' delimiters and an elision marker take
+// ScaffoldTokens.
 const (
 	ActionTokens   = 256
 	ScaffoldTokens = 64

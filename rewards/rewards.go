@@ -1,4 +1,4 @@
-// Package rewards computes the per-turn rewards of turn-wise GRPO (DESIGN.md, "Rewards"):
+// Package rewards computes the per-turn rewards of turn-wise GRPO (docs/design.md#rewards):
 // the judge reward r^J, the temporally discounted memory reward r^M, the format penalty f
 // and the length penalty λ, for the G chains that form one group at each turn of one
 // trajectory. Everything here is a pure function of parsed outcomes; no model is involved.
@@ -28,7 +28,7 @@ type Config struct {
 	MaliciousWeight float64 `yaml:"malicious_weight"`
 }
 
-// DefaultConfig returns the defaults of DESIGN.md: f = 0.1, L = 2500, λ = 1.0, γ = 0.5
+// DefaultConfig returns the defaults of docs/design.md#rewards: f = 0.1, L = 2500, λ = 1.0, γ = 0.5
 // (and w₁ = 1: no class weight).
 func DefaultConfig() Config {
 	return Config{Gamma: 0.5, Lambda: 1.0, FormatPenalty: 0.1, LengthThreshold: 2500, MaliciousWeight: 1}
@@ -89,7 +89,7 @@ func (c *Config) LengthPenalty(chars int) float64 {
 // labels[t] ∈ {0, 1} and the outcomes[t][i] of its G chains (the same G at every turn):
 //
 //	c_{t,i}   = [judge parsed] · [d_{t,i} = d*_t]
-//	w_t       = w₁ if labels[t] = 1, else 1         (rewards.malicious_weight; w₁ = 1: DESIGN.md's)
+//	w_t       = w₁ if labels[t] = 1, else 1         (rewards.malicious_weight; w₁ = 1: the paper's)
 //	r^J_{t,i} = w_t c_{t,i} − f · [judge output failed to parse]
 //	r^M_{t,i} = (Σ_{k=t..T} γ^{k−t} w_k c_{k,i}) / (Σ_{k=t..T} γ^{k−t})
 //	            − f · [memory output failed to parse]

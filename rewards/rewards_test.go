@@ -262,7 +262,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestDefaultsMatchDesign(t *testing.T) {
-	// DESIGN.md "Rewards"; w₁ = 1 is its reward, without a class weight.
+	// docs/design.md#rewards; w₁ = 1 is the paper's reward, without a class weight.
 	want := Config{Gamma: 0.5, Lambda: 1.0, FormatPenalty: 0.1, LengthThreshold: 2500, MaliciousWeight: 1}
 	if got := DefaultConfig(); got != want {
 		t.Fatalf("DefaultConfig() = %+v, want %+v", got, want)

@@ -1,14 +1,14 @@
-// Package rollout runs the guard over trajectories: the memory-manager and
-// judge prompts, tool-call rendering and parsing, structured decoding, and
-// the shadow-memory chains of DESIGN.md ("The guard loop"). Training samples
-// G chains per trajectory through it; eval runs one greedy chain.
 package rollout
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/mageguard/mageguard/rollout/prompt"
+)
 
 // Config is the `rollout` section: how the guard is prompted and sampled.
 type Config struct {
-	PromptVersion        string  `yaml:"prompt_version"`         // prompt templates under rollout/prompts/<version>/
+	PromptVersion        string  `yaml:"prompt_version"`         // prompt templates under rollout/prompt/prompts/<version>/
 	Variant              string  `yaml:"variant"`                // "mage" (memory + judge) or "judge-only" (judge reads the raw trajectory)
 	TrackIntent          bool    `yaml:"track_intent"`           // memory prompt asks to keep the user's intent and task scope (ablation: false)
 	TrackAttacks         bool    `yaml:"track_attacks"`          // memory prompt asks to keep attack patterns seen (ablation: false)
@@ -60,6 +60,11 @@ func DefaultConfig() Config {
 
 		RemoteConfig: DefaultRemoteConfig(),
 	}
+}
+
+// PromptOptions returns the prompt keys, for prompt.NewPrompts.
+func (c *Config) PromptOptions() prompt.Options {
+	return prompt.Options{Version: c.PromptVersion, TrackIntent: c.TrackIntent, TrackAttacks: c.TrackAttacks, BudgetChars: c.MemoryBudgetChars}
 }
 
 // Validate checks the values; errors start with the key's name.

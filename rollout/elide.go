@@ -1,139 +1,47 @@
 package rollout
 
 import (
-	"encoding/json"
-	"fmt"
-	"strings"
-
 	"github.com/mageguard/mageguard/dataset"
-	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// Elision keeps every untrusted text a prompt shows to a bounded number of
-// tokens, so that one huge observation, argument or user message cannot
-// make a prompt longer than the model takes (which failed the whole
-// generation batch, and with it the run). A text of more than its limit
-// keeps its first and last tokens around an explicit marker saying how many
-// were left out — never a silent cut — and the counts go into Stats:
-//
-//   - an observation: rollout.max_observation_tokens;
-//   - the user's request and later user messages: rollout.max_user_tokens;
-//   - in an action, the tool's name and every string value of its
-//     arguments (at any depth, keys included): rollout.max_argument_tokens
-//     each, elided in place so the arguments stay valid JSON with their
-//     other values whole (a short recipient beside a huge body stays
-//     visible);
-//   - the whole action after that, when still longer than
-//     rollout.max_action_tokens (many values, huge numbers or arrays): its
-//     arguments become {"elided_arguments_json": "<head … tail of their
-//     JSON text>"}.
-
-// ElideText keeps a text of more than max tokens to its first max/2 and
-// last max−max/2 tokens with an explicit marker between them, and returns
-// the text and the number of tokens left out (0: unchanged).
-func ElideText(tok *tokenizer.Tokenizer, text string, max int) (string, int) {
-	if len(text) <= max { // a token is at least one byte
-		return text, 0
-	}
-	ids := tok.EncodeUntrusted(text)
-	if len(ids) <= max {
-		return text, 0
-	}
-	head, tail := max/2, max-max/2
-	elided := len(ids) - head - tail
-	h := strings.TrimRight(tok.Decode(ids[:head], false), "\uFFFD")
-	t := strings.TrimLeft(tok.Decode(ids[len(ids)-tail:], false), "\uFFFD")
-	return h + fmt.Sprintf("\n[... %d tokens elided ...]\n", elided) + t, elided
+// elider elides untrusted texts to the guard's limits (prompt.ElideText,
+// prompt.ElideAction), adding what it left out to stats. Run (through
+// view) and Step (through prepare) take every untrusted text of their
+// prompts through one, so eval and serve show the same text for the same
+// input.
+type elider struct {
+	g     *Guard
+	stats *Stats
 }
 
-// ElideObservation is ElideText for an observation (kept for callers that
-// name what they elide).
-func ElideObservation(tok *tokenizer.Tokenizer, obs string, max int) (string, int) {
-	return ElideText(tok, obs, max)
-}
-
-// elidedArgumentsKey holds an action's arguments elided as a whole.
-const elidedArgumentsKey = "elided_arguments_json"
-
-// ElideAction returns action a as the guard shows it (see the top of this
-// file): its name and every string in its arguments elided to maxArg
-// tokens each, then its arguments as a whole when the rendered action
-// (ActionJSON) still has more than maxAction tokens. It adds what it left
-// out to stats.
-func ElideAction(tok *tokenizer.Tokenizer, a dataset.Action, maxArg, maxAction int, stats *Stats) dataset.Action {
-	out := a
-	if name, n := ElideText(tok, a.Name, maxArg); n > 0 {
-		out.Name = name
-		stats.ElidedArguments++
-		stats.ElidedActionTokens += n
+// user elides the user's request or a later user message
+// (rollout.max_user_tokens).
+func (e elider) user(text string) string {
+	out, n := prompt.ElideText(e.g.tok, text, e.g.cfg.MaxUserTokens)
+	if n > 0 {
+		e.stats.ElidedUsers++
+		e.stats.ElidedUserTokens += n
 	}
-	if args, values, n := elideJSONStrings(tok, a.Arguments, maxArg); values > 0 {
-		out.Arguments = args
-		stats.ElidedArguments += values
-		stats.ElidedActionTokens += n
-	}
-	rendered := ActionJSON(out)
-	if len(rendered) <= maxAction || len(tok.EncodeUntrusted(rendered)) <= maxAction {
-		return out
-	}
-	text, n := ElideText(tok, string(out.Arguments), maxAction)
-	wrapped, err := json.Marshal(map[string]string{elidedArgumentsKey: text})
-	if err != nil || n == 0 {
-		return out // the name alone is long: it was elided above
-	}
-	out.Arguments = wrapped
-	stats.ElidedActions++
-	stats.ElidedActionTokens += n
 	return out
 }
 
-// elideJSONStrings returns the JSON text raw with every string token (keys
-// included) of more than max tokens elided in place, how many were, and
-// the tokens left out. raw must be valid JSON; it is returned as it is when
-// nothing is elided.
-func elideJSONStrings(tok *tokenizer.Tokenizer, raw json.RawMessage, max int) (json.RawMessage, int, int) {
-	var out []byte
-	values, elided, last := 0, 0, 0
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '"' {
-			continue
-		}
-		j := i + 1 // the closing quote (raw is valid JSON: outside strings there are no quotes)
-		for j < len(raw) && raw[j] != '"' {
-			if raw[j] == '\\' {
-				j++
-			}
-			j++
-		}
-		if j >= len(raw) {
-			break
-		}
-		token := raw[i : j+1]
-		if j-i-1 > max {
-			var s string
-			if json.Unmarshal(token, &s) == nil {
-				if text, n := ElideText(tok, s, max); n > 0 {
-					out = append(out, raw[last:i]...)
-					out = append(out, marshalString(text)...)
-					last = j + 1
-					values++
-					elided += n
-				}
-			}
-		}
-		i = j
+// observation elides an observation (rollout.max_observation_tokens).
+func (e elider) observation(text string) string {
+	out, n := prompt.ElideText(e.g.tok, text, e.g.cfg.MaxObservationTokens)
+	if n > 0 {
+		e.stats.ElidedObs++
+		e.stats.ElidedTokens += n
 	}
-	if values == 0 {
-		return raw, 0, 0
-	}
-	return append(out, raw[last:]...), values, elided
+	return out
 }
 
-// marshalString is a JSON string without HTML escaping.
-func marshalString(s string) []byte {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.Encode(s)
-	return []byte(strings.TrimSuffix(b.String(), "\n"))
+// action elides an action (rollout.max_argument_tokens, then
+// rollout.max_action_tokens).
+func (e elider) action(a dataset.Action) dataset.Action {
+	out, n := prompt.ElideAction(e.g.tok, a, e.g.cfg.MaxArgumentTokens, e.g.cfg.MaxActionTokens)
+	e.stats.ElidedArguments += n.Arguments
+	e.stats.ElidedActions += n.Actions
+	e.stats.ElidedActionTokens += n.Tokens
+	return out
 }

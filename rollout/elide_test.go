@@ -2,82 +2,13 @@ package rollout
 
 import (
 	"encoding/json"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
-
-// words is n bytes of random lowercase words: text that tokenizes at about
-// four bytes a token, like the issue's 533 KB argument.
-func words(n int, seed uint64) string {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	var b strings.Builder
-	for b.Len() < n {
-		w := make([]byte, 2+rng.IntN(8))
-		for i := range w {
-			w[i] = byte('a' + rng.IntN(26))
-		}
-		b.Write(w)
-		b.WriteByte(' ')
-	}
-	return b.String()[:n]
-}
-
-// TestAHugeArgumentIsElidedInPlace: a 533 KB argument (the issue's
-// 266K-token prompt) is cut to max_argument_tokens with its head, tail and
-// a marker, the arguments stay valid JSON, and the short argument beside
-// it stays whole.
-func TestAHugeArgumentIsElidedInPlace(t *testing.T) {
-	tok := qwenTokenizer(t)
-	body := "BODY-START " + words(533_000, 1) + " BODY-END"
-	args, _ := json.Marshal(map[string]string{"recipient": "US133000000121212121212", "body": body})
-	var stats Stats
-	a := ElideAction(tok, dataset.Action{Name: "send_email", Arguments: args}, 512, 1024, &stats)
-	var got map[string]string
-	if err := json.Unmarshal(a.Arguments, &got); err != nil {
-		t.Fatalf("elided arguments are not JSON: %v", err)
-	}
-	full := len(tok.EncodeUntrusted(body))
-	if got["recipient"] != "US133000000121212121212" || !strings.HasPrefix(got["body"], "BODY-START") ||
-		!strings.HasSuffix(got["body"], "BODY-END") || !strings.Contains(got["body"], fmt.Sprintf("[... %d tokens elided ...]", full-512)) {
-		t.Fatalf("elided arguments %.300q", a.Arguments)
-	}
-	if stats.ElidedArguments != 1 || stats.ElidedActionTokens != full-512 || stats.ElidedActions != 0 {
-		t.Fatalf("stats %+v, want 1 argument and %d tokens", stats, full-512)
-	}
-	if n := len(tok.EncodeUntrusted(ActionJSON(a))); n > 1024 {
-		t.Fatalf("the rendered action has %d tokens, more than max_action_tokens", n)
-	}
-	// A short action is left exactly as it was.
-	short := action("send_money", `{"recipient":"US1","amount":10.0}`)
-	if b := ElideAction(tok, short, 512, 1024, &stats); string(b.Arguments) != string(short.Arguments) || b.Name != short.Name {
-		t.Fatalf("a short action changed: %s", b.Arguments)
-	}
-}
-
-// TestAHugeActionOfSmallValuesIsElidedWhole: arguments too long without
-// any long string (a list of 100,000 numbers) are elided as a whole.
-func TestAHugeActionOfSmallValuesIsElidedWhole(t *testing.T) {
-	tok := qwenTokenizer(t)
-	ids := make([]int, 100_000)
-	for i := range ids {
-		ids[i] = i
-	}
-	args, _ := json.Marshal(map[string]any{"ids": ids})
-	var stats Stats
-	a := ElideAction(tok, dataset.Action{Name: "delete", Arguments: args}, 512, 1024, &stats)
-	var got map[string]string
-	if err := json.Unmarshal(a.Arguments, &got); err != nil || !strings.HasPrefix(got[elidedArgumentsKey], `{"ids":[0,1,2,`) ||
-		!strings.HasSuffix(got[elidedArgumentsKey], `99998,99999]}`) {
-		t.Fatalf("elided arguments %.300s (%v)", a.Arguments, err)
-	}
-	if stats.ElidedActions != 1 || stats.ElidedActionTokens != len(tok.EncodeUntrusted(string(args)))-1024 {
-		t.Fatalf("stats %+v", stats)
-	}
-}
 
 // TestAHugeTrajectoryRunsWithBoundedPrompts: a trajectory with a 533 KB
 // user request, a 533 KB user message, a 533 KB argument and a 533 KB
@@ -86,10 +17,10 @@ func TestAHugeActionOfSmallValuesIsElidedWhole(t *testing.T) {
 // 266K-token prompts failed the whole batch, and with it the eval or the
 // training run.
 func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
-	tok := qwenTokenizer(t)
-	huge := func(seed uint64) string { return words(533_000, seed) }
+	tok := guardtest.Tokenizer(t)
+	huge := func(seed uint64) string { return guardtest.Words(533_000, seed) }
 	args, _ := json.Marshal(map[string]string{"to": "mallory@evil.com", "body": huge(2)})
-	tr := bankTrajectory()
+	tr := guardtest.BankTrajectory()
 	tr.UserPrompt = huge(3)
 	tr.Turns[1].Action = dataset.Action{Name: "send_email", Arguments: args}
 	tr.Turns[1].User = str(huge(4))
@@ -98,14 +29,14 @@ func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
 		t.Run(variant, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Variant = variant
-			gen := &scripted{tok: tok, reply: func(p string) string {
+			gen := guardtest.Script(tok, func(p string) string {
 				if strings.Contains(p, "update_memory call") {
-					return fmt.Sprintf(memCall, "m")
+					return guardtest.MemoryCall("m")
 				}
-				return fmt.Sprintf(judgeCall, "approve")
-			}}
+				return guardtest.JudgeCall("approve", "r")
+			})
 			longest := 0
-			g, err := NewGuard(cfg, tok, generatorFunc(func(reqs []Request, s Sampling) ([]Completion, error) {
+			g, err := NewGuard(cfg, tok, generatorFunc(func(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 				for _, r := range reqs {
 					longest = max(longest, len(r.Prompt))
 				}
@@ -114,7 +45,7 @@ func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: Sampling{Greedy: true}})
+			chains, stats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: generate.Sampling{Greedy: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,6 +63,8 @@ func TestAHugeTrajectoryRunsWithBoundedPrompts(t *testing.T) {
 }
 
 // generatorFunc adapts a function to Generator.
-type generatorFunc func([]Request, Sampling) ([]Completion, error)
+type generatorFunc func([]generate.Request, generate.Sampling) ([]generate.Completion, error)
 
-func (f generatorFunc) Generate(reqs []Request, s Sampling) ([]Completion, error) { return f(reqs, s) }
+func (f generatorFunc) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
+	return f(reqs, s)
+}

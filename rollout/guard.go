@@ -8,67 +8,10 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/grammar"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
-
-// Sampling says how completions are drawn.
-type Sampling struct {
-	Greedy      bool    // argmax decoding (eval)
-	Temperature float64 // > 0; log-probs are taken from logits / Temperature
-	TopK        int     // 0 = off
-	TopP        float64 // 1 = off
-	Seed        uint64  // makes sampling reproducible
-}
-
-// Request is one completion to generate.
-type Request struct {
-	Prompt  []int    // the full prompt, chat template and generation prompt included
-	MaxNew  int      // max new tokens
-	Stops   []int    // token ids that end the completion (kept as its last token)
-	Grammar *Grammar // structured decoding (nil: free, stopping at a stop token)
-	// Watch lists token ids whose log-probs the generator reports at every
-	// step (Completion.Watch): the judge's decision alternatives, for its score.
-	Watch []int
-	// Chat is the same call before the chat template, for generators that
-	// can only send messages (chat APIs); Prompt is its rendering.
-	Chat *ChatPrompt
-}
-
-// ChatPrompt is a guard call as chat messages: the role's system prompt,
-// the user message (untrusted parts included as plain text) and the tool
-// the call must use.
-type ChatPrompt struct {
-	System, User string
-	Tool         chat.Tool
-}
-
-// Completion is a generated completion.
-type Completion struct {
-	Tokens   []int     // generated tokens, stop token included when produced
-	LogProbs []float32 // log π(token) under logits / temperature, unconstrained
-	Forced   []bool    // the token was forced by the grammar (no choice: not in the loss)
-	// Watch, for a Request with Watch: per token, the log-probs of the
-	// watched ids at the step that produced it (−Inf: not known, e.g. outside
-	// a server's top-N); nil when the generator cannot tell.
-	Watch [][]float32
-	// Text, when not empty, is the completion as text, for generators that
-	// return no token ids (chat APIs); else the text is Tokens decoded.
-	Text string
-	// Usage, when not nil, is the server's own count of the call's tokens
-	// (its `usage`), which Call.Tokens reports instead of ours.
-	Usage *Usage
-}
-
-// Usage is a server's count of a call's tokens.
-type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-}
-
-// Generator generates completions for a batch of requests. The model's
-// generator batches them; tests use scripted ones.
-type Generator interface {
-	Generate(reqs []Request, s Sampling) ([]Completion, error)
-}
 
 // Episode is one trajectory cut to the turns [Start, End) that the guard runs on.
 type Episode struct {
@@ -78,18 +21,18 @@ type Episode struct {
 
 // Call is one guard call (memory or judge) of one chain at one turn.
 type Call struct {
-	Prompt       []int       // prompt token ids (system prompt included)
-	PrefixTokens int         // tokens of the system prompt (tools included): the shareable prefix
-	Completion   []int       // generated token ids
-	LogProbs     []float32   // per completion token, from the sampler
-	Forced       []bool      // per completion token: forced by the grammar
-	Text         string      // the completion decoded (special tokens kept)
-	Parsed       bool        // the completion is a valid call of the role's tool
-	Violation    string      // why it is not (when !Parsed)
-	Watch        [][]float32 // per completion token, the watched ids' log-probs (Completion.Watch)
-	Usage        *Usage      // the server's token counts, when it gave them
+	Prompt       []int           // prompt token ids (system prompt included)
+	PrefixTokens int             // tokens of the system prompt (tools included): the shareable prefix
+	Completion   []int           // generated token ids
+	LogProbs     []float32       // per completion token, from the sampler
+	Forced       []bool          // per completion token: forced by the grammar
+	Text         string          // the completion decoded (special tokens kept)
+	Parsed       bool            // the completion is a valid call of the role's tool
+	Violation    string          // why it is not (when !Parsed)
+	Watch        [][]float32     // per completion token, the watched ids' log-probs (Completion.Watch)
+	Usage        *generate.Usage // the server's token counts, when it gave them
 
-	chat ChatPrompt // the call before the chat template (Request.Chat)
+	chat generate.ChatPrompt // the call before the chat template (Request.Chat)
 }
 
 // Tokens is the number of tokens the call reads and writes: the server's
@@ -123,9 +66,9 @@ type Turn struct {
 func (t *Turn) VoteDecisions() []string {
 	var ds []string
 	for i := range t.Votes {
-		d := DecisionReject
+		d := prompt.DecisionReject
 		if t.Votes[i].Parsed {
-			if j, err := ParseJudgement(t.Votes[i].Text); err == nil {
+			if j, err := prompt.ParseJudgement(t.Votes[i].Text); err == nil {
 				d = j.Decision
 			}
 		}
@@ -134,17 +77,15 @@ func (t *Turn) VoteDecisions() []string {
 	return ds
 }
 
-// MemoryChars is |m_t| as DESIGN.md counts it for the length penalty and
-// the metrics: Unicode code points (not bytes, not tokens).
+// MemoryChars is |m_t| as the length penalty (docs/design.md#rewards) and
+// the metrics (docs/design.md#metrics) count it: Unicode code points (not
+// bytes, not tokens).
 func (t *Turn) MemoryChars() int { return utf8.RuneCountInString(t.MemoryOut) }
 
 // GuardTokens is the tokens every call of the turn reads and writes: the
 // memory call and the judge call (all K of them with votes).
 func (t *Turn) GuardTokens() int {
-	n := t.Judge.Tokens()
-	for i := 1; i < len(t.Votes); i++ {
-		n += t.Votes[i].Tokens()
-	}
+	n := t.Judge.Tokens() + t.VoteTokens()
 	if t.Memory != nil {
 		n += t.Memory.Tokens()
 	}
@@ -227,11 +168,11 @@ func (s Stats) String() string {
 type Guard struct {
 	cfg     Config
 	tok     *tokenizer.Tokenizer
-	prompts *Prompts
-	gen     Generator
-	grammar [2]*Grammar // per Role, nil without structured decoding
-	prefix  [3]int      // system-prompt tokens: memory, judge, judge-only
-	stops   []int       // tokens that end a completion
+	prompts *prompt.Prompts
+	gen     generate.Generator
+	grammar [2]*grammar.Grammar // per Role, nil without structured decoding
+	prefix  [3]int              // system-prompt tokens: memory, judge, judge-only
+	stops   []int               // tokens that end a completion
 	watch   *decisionWatch
 }
 
@@ -254,11 +195,11 @@ func judgeCallTemplate(args []string) string {
 }
 
 // NewGuard builds a guard from its configuration, tokenizer and generator.
-func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, error) {
+func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen generate.Generator) (*Guard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rollout.%w", err)
 	}
-	prompts, err := NewPrompts(cfg)
+	prompts, err := prompt.NewPrompts(cfg.PromptOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +219,7 @@ func NewGuard(cfg Config, tok *tokenizer.Tokenizer, gen Generator) (*Guard, erro
 	}
 	if cfg.Structured {
 		for role, tmpl := range []string{memoryCallTemplate, judgeCallTemplate(prompts.JudgeArgs)} {
-			gr, err := NewGrammar(tok, tmpl, g.stops[0])
+			gr, err := grammar.NewGrammar(tok, tmpl, g.stops[0])
 			if err != nil {
 				return nil, err
 			}
@@ -299,16 +240,20 @@ func (g *Guard) PrefixTokens() (memory, judge, judgeOnly int) {
 	return g.prefix[0], g.prefix[1], g.prefix[2]
 }
 
+// Grammar returns the grammar of role's calls: nil without structured
+// decoding.
+func (g *Guard) Grammar(role Role) *grammar.Grammar { return g.grammar[role] }
+
 // Stops returns the token ids that end a completion.
 func (g *Guard) Stops() []int { return g.stops }
 
 // Prompts returns the guard's prompts.
-func (g *Guard) Prompts() *Prompts { return g.prompts }
+func (g *Guard) Prompts() *prompt.Prompts { return g.prompts }
 
 // newCall encodes a prompt with the chat template: the system prompt with
 // the role's tool declared, the user message, and the generation prompt
 // with thinking off.
-func (g *Guard) newCall(p Prompt, role Role) *Call {
+func (g *Guard) newCall(p prompt.Prompt, role Role) *Call {
 	tool, prefix := g.prompts.MemoryTool, g.prefix[0]
 	if role == JudgeRole {
 		tool, prefix = g.prompts.JudgeTool, g.prefix[1]
@@ -316,12 +261,8 @@ func (g *Guard) newCall(p Prompt, role Role) *Call {
 			prefix = g.prefix[2]
 		}
 	}
-	msgs := []chat.Message{
-		chat.NewMessage(chat.RoleSystem, p.System),
-		{Role: chat.RoleUser, Content: p.User},
-	}
-	ids := chat.Encode(g.tok, msgs, g.declared(tool), chat.Options{AddGenerationPrompt: true})
-	return &Call{Prompt: ids, PrefixTokens: prefix, chat: ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
+	ids := prompt.Encode(g.tok, p, g.declared(tool))
+	return &Call{Prompt: ids, PrefixTokens: prefix, chat: generate.ChatPrompt{System: p.System, User: p.UserText(), Tool: tool}}
 }
 
 // declared returns the tools a system prompt declares: the role's tool,
@@ -333,15 +274,19 @@ func (g *Guard) declared(tool chat.Tool) []chat.Tool {
 	return []chat.Tool{tool}
 }
 
-func (g *Guard) request(c *Call, role Role) Request {
+// Request returns the generation request of call c in role: its prompt,
+// the role's token budget, the stop tokens, the role's grammar with
+// structured decoding, and for the judge the decision's watched tokens.
+func (g *Guard) Request(c *Call, role Role) generate.Request {
 	if role == JudgeRole {
-		return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
+		return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
 	}
-	return Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
+	return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
 }
 
-// episodeView holds an episode's untrusted texts after elision (elide.go),
-// computed once and shared by its chains.
+// episodeView holds an episode's untrusted texts after elision
+// (prompt.ElideText, prompt.ElideAction), computed once and shared by its
+// chains.
 type episodeView struct {
 	ep         *Episode
 	userPrompt string           // the user's request
@@ -354,26 +299,14 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 	tr := e.Traj
 	v := &episodeView{ep: e, obs: make([]string, len(tr.Turns)), actions: make([]dataset.Action, len(tr.Turns)),
 		users: make([]*string, len(tr.Turns))}
-	user := func(text string) string {
-		out, elided := ElideText(g.tok, text, g.cfg.MaxUserTokens)
-		if elided > 0 {
-			stats.ElidedUsers++
-			stats.ElidedUserTokens += elided
-		}
-		return out
-	}
-	v.userPrompt = user(tr.UserPrompt)
+	el := elider{g: g, stats: stats}
+	v.userPrompt = el.user(tr.UserPrompt)
 	for t := max(e.Start-1, 0); t < e.End; t++ {
 		tu := &tr.Turns[t]
-		text, elided := ElideText(g.tok, tu.Observation, g.cfg.MaxObservationTokens)
-		v.obs[t] = text
-		if elided > 0 {
-			stats.ElidedObs++
-			stats.ElidedTokens += elided
-		}
-		v.actions[t] = ElideAction(g.tok, tu.Action, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens, stats)
+		v.obs[t] = el.observation(tu.Observation)
+		v.actions[t] = el.action(tu.Action)
 		if tu.User != nil {
-			u := user(*tu.User)
+			u := el.user(*tu.User)
 			v.users[t] = &u
 		}
 	}
@@ -385,17 +318,17 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 // before the window, if any; later the previous action with its
 // observation; then the user message that arrived before this turn's
 // action, if any.
-func (v *episodeView) events(t int) Events {
+func (v *episodeView) events(t int) prompt.Events {
 	abs := v.ep.Start + t
-	var ev Events
+	var ev prompt.Events
 	if t == 0 {
-		ev = append(ev, Event{User: &v.userPrompt})
+		ev = append(ev, prompt.Event{User: &v.userPrompt})
 	}
 	if abs > 0 {
-		ev = append(ev, Event{Action: &v.actions[abs-1], Observation: v.obs[abs-1]})
+		ev = append(ev, prompt.Event{Action: &v.actions[abs-1], Observation: v.obs[abs-1]})
 	}
 	if u := v.users[abs]; u != nil {
-		ev = append(ev, Event{User: u})
+		ev = append(ev, prompt.Event{User: u})
 	}
 	return ev
 }
@@ -404,10 +337,10 @@ func (v *episodeView) events(t int) Events {
 // user's request, the action just before the window (as the memory variant
 // sees it), the window's earlier steps with their user messages, then the
 // pending action.
-func (v *episodeView) judgeOnly(p *Prompts, t int) Prompt {
-	var hist []HistoryStep
+func (v *episodeView) judgeOnly(p *prompt.Prompts, t int) prompt.Prompt {
+	var hist []prompt.HistoryStep
 	for k := max(v.ep.Start-1, 0); k < v.ep.Start+t; k++ {
-		h := HistoryStep{Action: v.actions[k], Observation: v.obs[k]}
+		h := prompt.HistoryStep{Action: v.actions[k], Observation: v.obs[k]}
 		if k >= v.ep.Start {
 			h.UserRequest = v.users[k]
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/mageguard/mageguard/internal/seed"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // Role is a guard role: which tool it answers with.
@@ -24,12 +26,12 @@ func (r Role) String() string {
 
 // RunOptions say how many chains run and how they are sampled.
 type RunOptions struct {
-	Chains   int      // chains per episode (G in training, 1 in eval)
-	Sampling Sampling // how memory and judge calls are drawn
+	Chains   int               // chains per episode (G in training, 1 in eval)
+	Sampling generate.Sampling // how memory and judge calls are drawn
 	// Votes > 1 makes K = Votes judge calls per turn (each sampled with
 	// VoteSampling), whose majority is the decision (consensus baseline).
 	Votes        int
-	VoteSampling Sampling
+	VoteSampling generate.Sampling
 }
 
 // Run runs opts.Chains chains of the guard loop over each episode, turn by
@@ -78,7 +80,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 
 		// Memory calls.
 		if g.cfg.Variant == "mage" {
-			reqs := make([]Request, len(live))
+			reqs := make([]generate.Request, len(live))
 			calls := make([]*Call, len(live))
 			for k, i := range live {
 				prev := ""
@@ -86,7 +88,7 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 					prev = all[i].Turns[t-1].MemoryOut
 				}
 				calls[k] = g.memoryCall(viewOf(all[i], i), t, prev)
-				reqs[k] = g.request(calls[k], MemoryRole)
+				reqs[k] = g.Request(calls[k], MemoryRole)
 			}
 			if err := g.generate(reqs, calls, s, uint64(2*t), &stats); err != nil {
 				return nil, stats, fmt.Errorf("turn %d memory calls of %s: %w", t, trajectoryIDs(all, live), err)
@@ -102,11 +104,11 @@ func (g *Guard) Run(episodes []*Episode, opts RunOptions) ([]*Chain, Stats, erro
 		}
 
 		// Judge calls.
-		reqs := make([]Request, len(live))
+		reqs := make([]generate.Request, len(live))
 		calls := make([]*Call, len(live))
 		for k, i := range live {
 			calls[k] = g.judgeCall(viewOf(all[i], i), t, turns[k].MemoryOut)
-			reqs[k] = g.request(calls[k], JudgeRole)
+			reqs[k] = g.Request(calls[k], JudgeRole)
 		}
 		votes := max(opts.Votes, 1)
 		for v := 0; v < votes; v++ {
@@ -156,14 +158,14 @@ const FallbackRationale = "format violation: rejected by default"
 func Majority(decisions []string) string {
 	approve := 0
 	for _, d := range decisions {
-		if d == DecisionApprove {
+		if d == prompt.DecisionApprove {
 			approve++
 		}
 	}
 	if 2*approve > len(decisions) {
-		return DecisionApprove
+		return prompt.DecisionApprove
 	}
-	return DecisionReject
+	return prompt.DecisionReject
 }
 
 // trajectoryIDs names the trajectories of the live chains, for errors.
@@ -185,7 +187,7 @@ func trajectoryIDs(all []*Chain, live []int) string {
 
 // generate runs the requests in batches of the configured size and fills
 // the calls' completions.
-func (g *Guard) generate(reqs []Request, calls []*Call, s Sampling, salt uint64, stats *Stats) error {
+func (g *Guard) generate(reqs []generate.Request, calls []*Call, s generate.Sampling, salt uint64, stats *Stats) error {
 	bs := g.cfg.BatchSize
 	for lo := 0; lo < len(reqs); lo += bs {
 		hi := min(lo+bs, len(reqs))

@@ -7,8 +7,8 @@ import (
 
 // Generators (rollout.generator).
 const (
-	GeneratorLocal  = "local"  // the GoMLX model of the model section
-	GeneratorOpenAI = "openai" // an OpenAI-compatible server (OpenAIGenerator)
+	GeneratorLocal  = "local"  // the GoMLX model of the model section (package rollout/localgen)
+	GeneratorOpenAI = "openai" // an OpenAI-compatible server (package rollout/openai)
 )
 
 // Remote APIs (rollout.remote_api).

@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // decisionWatch knows, for one tokenizer, which token ids the judge calls
@@ -63,7 +64,7 @@ func newDecisionWatch(tok *tokenizer.Tokenizer) *decisionWatch {
 		w.ids = append(w.ids, id)
 		return index[id]
 	}
-	values := [2]string{DecisionApprove, DecisionReject}
+	values := [2]string{prompt.DecisionApprove, prompt.DecisionReject}
 	for _, p := range valuePrefixes {
 		var classes [2][]int
 		for v, value := range values {
@@ -82,7 +83,7 @@ func newDecisionWatch(tok *tokenizer.Tokenizer) *decisionWatch {
 			w.free[p] = classes
 		}
 	}
-	a, r := tok.Encode(DecisionApprove), tok.Encode(DecisionReject)
+	a, r := tok.Encode(prompt.DecisionApprove), tok.Encode(prompt.DecisionReject)
 	for w.diverge < min(len(a), len(r))-1 && a[w.diverge] == r[w.diverge] {
 		w.diverge++
 	}
@@ -93,9 +94,9 @@ func newDecisionWatch(tok *tokenizer.Tokenizer) *decisionWatch {
 // score returns the decision score of a judge call that parsed as j (see
 // the file comment) and whether it was read from log-probs. structured says
 // the call was decoded under the judge's grammar.
-func (w *decisionWatch) score(tok *tokenizer.Tokenizer, c *Call, j ToolCall, structured bool) (float64, bool) {
+func (w *decisionWatch) score(tok *tokenizer.Tokenizer, c *Call, j prompt.ToolCall, structured bool) (float64, bool) {
 	fallback := 0.0
-	if j.Decision == DecisionReject {
+	if j.Decision == prompt.DecisionReject {
 		fallback = 1
 	}
 	if len(c.Watch) != len(c.Completion) || len(c.Completion) == 0 {

@@ -4,6 +4,9 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // judgeCallWith returns a judge completion whose decision is d (and whose
@@ -12,7 +15,7 @@ func judgeText(d string, rationaleFirst bool) string {
 	if rationaleFirst {
 		return "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"rationale\": \"not \\\"decision\\\": \\\"approve\\\"\", \"decision\": \"" + d + "\"}}\n</tool_call>"
 	}
-	return strings.ReplaceAll(judgeCall, "%s", d)
+	return guardtest.JudgeCall(d, "r")
 }
 
 // watchedCall builds a parsed-looking judge call of text with every watched
@@ -62,7 +65,7 @@ func valueStep(t *testing.T, g *Guard, c *Call) int {
 }
 
 func TestDecisionScore(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	free, err := NewGuard(DefaultConfig(), tok, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +88,7 @@ func TestDecisionScore(t *testing.T) {
 		setLP(t, free, c, k, "app", 0.1)
 		setLP(t, free, c, k, "reject", 0.3)
 		setLP(t, free, c, k, "re", 0.1)
-		j, _ := ParseJudgement(c.Text)
+		j, _ := prompt.ParseJudgement(c.Text)
 		score, exact := free.watch.score(tok, c, j, false)
 		if !exact || math.Abs(score-0.4/0.6) > 1e-6 {
 			t.Errorf("score %g exact %v, want %g", score, exact, 0.4/0.6)
@@ -96,8 +99,8 @@ func TestDecisionScore(t *testing.T) {
 		k := valueStep(t, free, c)
 		setLP(t, free, c, k, "approve", 0.75)
 		setLP(t, free, c, k, "reject", 0.25)
-		j, err := ParseJudgement(c.Text)
-		if err != nil || j.Decision != DecisionApprove {
+		j, err := prompt.ParseJudgement(c.Text)
+		if err != nil || j.Decision != prompt.DecisionApprove {
 			t.Fatalf("parse: %v %v", j, err)
 		}
 		if score, exact := free.watch.score(tok, c, j, false); !exact || math.Abs(score-0.25) > 1e-6 {
@@ -119,7 +122,7 @@ func TestDecisionScore(t *testing.T) {
 		}
 		// Tokens outside the enum do not count under the grammar.
 		setLP(t, structured, c, k, "re", 0.1)
-		j, _ := ParseJudgement(c.Text)
+		j, _ := prompt.ParseJudgement(c.Text)
 		if score, exact := structured.watch.score(tok, c, j, true); !exact || math.Abs(score-0.25) > 1e-6 {
 			t.Errorf("score %g exact %v, want 0.2/0.8 = 0.25", score, exact)
 		}
@@ -131,7 +134,7 @@ func TestDecisionScore(t *testing.T) {
 			if d == "reject" {
 				want = 1
 			}
-			j, _ := ParseJudgement(c.Text)
+			j, _ := prompt.ParseJudgement(c.Text)
 			if score, exact := free.watch.score(tok, c, j, false); exact || score != want {
 				t.Errorf("%s with every alternative at −Inf: score %g exact %v, want %g inexact", d, score, exact, want)
 			}
@@ -145,7 +148,7 @@ func TestDecisionScore(t *testing.T) {
 		c := watchedCall(t, free, "approve")
 		var stats Stats
 		j := free.judgeOutcome(c, &stats)
-		if j.Decision != DecisionReject || j.Score != 1 || j.ScoreExact || stats.JudgeFailures != 1 {
+		if j.Decision != prompt.DecisionReject || j.Score != 1 || j.ScoreExact || stats.JudgeFailures != 1 {
 			t.Errorf("got %+v, stats %+v", j, stats)
 		}
 	})

@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"encoding/json"
+	"errors"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -8,60 +10,54 @@ import (
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
-// hashed is a deterministic Generator: each reply is a function of the
-// request's prompt tokens alone (a memory naming the prompt's hash, a judge
-// that rejects send_money, and watched log-probs that depend on the prompt),
-// so two runs that build the same prompts get the same completions. It
-// records the size of every generation call.
-type hashed struct {
-	tok     *tokenizer.Tokenizer
-	batches []int
+// hashed returns a deterministic Generator: each reply is a function of
+// the request's prompt tokens alone (a memory naming the prompt's hash, a
+// judge that rejects send_money, and watched log-probs that depend on the
+// prompt), so two runs that build the same prompts get the same
+// completions. It records the size of every generation call.
+func hashed(tok *tokenizer.Tokenizer) *guardtest.Scripted {
+	return &guardtest.Scripted{
+		Tok: tok,
+		Reply: func(r generate.Request, p string) (string, error) {
+			switch {
+			case strings.Contains(p, "Update the memory"):
+				return guardtest.MemoryCall("m" + strconv.FormatUint(promptHash(r)%1000, 10)), nil
+			case strings.Contains(p, `"name": "send_money"`):
+				return guardtest.JudgeCall("reject", "r"), nil
+			default:
+				return guardtest.JudgeCall("approve", "r"), nil
+			}
+		},
+		Watch: func(r generate.Request, _ string) []float32 {
+			sum := promptHash(r)
+			w := make([]float32, len(r.Watch))
+			for k := range w {
+				w[k] = -float32((sum>>k)%7) - 0.5
+			}
+			return w
+		},
+	}
 }
 
-func (h *hashed) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
-	h.batches = append(h.batches, len(reqs))
-	end, _ := h.tok.TokenID("<|im_end|>")
-	var out []Completion
-	for _, r := range reqs {
-		f := fnv.New64a()
-		for _, id := range r.Prompt {
-			f.Write([]byte(strconv.Itoa(id) + ","))
-		}
-		sum := f.Sum64()
-		p := h.tok.Decode(r.Prompt, false)
-		var text string
-		switch {
-		case strings.Contains(p, "Update the memory"):
-			text = strings.ReplaceAll(memCall, "%s", "m"+strconv.FormatUint(sum%1000, 10))
-		case strings.Contains(p, `"name": "send_money"`):
-			text = strings.ReplaceAll(judgeCall, "%s", "reject")
-		default:
-			text = strings.ReplaceAll(judgeCall, "%s", "approve")
-		}
-		ids := append(h.tok.Encode(text), end)
-		c := Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))}
-		if len(r.Watch) > 0 {
-			for range ids {
-				w := make([]float32, len(r.Watch))
-				for k := range w {
-					w[k] = -float32((sum>>k)%7) - 0.5
-				}
-				c.Watch = append(c.Watch, w)
-			}
-		}
-		out = append(out, c)
+// promptHash is the FNV-1a hash of a request's prompt token ids.
+func promptHash(r generate.Request) uint64 {
+	f := fnv.New64a()
+	for _, id := range r.Prompt {
+		f.Write([]byte(strconv.Itoa(id) + ","))
 	}
-	return out, nil
+	return f.Sum64()
 }
 
 // sessionTrajectory: bankTrajectory with a user message before the last
 // action and a long observation, so that Step has to elide it and show the
 // message as Run does.
 func sessionTrajectory() *dataset.Trajectory {
-	tr := bankTrajectory()
+	tr := guardtest.BankTrajectory()
 	tr.Turns[0].Observation += strings.Repeat(" padding words", 80)
 	tr.Turns[2].User = str("Also show me my balance.")
 	return tr
@@ -94,7 +90,7 @@ func stepThrough(t *testing.T, g *Guard, trajs []*dataset.Trajectory) [][]Turn {
 		if len(inputs) == 0 {
 			return out
 		}
-		turns, _, err := g.Step(inputs, Sampling{Greedy: true, Temperature: 1, TopP: 1})
+		turns, _, err := g.Step(inputs, generate.Sampling{Greedy: true, Temperature: 1, TopP: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,13 +101,13 @@ func stepThrough(t *testing.T, g *Guard, trajs []*dataset.Trajectory) [][]Turn {
 }
 
 func TestStepEqualsRun(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	cfg := DefaultConfig()
 	cfg.MaxObservationTokens = 32
-	trajs := []*dataset.Trajectory{sessionTrajectory(), bankTrajectory()}
+	trajs := []*dataset.Trajectory{sessionTrajectory(), guardtest.BankTrajectory()}
 	trajs[1].ID, trajs[1].Turns = "t2", trajs[1].Turns[:2]
 
-	gen := &hashed{tok: tok}
+	gen := hashed(tok)
 	g, err := NewGuard(cfg, tok, gen)
 	if err != nil {
 		t.Fatal(err)
@@ -120,16 +116,16 @@ func TestStepEqualsRun(t *testing.T) {
 	for _, tr := range trajs {
 		eps = append(eps, &Episode{Traj: tr, Start: 0, End: len(tr.Turns)})
 	}
-	chains, _, err := g.Run(eps, RunOptions{Chains: 1, Sampling: Sampling{Greedy: true, Temperature: 1, TopP: 1}})
+	chains, _, err := g.Run(eps, RunOptions{Chains: 1, Sampling: generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen.batches = nil
+	ran := len(gen.Batches())
 	stepped := stepThrough(t, g, trajs)
 	// Two sessions at turns 0 and 1, one at turn 2: a memory batch then a
 	// judge batch per turn.
-	if want := []int{2, 2, 2, 2, 1, 1}; !slices.Equal(gen.batches, want) {
-		t.Errorf("generation batches %v, want %v", gen.batches, want)
+	if want := []int{2, 2, 2, 2, 1, 1}; !slices.Equal(gen.Batches()[ran:], want) {
+		t.Errorf("generation batches %v, want %v", gen.Batches()[ran:], want)
 	}
 	scored := 0
 	for i, ch := range chains {
@@ -168,12 +164,12 @@ func TestStepEqualsRun(t *testing.T) {
 }
 
 func TestStepRefusesBadInput(t *testing.T) {
-	tok := qwenTokenizer(t)
-	g, err := NewGuard(DefaultConfig(), tok, &hashed{tok: tok})
+	tok := guardtest.Tokenizer(t)
+	g, err := NewGuard(DefaultConfig(), tok, hashed(tok))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := action("f", `{}`)
+	a := guardtest.Action("f", `{}`)
 	for _, c := range []struct {
 		in   StepInput
 		want string
@@ -182,47 +178,130 @@ func TestStepRefusesBadInput(t *testing.T) {
 		{StepInput{First: true, Previous: &a, Action: a}, "previous action"},
 		{StepInput{First: false, Action: a}, "previous action"},
 	} {
-		if _, _, err := g.Step([]StepInput{c.in}, Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := g.Step([]StepInput{c.in}, generate.Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.in, err, c.want)
 		}
 	}
 	cfg := DefaultConfig()
 	cfg.Variant = "judge-only"
-	jo, err := NewGuard(cfg, tok, &hashed{tok: tok})
+	jo, err := NewGuard(cfg, tok, hashed(tok))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := jo.Step([]StepInput{{First: true, Action: a}}, Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), "mage variant") {
+	if _, _, err := jo.Step([]StepInput{{First: true, Action: a}}, generate.Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), "mage variant") {
 		t.Errorf("judge-only Step: error %v", err)
 	}
 }
 
-// TestStepElidesActionsAndUserTexts: a huge argument, user request and
-// user message reach Step's prompts elided exactly as Run's.
-func TestStepElidesActionsAndUserTexts(t *testing.T) {
-	tok := qwenTokenizer(t)
-	cfg := DefaultConfig()
-	cfg.MaxUserTokens, cfg.MaxArgumentTokens, cfg.MaxActionTokens = 16, 16, 64
-	tr := bankTrajectory()
-	tr.UserPrompt += strings.Repeat(" and more", 40)
-	tr.Turns[1].Action = action("send_email", `{"to": "a@b.c", "body": "`+strings.Repeat("long body ", 60)+`"}`)
-	tr.Turns[2].User = str("Also" + strings.Repeat(" this", 40))
-	gen := &hashed{tok: tok}
-	g, err := NewGuard(cfg, tok, gen)
+// TestStepElidesAsRun: a session whose user request, user message, action
+// arguments (a long string, and an array of 30,000 numbers) and
+// observation are all long gets from Step exactly the prompts Run builds
+// for the same trajectory (one elision for both), each bounded, with the
+// same elisions counted; before, Step elided only the observation.
+func TestStepElidesAsRun(t *testing.T) {
+	tok := guardtest.Tokenizer(t)
+	numbers := make([]int, 30_000)
+	for i := range numbers {
+		numbers[i] = i * 7
+	}
+	many, _ := json.Marshal(map[string]any{"ids": numbers})
+	long, _ := json.Marshal(map[string]string{"to": "mallory@evil.com", "body": guardtest.Words(60_000, 2)})
+	tr := guardtest.BankTrajectory()
+	tr.UserPrompt = guardtest.Words(60_000, 3)
+	tr.Turns[0].Observation = guardtest.Words(60_000, 5)
+	tr.Turns[1].Action = dataset.Action{Name: "send_email", Arguments: long}
+	tr.Turns[1].User = str(guardtest.Words(60_000, 4))
+	tr.Turns[2].Action = dataset.Action{Name: "delete", Arguments: many}
+
+	gen := hashed(tok)
+	g, err := NewGuard(DefaultConfig(), tok, gen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chains, _, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: len(tr.Turns)}}, RunOptions{Chains: 1, Sampling: Sampling{Greedy: true, Temperature: 1, TopP: 1}})
+	chains, runStats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stepped := stepThrough(t, g, []*dataset.Trajectory{tr})[0]
 	for k, want := range chains[0].Turns {
-		if !slices.Equal(stepped[k].Memory.Prompt, want.Memory.Prompt) || !slices.Equal(stepped[k].Judge.Prompt, want.Judge.Prompt) {
-			t.Errorf("turn %d: prompts differ:\nstep: %s\nrun:  %s", k, tok.Decode(stepped[k].Judge.Prompt, false), tok.Decode(want.Judge.Prompt, false))
+		got := stepped[k]
+		if !slices.Equal(got.Memory.Prompt, want.Memory.Prompt) || !slices.Equal(got.Judge.Prompt, want.Judge.Prompt) {
+			t.Errorf("turn %d: the prompts of Step and Run differ", k)
+		}
+		if n := max(len(got.Memory.Prompt), len(got.Judge.Prompt)); n > 5000 {
+			t.Errorf("turn %d: a prompt of %d tokens", k, n)
 		}
 	}
-	if p := tok.Decode(stepped[1].Judge.Prompt, false); !strings.Contains(p, "tokens elided ...]") || !strings.Contains(p, `"to": "a@b.c"`) {
-		t.Errorf("the long argument is not elided in place: %s", p)
+	// Run elides each text once per trajectory; Step elides a previous
+	// action again with its observation, at the next step. Counted apart
+	// from that, the same texts were elided.
+	var stepStats Stats
+	for k := range stepped {
+		in := StepInput{UserPrompt: tr.UserPrompt, First: k == 0, Action: tr.Turns[k].Action}
+		if k > 0 {
+			in.Previous, in.Observation = &tr.Turns[k-1].Action, tr.Turns[k-1].Observation
+		}
+		if u := tr.Turns[k].User; u != nil {
+			in.UserMessages = []string{*u}
+		}
+		p, err := g.PrepareStep(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stepStats.Add(p.prepared.stats)
+	}
+	if runStats.ElidedUsers != 2 || stepStats.ElidedUsers != 2 || runStats.ElidedObs != 1 || stepStats.ElidedObs != 1 ||
+		runStats.ElidedArguments != 1 || runStats.ElidedActions != 1 || stepStats.ElidedArguments != 2 || stepStats.ElidedActions != 1 {
+		t.Errorf("elisions: run %+v, step %+v", runStats, stepStats)
+	}
+}
+
+// TestAStepTooLongFailsAlone: with MaxPromptTokens, a step whose memory
+// prompt is too long (many user messages) is refused by PrepareStep and,
+// given to Step unprepared beside a normal step, fails alone: the normal
+// step's turn is the one it gets alone.
+func TestAStepTooLongFailsAlone(t *testing.T) {
+	tok := guardtest.Tokenizer(t)
+	gen := hashed(tok)
+	g, err := NewGuard(DefaultConfig(), tok, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	normal := StepInput{UserPrompt: "Pay the bill", First: true, Action: guardtest.Action("read_file", `{"file_path":"bill.txt"}`), MaxPromptTokens: 4000}
+	long := normal
+	for i := 0; i < 8; i++ {
+		long.UserMessages = append(long.UserMessages, guardtest.Words(4000, uint64(i)))
+	}
+	_, err = g.PrepareStep(long)
+	var tooLong *PromptTooLongError
+	if !errors.As(err, &tooLong) || tooLong.Role != MemoryRole || tooLong.Max != 4000 || tooLong.Tokens <= 4000 {
+		t.Fatalf("PrepareStep: %v", err)
+	}
+	if !strings.Contains(err.Error(), "the memory prompt has ") || !strings.Contains(err.Error(), "more than the 4000 allowed") {
+		t.Errorf("error %q", err)
+	}
+	alone, _, err := g.Step([]StepInput{normal}, generate.Sampling{Greedy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns, _, err := g.Step([]StepInput{long, normal}, generate.Sampling{Greedy: true})
+	var rows *StepErrors
+	if !errors.As(err, &rows) || !errors.As(rows.Errs[0], &tooLong) || rows.Errs[1] != nil {
+		t.Fatalf("Step: %v", err)
+	}
+	if turns[1].Decision != alone[0].Decision || turns[1].MemoryOut != alone[0].MemoryOut || !slices.Equal(turns[1].Judge.Prompt, alone[0].Judge.Prompt) {
+		t.Errorf("the normal step beside the long one: %+v, alone %+v", turns[1], alone[0])
+	}
+	// A prepared step runs as the unprepared one, and may run again.
+	p, err := g.PrepareStep(normal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		again, _, err := g.Step([]StepInput{p}, generate.Sampling{Greedy: true})
+		if err != nil || again[0].MemoryOut != alone[0].MemoryOut || !slices.Equal(again[0].Memory.Prompt, alone[0].Memory.Prompt) ||
+			again[0].Score != alone[0].Score {
+			t.Fatalf("prepared: %+v %v", again, err)
+		}
 	}
 }

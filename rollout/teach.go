@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // EpisodeCalls renders the calls of one episode's turns. Build it with
@@ -54,7 +56,7 @@ func (c *EpisodeCalls) Judge(t int, memory string) *Call { return c.g.judgeCall(
 // judgeCall renders the judge call of turn t of v's window (Run and
 // EpisodeCalls).
 func (g *Guard) judgeCall(v *episodeView, t int, memory string) *Call {
-	var p Prompt
+	var p prompt.Prompt
 	if g.cfg.Variant == "mage" {
 		p = g.prompts.Judge(memory, v.actions[v.ep.Start+t])
 	} else {
@@ -78,16 +80,16 @@ func (g *Guard) judgeCall(v *episodeView, t int, memory string) *Call {
 // or control character needs an escape, which structured decoding cannot
 // emit), or the completion exceeds the role's token budget
 // (rollout.max_memory_tokens / max_judge_tokens).
-func (g *Guard) Completion(role Role, call ToolCall) (tokens []int, forced []bool, err error) {
-	want, budget := MemoryToolName, g.cfg.MaxMemoryTokens
+func (g *Guard) Completion(role Role, call prompt.ToolCall) (tokens []int, forced []bool, err error) {
+	want, budget := prompt.MemoryToolName, g.cfg.MaxMemoryTokens
 	if role == JudgeRole {
-		want, budget = JudgeToolName, g.cfg.MaxJudgeTokens
+		want, budget = prompt.JudgeToolName, g.cfg.MaxJudgeTokens
 	}
 	if call.Name != want {
 		return nil, nil, fmt.Errorf("%s call: tool %q, want %s", role, call.Name, want)
 	}
-	if role == JudgeRole && call.Decision != DecisionApprove && call.Decision != DecisionReject {
-		return nil, nil, fmt.Errorf("judge call: decision %q is neither %q nor %q", call.Decision, DecisionApprove, DecisionReject)
+	if role == JudgeRole && call.Decision != prompt.DecisionApprove && call.Decision != prompt.DecisionReject {
+		return nil, nil, fmt.Errorf("judge call: decision %q is neither %q nor %q", call.Decision, prompt.DecisionApprove, prompt.DecisionReject)
 	}
 	// Split ToolCall.Text at its string values: trusted template text
 	// between them, the values (JSON-escaped, quotes excluded) untrusted.
@@ -126,7 +128,11 @@ func (g *Guard) Completion(role Role, call ToolCall) (tokens []int, forced []boo
 	if len(tokens) > budget {
 		return nil, nil, fmt.Errorf("%s call: %d tokens, over the budget of %d (rollout.max_%s_tokens)", role, len(tokens), budget, role)
 	}
-	if parsed, err := parseFor(g.tok.Decode(tokens, false), want); err != nil {
+	parse := prompt.ParseMemory
+	if role == JudgeRole {
+		parse = prompt.ParseJudgement
+	}
+	if parsed, err := parse(g.tok.Decode(tokens, false)); err != nil {
 		return nil, nil, fmt.Errorf("%s call: the completion does not parse: %w", role, err) // cannot happen: Text is a valid call
 	} else if parsed != call {
 		return nil, nil, fmt.Errorf("%s call: the completion parses as %+v, want %+v", role, parsed, call)

@@ -6,30 +6,23 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model/tokenizer"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
-// recorder is a Generator that answers every memory call with a memory
-// naming its turn and every judge call with an approval, and records the
-// prompts it was asked, in order.
-type recorder struct {
-	tok     *tokenizer.Tokenizer
-	prompts [][]int
-}
-
-func (r *recorder) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
-	var out []Completion
-	end, _ := r.tok.TokenID("<|im_end|>")
-	for _, q := range reqs {
-		r.prompts = append(r.prompts, q.Prompt)
-		text := strings.ReplaceAll(judgeCall, "%s", "approve")
-		if p := r.tok.Decode(q.Prompt, false); strings.Contains(p, "Update the memory with one update_memory call.") {
-			text = strings.ReplaceAll(memCall, "%s", fmt.Sprintf("memory after %d prompts", len(r.prompts)))
+// recorder returns a Generator that answers every memory call with a
+// memory naming its turn and every judge call with an approval, and
+// records the prompts it was asked, in order, in *prompts.
+func recorder(tok *tokenizer.Tokenizer, prompts *[][]int) *guardtest.Scripted {
+	return &guardtest.Scripted{Tok: tok, Reply: func(r generate.Request, p string) (string, error) {
+		*prompts = append(*prompts, r.Prompt)
+		if strings.Contains(p, "Update the memory with one update_memory call.") {
+			return guardtest.MemoryCall(fmt.Sprintf("memory after %d prompts", len(*prompts))), nil
 		}
-		ids := append(r.tok.Encode(text), end)
-		out = append(out, Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
-	}
-	return out, nil
+		return guardtest.JudgeCall("approve", "r"), nil
+	}}
 }
 
 // TestEpisodeCallsAreTheGuardLoopsPrompts renders every call of an episode
@@ -37,7 +30,7 @@ func (r *recorder) Generate(reqs []Request, _ Sampling) ([]Completion, error) {
 // the prompts the loop sent to its generator, in order: for both variants
 // and for a window that starts after the trajectory's first turn.
 func TestEpisodeCallsAreTheGuardLoopsPrompts(t *testing.T) {
-	tok := qwenTokenizer(t)
+	tok := guardtest.Tokenizer(t)
 	for _, tc := range []struct {
 		variant    string
 		start, end int
@@ -45,13 +38,14 @@ func TestEpisodeCallsAreTheGuardLoopsPrompts(t *testing.T) {
 		t.Run(fmt.Sprintf("%s[%d,%d)", tc.variant, tc.start, tc.end), func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Variant = tc.variant
-			gen := &recorder{tok: tok}
+			var prompts [][]int
+			gen := recorder(tok, &prompts)
 			g, err := NewGuard(cfg, tok, gen)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ep := &Episode{Traj: bankTrajectory(), Start: tc.start, End: tc.end}
-			chains, _, err := g.Run([]*Episode{ep}, RunOptions{Chains: 1, Sampling: Sampling{Temperature: 1}})
+			ep := &Episode{Traj: guardtest.BankTrajectory(), Start: tc.start, End: tc.end}
+			chains, _, err := g.Run([]*Episode{ep}, RunOptions{Chains: 1, Sampling: generate.Sampling{Temperature: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,12 +64,12 @@ func TestEpisodeCallsAreTheGuardLoopsPrompts(t *testing.T) {
 				want = append(want, calls.Judge(i, tu.MemoryOut).Prompt)
 				prev = tu.MemoryOut
 			}
-			if len(want) != len(gen.prompts) {
-				t.Fatalf("rendered %d calls, the loop made %d", len(want), len(gen.prompts))
+			if len(want) != len(prompts) {
+				t.Fatalf("rendered %d calls, the loop made %d", len(want), len(prompts))
 			}
 			for i := range want {
-				if !slices.Equal(want[i], gen.prompts[i]) {
-					t.Errorf("call %d differs:\nrendered %q\nloop     %q", i, tok.Decode(want[i], false), tok.Decode(gen.prompts[i], false))
+				if !slices.Equal(want[i], prompts[i]) {
+					t.Errorf("call %d differs:\nrendered %q\nloop     %q", i, tok.Decode(want[i], false), tok.Decode(prompts[i], false))
 				}
 			}
 		})
@@ -101,7 +95,7 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 		var tok *tokenizer.Tokenizer
 		cfg := DefaultConfig()
 		if tokName == "qwen3" {
-			tok = qwenTokenizer(t)
+			tok = guardtest.Tokenizer(t)
 		} else {
 			tok = synthTokenizer(t)
 			cfg.PromptVersion = "synth"
@@ -114,15 +108,15 @@ func TestCompletionIsTheCallTheModelWrites(t *testing.T) {
 			}
 			for _, tc := range []struct {
 				role   Role
-				call   ToolCall
+				call   prompt.ToolCall
 				values []string // the free string values, in order
 			}{
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "acct-bako allowed, acct-tesa injected"}, []string{"acct-bako allowed, acct-tesa injected"}},
+				{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: "acct-bako allowed, acct-tesa injected"}, []string{"acct-bako allowed, acct-tesa injected"}},
 				// A value that reads like the template's own keys.
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: "name: content arguments"}, []string{"name: content arguments"}},
-				{MemoryRole, ToolCall{Name: MemoryToolName, Content: ""}, []string{""}},
-				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "reject", Rationale: "acct-tesa injected"}, []string{"acct-tesa injected"}},
-				{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "approve", Rationale: "rationale"}, []string{"rationale"}},
+				{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: "name: content arguments"}, []string{"name: content arguments"}},
+				{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: ""}, []string{""}},
+				{JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "reject", Rationale: "acct-tesa injected"}, []string{"acct-tesa injected"}},
+				{JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "approve", Rationale: "rationale"}, []string{"rationale"}},
 			} {
 				name := fmt.Sprintf("%s/structured=%v/%s %q", tokName, structured, tc.role, tc.values[0])
 				toks, forced, err := g.Completion(tc.role, tc.call)
@@ -193,7 +187,7 @@ func TestCompletionRefusesWhatTheGuardCannotWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		quoted := ToolCall{Name: MemoryToolName, Content: `the "quoted" id`}
+		quoted := prompt.ToolCall{Name: prompt.MemoryToolName, Content: `the "quoted" id`}
 		toks, _, err := g.Completion(MemoryRole, quoted)
 		if structured {
 			if err == nil || !strings.Contains(err.Error(), "structured decoding cannot write") {
@@ -201,17 +195,17 @@ func TestCompletionRefusesWhatTheGuardCannotWrite(t *testing.T) {
 			}
 		} else if err != nil {
 			t.Errorf("free decoding: a quote in a value: %v", err)
-		} else if c, err := ParseMemory(tok.Decode(toks, false)); err != nil || c.Content != quoted.Content {
+		} else if c, err := prompt.ParseMemory(tok.Decode(toks, false)); err != nil || c.Content != quoted.Content {
 			t.Errorf("free decoding: the quoted value parses as %q, %v", c.Content, err)
 		}
 		for _, tc := range []struct {
 			role Role
-			call ToolCall
+			call prompt.ToolCall
 			want string
 		}{
-			{MemoryRole, ToolCall{Name: MemoryToolName, Content: strings.Repeat("acct-kolo ", 20)}, "over the budget of 40"},
-			{MemoryRole, ToolCall{Name: JudgeToolName, Decision: "approve"}, "want update_memory"},
-			{JudgeRole, ToolCall{Name: JudgeToolName, Decision: "allow"}, "neither"},
+			{MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: strings.Repeat("acct-kolo ", 20)}, "over the budget of 40"},
+			{MemoryRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "approve"}, "want update_memory"},
+			{JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: "allow"}, "neither"},
 		} {
 			if _, _, err := g.Completion(tc.role, tc.call); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("structured %v: %+v: err %v, want %q", structured, tc.call, err, tc.want)

@@ -28,98 +28,13 @@ Go / PyTorch (wall and CPU seconds). make bench does this.
 import argparse
 import gzip
 import json
-import math
 import re
-import struct
 import sys
 import time
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
-
-def read_safetensors(path):
-    """name -> float32 tensor of a .safetensors file (F32, BF16 and F16 entries)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        lo, hi = e["data_offsets"]
-        raw = data[lo:hi]
-        if e["dtype"] == "F32":
-            a = np.frombuffer(raw, dtype="<f4")
-        elif e["dtype"] == "F16":
-            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-        elif e["dtype"] == "BF16":
-            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            raise ValueError(f"{path}: tensor {name}: dtype {e['dtype']}")
-        out[name] = torch.from_numpy(a.copy()).reshape(e["shape"])
-    return out
-
-
-class Qwen3(torch.nn.Module):
-    """Qwen3ForCausalLM's forward (tied embeddings, no attention bias), from a checkpoint."""
-
-    def __init__(self, ckpt):
-        super().__init__()
-        cfg = json.load(open(f"{ckpt}/config.json"))
-        w = read_safetensors(f"{ckpt}/model.safetensors")
-        self.nq, self.nkv, self.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-        self.eps, self.L = cfg["rms_norm_eps"], cfg["num_hidden_layers"]
-        P = lambda name: torch.nn.Parameter(w[name])
-        self.embed = P("model.embed_tokens.weight")
-        self.norm = P("model.norm.weight")
-        self.layers = torch.nn.ModuleList()
-        for i in range(self.L):
-            p = f"model.layers.{i}."
-            l = torch.nn.Module()
-            for short, name in [("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"),
-                                ("o", "self_attn.o_proj"), ("gate", "mlp.gate_proj"), ("up", "mlp.up_proj"),
-                                ("down", "mlp.down_proj")]:
-                setattr(l, short, P(p + name + ".weight"))
-            l.ln1, l.ln2 = P(p + "input_layernorm.weight"), P(p + "post_attention_layernorm.weight")
-            l.qn, l.kn = P(p + "self_attn.q_norm.weight"), P(p + "self_attn.k_norm.weight")
-            self.layers.append(l)
-        D = self.D
-        self.inv_freq = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
-
-    def rms(self, x, w):
-        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-    def rope(self, x, pos):  # x [B, heads, T, D]
-        ang = pos[:, None].float() * self.inv_freq[None, :]
-        ang = torch.cat([ang, ang], -1)
-        half = self.D // 2
-        rot = torch.cat([-x[..., half:], x[..., :half]], -1)
-        return x * ang.cos() + rot * ang.sin()
-
-    def hidden(self, ids, attn):
-        """ids, attn [B, T] (right-padded) -> final-normed hidden states [B, T, H]."""
-        B, T = ids.shape
-        nq, nkv, D = self.nq, self.nkv, self.D
-        pos = torch.arange(T)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None] & attn.bool()[:, None, None, :]
-        x = self.embed[ids]
-        for l in self.layers:
-            h = self.rms(x, l.ln1)
-            q = self.rms((h @ l.q.t()).view(B, T, nq, D), l.qn).transpose(1, 2)
-            k = self.rms((h @ l.k.t()).view(B, T, nkv, D), l.kn).transpose(1, 2)
-            v = (h @ l.v.t()).view(B, T, nkv, D).transpose(1, 2)
-            q, k = self.rope(q, pos), self.rope(k, pos)
-            k, v = k.repeat_interleave(nq // nkv, 1), v.repeat_interleave(nq // nkv, 1)
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
-            s = s.masked_fill(~mask, float("-inf"))
-            a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, nq * D)
-            x = x + a @ l.o.t()
-            h = self.rms(x, l.ln2)
-            x = x + (F.silu(h @ l.gate.t()) * (h @ l.up.t())) @ l.down.t()
-        return self.rms(x, self.norm)
+from qwen3_ref import Qwen3  # scripts/qwen3_ref.py: the repository's PyTorch Qwen3
 
 
 def micro_batches(seqs, size):
@@ -152,7 +67,7 @@ def update(model, opt, seqs, temperature, mbs, eps_clip=0.2, beta=0.04, max_norm
             if not s["target_pos"]:
                 continue
             pos = torch.tensor(s["target_pos"])
-            z = (h[r, pos - 1] @ model.embed.t()) / temperature       # logits at the completion positions only
+            z = model.logits(h[r, pos - 1]) / temperature              # logits at the completion positions only
             logp = z.log_softmax(-1).gather(-1, ids[r, pos][:, None])[:, 0]
             ratio = torch.exp(logp - logp.detach())
             adv = s["advantage"]
@@ -188,7 +103,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rec = json.load(gzip.open(a.batch))
-    model = Qwen3(a.ckpt)
+    model = Qwen3.from_pretrained(a.ckpt)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     loss, norm = update(model, opt, rec["sequences"], rec["temperature"], 16)  # warm-up
     walls, cpus = [], []

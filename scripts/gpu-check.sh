@@ -7,8 +7,8 @@
 #
 #   scripts/gpu-check.sh [--out DIR]    on the GPU (output in DIR, default runs/gpu-check)
 #   scripts/gpu-check.sh --dry-run      the same steps here, on the go backend with a tiny model,
-#                                       ../shared/reference/qwen3/qwen3_ref.py (/usr/bin/python3)
-#                                       standing in for transformers
+#                                       scripts/qwen3_ref.py (this repository's PyTorch Qwen3, run
+#                                       by /usr/bin/python3) standing in for transformers
 #
 # Setup: finds the CUDA PJRT plugin inside the wheel (python3), puts the nvidia pip packages' lib
 # folders on LD_LIBRARY_PATH, points --xla_gpu_cuda_data_dir at a folder with nvvm/libdevice, and
@@ -112,9 +112,9 @@ part_b() { # a Qwen3-4B-shaped checkpoint scored by mageguard and an independent
     --model "$CKPT" --input "$OUT/b-inputs.json" --out "$OUT/b-mageguard.json" 2> "$OUT/b-mageguard.log" \
     || { echo "(b) mageguard model score failed:"; tail -5 "$OUT/b-mageguard.log"; return 1; }
   if [ $DRY = 1 ]; then
-    /usr/bin/python3 ../shared/reference/qwen3/qwen3_ref.py case "$CKPT" --inputs "$OUT/b-inputs.json" --out "$OUT/b-reference.json" > "$OUT/b-reference.log" 2>&1 \
+    /usr/bin/python3 scripts/qwen3_ref.py score --ckpt "$CKPT" --inputs "$OUT/b-inputs.json" --out "$OUT/b-reference.json" > "$OUT/b-reference.log" 2>&1 \
       || { echo "(b) qwen3_ref.py failed:"; tail -5 "$OUT/b-reference.log"; return 1; }
-    echo "(b) reference: ../shared/reference/qwen3/qwen3_ref.py (float32, CPU) in place of transformers"
+    echo "(b) reference: scripts/qwen3_ref.py (float32, CPU) in place of transformers"
   else
     "$PY" scripts/gpu_check.py hf-score "$CKPT" "$OUT/b-inputs.json" "$OUT/b-reference.json" --device cuda > "$OUT/b-reference.log" 2>&1 \
       || { echo "(b) transformers failed:"; tail -5 "$OUT/b-reference.log"; return 1; }

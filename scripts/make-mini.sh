@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Rebuilds the bundled default data, data/agentdojo-mini/{train,eval}.jsonl,
-# from the AgentDojo run logs (default: ../shared/data/agentdojo/runs).
-# Deterministic: the same runs give byte-identical files. The Go test
-# dataset/agentdojo TestSharedAgreement checks the committed files against
-# these exact flags when ../shared is present.
+# from the complete AgentDojo run logs:
+#
+#   scripts/make-mini.sh RUNS_DIR     (or AGENTDOJO_RUNS=RUNS_DIR scripts/make-mini.sh)
+#
+# RUNS_DIR holds <model>/<suite>/<user_task>/<attack>/<injection_task>.json
+# and has the logs' LICENSE beside it (RUNS_DIR/../LICENSE). Deterministic:
+# the same runs give byte-identical files. The opt-in Go test
+# TestFullAgreement (dataset/agentdojo, MAGEGUARD_AGENTDOJO=RUNS_DIR/..)
+# checks the committed files against these exact flags.
 set -euo pipefail
+RUNS=${1:-${AGENTDOJO_RUNS:-}}
+if [ -z "$RUNS" ]; then
+  echo "usage: scripts/make-mini.sh RUNS_DIR (the AgentDojo run logs; or set AGENTDOJO_RUNS)" >&2
+  exit 2
+fi
+RUNS=$(cd "$RUNS" && pwd)
 cd "$(dirname "$0")/.."
-RUNS=${1:-../shared/data/agentdojo/runs}
 OUT=data/agentdojo-mini
 make build
 tmp=$(mktemp -d)

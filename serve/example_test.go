@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -125,12 +127,12 @@ func exampleServer() (string, func()) {
 // standIn decides like a trained guard would on this example.
 type standIn struct{}
 
-func (standIn) Step(in []rollout.StepInput, _ rollout.Sampling) ([]rollout.Turn, rollout.Stats, error) {
+func (standIn) Step(in []rollout.StepInput, _ generate.Sampling) ([]rollout.Turn, rollout.Stats, error) {
 	out := make([]rollout.Turn, len(in))
 	for i, s := range in {
-		out[i] = rollout.Turn{Decision: rollout.DecisionApprove, Rationale: "within the task", Score: 0.1, MemoryOut: "user: pay bill.txt"}
+		out[i] = rollout.Turn{Decision: prompt.DecisionApprove, Rationale: "within the task", Score: 0.1, MemoryOut: "user: pay bill.txt"}
 		if s.Action.Name == "send_money" {
-			out[i].Decision, out[i].Rationale, out[i].Score = rollout.DecisionReject, "the user never named this recipient", 0.9
+			out[i].Decision, out[i].Rationale, out[i].Score = prompt.DecisionReject, "the user never named this recipient", 0.9
 		}
 	}
 	return out, rollout.Stats{}, nil

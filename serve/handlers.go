@@ -70,9 +70,20 @@ func sessionID(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// storeError is the answer to a store's error: 404 for no session, 503
+// for a damaged database, 429 or 507 for a limit, else the error (500).
 func storeError(err error) error {
-	if errors.Is(err, ErrNotFound) {
+	var damage *DamageError
+	var limit *LimitError
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return errNoSession
+	case errors.As(err, &damage):
+		return &APIError{Status: 503, Code: "store_damaged", Message: "the sessions database is damaged; the server serves nothing until an operator checks it"}
+	case errors.As(err, &limit) && limit.Key == "max_sessions":
+		return &APIError{Status: 429, Code: "too_many_sessions", Message: limit.Error() + "; delete finished sessions (DELETE /v1/sessions/{id})"}
+	case errors.As(err, &limit):
+		return &APIError{Status: 507, Code: "state_full", Message: limit.Error() + "; delete finished sessions (DELETE /v1/sessions/{id})"}
 	}
 	return err
 }
@@ -166,6 +177,10 @@ func onSession[T any](s *Server, route sessionRoute[T], h func(w http.ResponseWr
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) (int, error) {
+	if err := s.store.Damaged(); err != nil {
+		writeJSON(w, 503, map[string]string{"status": "damaged", "error": err.Error()})
+		return 503, nil
+	}
 	if !s.Ready() {
 		writeJSON(w, 503, map[string]string{"status": "loading"})
 		return 503, nil
@@ -224,7 +239,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *sessionCall[n
 		return 0, &APIError{Status: 409, Code: "not_blocked", Message: "the session is not blocked"}
 	}
 	if _, err := s.store.Resume(c.id, s.now()); err != nil {
-		return 0, err
+		return 0, storeError(err)
 	}
 	sess, steps, err := s.store.GetWithSteps(c.id)
 	if err != nil {
@@ -256,11 +271,11 @@ func (s *Server) assessStep(ctx context.Context, id string, sess *Session, req *
 		}
 		st, err := s.store.GetStep(id, *req.Step)
 		if err != nil {
-			return nil, err
+			return nil, storeError(err)
 		}
-		if st.Action.Name != req.Action.Name || !bytes.Equal(st.Action.Arguments, req.Action.Arguments) {
+		if field := differs(st, req); field != "" {
 			return nil, &APIError{Status: 409, Code: "step_conflict", Field: "step",
-				Message: fmt.Sprintf("step: %d was answered for another action", *req.Step)}
+				Message: fmt.Sprintf("step: %d was answered for another request (its %s differs from this one's); a retry must send the same body", *req.Step, field)}
 		}
 		return answerOf(st), nil
 	}
@@ -268,10 +283,30 @@ func (s *Server) assessStep(ctx context.Context, id string, sess *Session, req *
 		return nil, &APIError{Status: 409, Code: "session_blocked", Message: "the session is blocked: a step was blocked, and it stays so until POST /v1/sessions/{id}/resume"}
 	}
 	if len(sess.Tools) > 0 && !slices.ContainsFunc(sess.Tools, func(t Tool) bool { return t.Name == req.Action.Name }) {
-		return nil, badField("action.name", "unknown_tool", "%s is not among the session's tools", strconv.Quote(req.Action.Name))
+		return nil, badField("action.name", "unknown_tool", "%s is not among the session's tools", strconv.Quote(ShortText(req.Action.Name)))
 	}
 	if sess.StepCount == 0 && req.Observation != nil {
 		return nil, badField("observation", "invalid_value", "the session's first step has no previous action to observe")
 	}
+	if u := s.store.Usage(); u.Bytes >= s.cfg.MaxStateBytes {
+		return nil, storeError(&LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: s.cfg.MaxStateBytes})
+	}
 	return s.batcher.decide(ctx, id, sess, req, arrived)
+}
+
+// differs names the first field in which a retried step's request differs
+// from the stored step's ("" when none): the action's name or arguments,
+// the observation, or the user messages.
+func differs(st *Step, req *AssessRequest) string {
+	switch {
+	case st.Action.Name != req.Action.Name:
+		return "action.name"
+	case !bytes.Equal(st.Action.Arguments, req.Action.Arguments):
+		return "action.arguments"
+	case (st.Observation == nil) != (req.Observation == nil) || (st.Observation != nil && *st.Observation != *req.Observation):
+		return "observation"
+	case !slices.Equal(st.UserMessages, nonNil(req.UserMessages)):
+		return "user_messages"
+	}
+	return ""
 }

@@ -8,27 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
-
-var (
-	tokOnce sync.Once
-	tokVal  *tokenizer.Tokenizer
-	tokErr  error
-)
-
-func qwenTokenizer(t testing.TB) *tokenizer.Tokenizer {
-	tokOnce.Do(func() { tokVal, tokErr = tokenizer.Load("../assets/qwen3") })
-	if tokErr != nil {
-		t.Fatal(tokErr)
-	}
-	return tokVal
-}
 
 // fakeModel is a scripted generator with the guard's real prompts, parser
 // and fallbacks around it. The memory writes "m1" at a session's first
@@ -37,20 +24,55 @@ func qwenTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // gate, every generation call waits for the gate to be closed, after
 // telling entered.
 type fakeModel struct {
-	tok     *tokenizer.Tokenizer
+	*guardtest.Scripted
 	gate    chan struct{}
 	entered chan struct{}
-
-	mu      sync.Mutex
-	batches []int // rows of each generation call
 }
 
-const (
-	memCall   = "<tool_call>\n{\"name\": \"update_memory\", \"arguments\": {\"content\": \"%s\"}}\n</tool_call>"
-	judgeCall = "<tool_call>\n{\"name\": \"assess_risk\", \"arguments\": {\"decision\": \"%s\", \"rationale\": \"%s\"}}\n</tool_call>"
-)
+func newFakeModel(tok *tokenizer.Tokenizer) *fakeModel {
+	approveID, _ := tok.TokenID("approve")
+	rejectID, _ := tok.TokenID("reject")
+	return &fakeModel{Scripted: &guardtest.Scripted{
+		Tok: tok,
+		Reply: func(_ generate.Request, p string) (string, error) {
+			switch {
+			case strings.Contains(p, "Update the memory"):
+				mem := "m1"
+				if i := strings.Index(p, "Current memory:\n<memory>\n"); i >= 0 && !strings.HasPrefix(p[i+len("Current memory:\n<memory>\n"):], "(empty)") {
+					rest := p[i+len("Current memory:\n<memory>\n"):]
+					mem = rest[:strings.Index(rest, "\n</memory>")] + "+"
+				}
+				return guardtest.MemoryCall(mem), nil
+			case strings.Contains(p, `"name": "send_money"`):
+				return guardtest.JudgeCall("reject", "money to a stranger"), nil
+			case strings.Contains(p, `"name": "garbage"`):
+				return "not a tool call", nil
+			}
+			return guardtest.JudgeCall("approve", "fine"), nil
+		},
+		Watch: func(r generate.Request, p string) []float32 {
+			pa, pr := 0.7, 0.3
+			if !strings.Contains(p, "Update the memory") && strings.Contains(p, `"name": "send_money"`) {
+				pa, pr = 0.1, 0.9
+			}
+			row := make([]float32, len(r.Watch))
+			for k, id := range r.Watch {
+				switch id {
+				case approveID:
+					row[k] = float32(math.Log(pa))
+				case rejectID:
+					row[k] = float32(math.Log(pr))
+				default:
+					row[k] = float32(math.Inf(-1))
+				}
+			}
+			return row
+		},
+	}}
+}
 
-func (f *fakeModel) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
+// Generate implements generate.Generator, behind the gate when there is one.
+func (f *fakeModel) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 	if f.gate != nil {
 		select {
 		case f.entered <- struct{}{}:
@@ -58,61 +80,11 @@ func (f *fakeModel) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]roll
 		}
 		<-f.gate
 	}
-	f.mu.Lock()
-	f.batches = append(f.batches, len(reqs))
-	f.mu.Unlock()
-	end, _ := f.tok.TokenID("<|im_end|>")
-	approveID, _ := f.tok.TokenID("approve")
-	rejectID, _ := f.tok.TokenID("reject")
-	var out []rollout.Completion
-	for _, r := range reqs {
-		p := f.tok.Decode(r.Prompt, false)
-		var text string
-		pa, pr := 0.7, 0.3
-		switch {
-		case strings.Contains(p, "Update the memory"):
-			mem := "m1"
-			if i := strings.Index(p, "Current memory:\n<memory>\n"); i >= 0 && !strings.HasPrefix(p[i+len("Current memory:\n<memory>\n"):], "(empty)") {
-				rest := p[i+len("Current memory:\n<memory>\n"):]
-				mem = rest[:strings.Index(rest, "\n</memory>")] + "+"
-			}
-			text = strings.Replace(memCall, "%s", mem, 1)
-		case strings.Contains(p, `"name": "send_money"`):
-			text = strings.Replace(strings.Replace(judgeCall, "%s", "reject", 1), "%s", "money to a stranger", 1)
-			pa, pr = 0.1, 0.9
-		case strings.Contains(p, `"name": "garbage"`):
-			text = "not a tool call"
-		default:
-			text = strings.Replace(strings.Replace(judgeCall, "%s", "approve", 1), "%s", "fine", 1)
-		}
-		ids := append(f.tok.Encode(text), end)
-		c := rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))}
-		if len(r.Watch) > 0 {
-			for range ids {
-				row := make([]float32, len(r.Watch))
-				for k, id := range r.Watch {
-					switch id {
-					case approveID:
-						row[k] = float32(math.Log(pa))
-					case rejectID:
-						row[k] = float32(math.Log(pr))
-					default:
-						row[k] = float32(math.Inf(-1))
-					}
-				}
-				c.Watch = append(c.Watch, row)
-			}
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return f.Scripted.Generate(reqs, s)
 }
 
-func (f *fakeModel) calls() []int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]int(nil), f.batches...)
-}
+// calls returns the rows of each generation call so far.
+func (f *fakeModel) calls() []int { return f.Batches() }
 
 // testServer is a Server over a store in a temporary directory, with a
 // guard on a fakeModel, served by httptest.
@@ -136,7 +108,7 @@ func newTestServer(t *testing.T, cfg Config, gated bool) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{t: t, store: store, dir: dir, token: testToken}
-	ts.model = &fakeModel{tok: qwenTokenizer(t)}
+	ts.model = newFakeModel(guardtest.Tokenizer(t))
 	if gated {
 		ts.model.gate, ts.model.entered = make(chan struct{}), make(chan struct{}, 16)
 	}
@@ -144,7 +116,7 @@ func newTestServer(t *testing.T, cfg Config, gated bool) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.tok, ts.model)
+	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.Tok, ts.model)
 	if err != nil {
 		t.Fatal(err)
 	}

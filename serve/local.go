@@ -22,10 +22,11 @@ func (s *Server) CreateSession(owner string, req *CreateRequest) (string, error)
 	if tools == nil {
 		tools = []Tool{}
 	}
-	sess := &Session{ID: id, Owner: owner, UserPrompt: req.UserPrompt, Tools: tools, CreatedAt: s.now().UTC(),
+	now := s.now().UTC()
+	sess := &Session{ID: id, Owner: owner, UserPrompt: req.UserPrompt, Tools: tools, CreatedAt: now, UpdatedAt: now,
 		Status: StatusActive, Resumes: []time.Time{}}
 	if err := s.store.Create(sess); err != nil {
-		return "", err
+		return "", storeError(err)
 	}
 	s.metrics.sessionCreated()
 	return id, nil

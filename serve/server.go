@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
@@ -52,6 +53,9 @@ type Server struct {
 	batcher *batcher // decides the assessed steps
 	claims  claims   // sessions with a request in progress
 	now     func() time.Time
+
+	stopJanitor, janitorDone chan struct{} // the idle sessions' janitor (serve.session_idle_s)
+	closeOnce                sync.Once
 }
 
 // handlerFunc is a route's handler: it returns the status it wrote, or an
@@ -77,8 +81,14 @@ func New(opts Options) (*Server, error) {
 		s.tokens = OperatorToken(opts.Token)
 	}
 	s.metrics = newMetrics(func() int { return s.batcher.queued() })
+	s.metrics.usage = s.store.Usage
+	s.metrics.damaged = func() bool { return s.store.Damaged() != nil }
+	s.store.SetLimits(Limits{MaxSessions: opts.Config.MaxSessions, MaxBytes: opts.Config.MaxStateBytes})
 	s.batcher = newBatcher(opts.Config, opts.Rollout, opts.Store, s.metrics, log, s.now)
 	s.routes()
+	s.stopJanitor = make(chan struct{})
+	s.janitorDone = make(chan struct{})
+	go s.janitor()
 	return s, nil
 }
 
@@ -91,7 +101,65 @@ func (s *Server) Ready() bool { return s.batcher.ready() }
 // Close stops the worker after the batch it runs and answers the steps
 // still queued with 503 (not applied). Call it after the HTTP server's
 // Shutdown; the store stays open.
-func (s *Server) Close() { s.batcher.close() }
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.stopJanitor)
+		<-s.janitorDone
+	})
+	s.batcher.close()
+}
+
+// janitor deletes the sessions idle for serve.session_idle_s (nothing when
+// it is 0), checking every tenth of that (at least every second, at most
+// every minute), until Close. A session with a request in progress is
+// left alone.
+func (s *Server) janitor() {
+	defer close(s.janitorDone)
+	idle := s.cfg.idle()
+	if idle <= 0 {
+		<-s.stopJanitor
+		return
+	}
+	tick := time.NewTicker(min(max(idle/10, time.Second), time.Minute))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopJanitor:
+			return
+		case <-tick.C:
+			s.expireIdle()
+		}
+	}
+}
+
+// expireIdle deletes the sessions idle for serve.session_idle_s.
+func (s *Server) expireIdle() {
+	before := s.now().Add(-s.cfg.idle())
+	ids, err := s.store.Idle(before)
+	if err != nil {
+		s.log.Error("idle sessions", "error", err.Error())
+		return
+	}
+	n := 0
+	for _, id := range ids {
+		if s.claims.claim(id) != nil {
+			continue // in use
+		}
+		deleted, err := s.store.DeleteIdle(id, before)
+		s.claims.release(id)
+		if err != nil {
+			s.log.Error("idle sessions", "error", err.Error())
+			return
+		}
+		if deleted {
+			n++
+		}
+	}
+	if n > 0 {
+		s.metrics.sessionsExpired(n)
+		s.log.Info("expired idle sessions", "sessions", n, "idle_s", s.cfg.SessionIdleS)
+	}
+}
 
 // Handler returns the HTTP handler of the API.
 func (s *Server) Handler() http.Handler { return s.mux }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout"
 )
 
@@ -76,12 +77,12 @@ func newTenantServer(t *testing.T) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{t: t, store: store, dir: dir, token: agentA, model: &fakeModel{tok: qwenTokenizer(t)}}
+	ts := &testServer{t: t, store: store, dir: dir, token: agentA, model: newFakeModel(guardtest.Tokenizer(t))}
 	ts.srv, err = New(Options{Config: DefaultConfig(), Rollout: rollout.DefaultConfig(), Store: store, Tokens: tokens})
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.tok, ts.model)
+	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.Tok, ts.model)
 	if err != nil {
 		t.Fatal(err)
 	}

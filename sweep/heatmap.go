@@ -1,7 +1,6 @@
 package sweep
 
 import (
-	"bytes"
 	"image/color"
 	"math"
 	"strings"
@@ -10,9 +9,9 @@ import (
 	"gonum.org/v1/plot/palette/brewer"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/mageguard/mageguard/eval"
+	"github.com/mageguard/mageguard/internal/chart"
 )
 
 // axisValues lists each swept key's values in grid order, recovered from
@@ -149,9 +148,7 @@ func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, er
 		hm.Min, hm.Max = lo, hi
 	}
 
-	pl := plot.New()
-	pl.Title.Padding = vg.Points(6)
-	pl.Title.Text = title + " by " + p.ShortKeys[colKey]
+	pl := chart.New(title + " by " + p.ShortKeys[colKey])
 	if rowKey >= 0 {
 		pl.Title.Text = title + " by " + p.ShortKeys[rowKey] + " × " + p.ShortKeys[colKey]
 	}
@@ -178,22 +175,14 @@ func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, er
 		pl.Y.Tick.Marker = plot.ConstantTicks{}
 	}
 
-	wt, err := pl.WriterTo(7*vg.Inch, 4.5*vg.Inch, "png")
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return chart.PNG(pl)
 }
 
 // nominal labels ticks 0, 1, … with the values' display text.
 func nominal(values []string) plot.ConstantTicks {
-	ts := make(plot.ConstantTicks, len(values))
+	labels := make([]string, len(values))
 	for i, v := range values {
-		ts[i] = plot.Tick{Value: float64(i), Label: display(v)}
+		labels[i] = display(v)
 	}
-	return ts
+	return chart.Nominal(labels)
 }

@@ -77,7 +77,7 @@ func (r *run) evaluate(ctx context.Context, step int, m record) error {
 	if err := atomicfile.WriteFile(filepath.Join(tmp, "best.json"), data); err != nil {
 		return err
 	}
-	if err := replaceDir(tmp, final); err != nil {
+	if err := atomicfile.ReplaceDir(tmp, final); err != nil {
 		return fmt.Errorf("checkpoint-best: %w", err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(r.opts.Out, "best.json"), data); err != nil {

@@ -12,12 +12,10 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/chart"
 )
 
 // CurvesPNG is the learning-curves file that train and sft write beside
@@ -79,34 +77,11 @@ func WriteCurves(metricsPath, pngPath string) error {
 	if len(plots) == 0 {
 		return fmt.Errorf("%s: no metrics to draw", metricsPath)
 	}
-	const cols = 2
-	rows := (len(plots) + cols - 1) / cols
-	grid := make([][]*plot.Plot, rows)
-	for i := range grid {
-		grid[i] = make([]*plot.Plot, cols)
-		for j := range cols {
-			if k := i*cols + j; k < len(plots) {
-				grid[i][j] = plots[k]
-			}
-		}
-	}
-	img := vgimg.New(cols*4.5*vg.Inch, vg.Length(rows)*3*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter, PadY: vg.Millimeter,
-		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
-	canvases := plot.Align(grid, tiles, dc)
-	for i := range grid {
-		for j, p := range grid[i] {
-			if p != nil {
-				p.Draw(canvases[i][j])
-			}
-		}
-	}
-	var buf bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
+	png, err := chart.GridPNG(plots, 2, 4.5*vg.Inch, 3*vg.Inch)
+	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(pngPath, buf.Bytes())
+	return atomicfile.WriteFile(pngPath, png)
 }
 
 // curvePlot draws one panel, or returns nil when no line has its keys.
@@ -131,12 +106,10 @@ func curvePlot(pn curvePanel, lines []map[string]any) (*plot.Plot, error) {
 			continue
 		}
 		drawn = true
-		line, points, err := plotter.NewLinePoints(xys)
+		line, points, err := chart.LinePoints(xys, i)
 		if err != nil {
 			return nil, err
 		}
-		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
-		points.Shape = plotutil.Shape(i)
 		points.Radius = vg.Points(1.5)
 		if len(xys) > 40 { // many steps: the line alone reads better
 			p.Add(line)

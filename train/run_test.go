@@ -66,7 +66,7 @@ func readJSONL[T any](t *testing.T, path string) []T {
 
 // TestRolloutsFollowTheFormulas recomputes every reward and advantage of
 // rollouts.jsonl from that file's own labels, decisions, parse flags and
-// memory lengths, with DESIGN.md's formulas written out here independently.
+// memory lengths, with the formulas of docs/design.md#rewards written out here independently.
 func TestRolloutsFollowTheFormulas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")

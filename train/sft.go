@@ -7,14 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sort"
 	"time"
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/grpo"
-	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // SFTConfig is the `sft` section: the supervised warm start's own keys.
@@ -26,7 +25,7 @@ type SFTConfig struct {
 	// Teacher names the targets: "synth" (the synthetic world's perfect
 	// memory manager and judge), "synth-myopic" (its memory of the latest
 	// turn only, with the judge's rule on it), or a teacher JSONL file
-	// (FileTeacher; a file named synth needs a path such as ./synth).
+	// (teacher.File; a file named synth needs a path such as ./synth).
 	Teacher string `yaml:"teacher"`
 	// JudgePairs adds to every step, besides the calls of its
 	// trajectories, the judge calls of that many pairs of turns: the
@@ -52,9 +51,9 @@ type SFTConfig struct {
 	// memories the model writes itself (DAgger-style): the step first runs
 	// the guard loop greedily with the current weights; each memory call's
 	// prompt shows the model's own previous memory and its target is what
-	// the teacher would write from it (Corrector.NextMemory), each judge
+	// the teacher would write from it (teacher.Corrector.Next), each judge
 	// call's prompt shows the memory the model wrote and its target is the
-	// teacher's call on that memory (Corrector.JudgeOn). Teacher forcing
+	// teacher's call on that memory (teacher.Corrector.JudgeOn). Teacher forcing
 	// alone trains on the teacher's memories, which the model never reads
 	// at eval. Needs a teacher that can correct (synth, synth-myopic); no
 	// effect on the judge-only variant, which keeps no memory; the extra
@@ -63,12 +62,12 @@ type SFTConfig struct {
 }
 
 // DefaultSFTConfig returns the defaults: the synthetic world's perfect teacher.
-func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: TeacherSynth} }
+func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: teacher.NameSynth} }
 
 // Validate checks the values; errors start with the key's name.
 func (c *SFTConfig) Validate() error {
 	if c.Teacher == "" {
-		return fmt.Errorf("teacher must be %s, %s or a teacher file", TeacherSynth, TeacherSynthMyopic)
+		return fmt.Errorf("teacher must be %s, %s or a teacher file", teacher.NameSynth, teacher.NameSynthMyopic)
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
@@ -110,18 +109,19 @@ func (m *SFTMetrics) summary() string {
 		m.Loss, m.LossMemory, m.LossJudge, own, m.GradNorm, m.LR, m.Sequences, m.TokensPerSecond, m.Seconds, evalSummary(m.Eval))
 }
 
-// sftState is an SFT run's teacher and its targets, rendered once.
-type sftState struct {
-	teacher       Teacher
-	judgePairs    int
-	memoryChanges int
-	ownMemories   bool
-	seqs          [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
-	judge         [][]judgeCall     // per pool trajectory: its judge calls, in turn order
-	changes       []seqRef          // the memory calls whose target changes the memory
+// sftSteps are the supervised warm start's steps (SFT): each trains on
+// the teacher's targets for the calls of its trajectories, rendered once
+// when the run is prepared.
+type sftSteps struct {
+	r       *run
+	teacher teacher.Teacher
+	cfg     SFTConfig         // OwnMemories only where the variant keeps a memory (mage)
+	seqs    [][]grpo.Sequence // per pool trajectory: its memory and judge calls, in turn order
+	judge   [][]judgeCall     // per pool trajectory: its judge calls, in turn order
+	changes []seqRef          // the memory calls whose target changes the memory
 }
 
-// seqRef is one sequence of a pool trajectory: r.sft.seqs[traj][seq].
+// seqRef is one sequence of a pool trajectory: sftSteps.seqs[traj][seq].
 type seqRef struct{ traj, seq int }
 
 // judgeCall is one turn's judge sequence and the turn's label.
@@ -148,8 +148,8 @@ type judgeCall struct {
 // Trajectories the teacher has no targets for are left out (and counted);
 // opts.GRPO's beta, num_iterations, clip_epsilon and scale_rewards do not
 // apply.
-func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Result, error) {
-	if teacher == nil {
+func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) (*Result, error) {
+	if tch == nil {
 		return nil, errors.New("sft: no teacher")
 	}
 	// The cross-entropy through the GRPO trainer. With advantage 1 for
@@ -164,24 +164,25 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
-	if _, ok := teacher.(Corrector); cfg.OwnMemories && !ok {
-		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", teacher, TeacherSynth, TeacherSynthMyopic)
+	if _, ok := tch.(teacher.Corrector); cfg.OwnMemories && !ok {
+		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", tch, teacher.NameSynth, teacher.NameSynthMyopic)
 	}
-	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage"}}
-	return r.loop(ctx)
+	cfg.OwnMemories = cfg.OwnMemories && opts.Rollout.Variant == "mage"
+	return (&run{opts: opts, steps: &sftSteps{teacher: tch, cfg: cfg}}).loop(ctx)
 }
 
-// sftTargets renders the targets of every pool trajectory as sequences and
-// drops the trajectories the teacher has nothing for.
-func (r *run) sftTargets() error {
+// prepare renders the targets of every pool trajectory as sequences and
+// drops the trajectories the teacher has nothing for from the pool.
+func (sft *sftSteps) prepare(r *run, _ string, _ int) error {
+	sft.r = r
 	o := r.opts
 	var pool []*dataset.Trajectory
 	var positive []bool
 	var stats rollout.Stats
 	skipped := 0
 	for i, tr := range r.pool {
-		seqs, changes, err := r.sftSequences(tr, &stats)
-		if errors.Is(err, ErrNotTaught) {
+		seqs, changes, err := sft.sequences(tr, &stats)
+		if errors.Is(err, teacher.ErrNotTaught) {
 			skipped++
 			continue
 		}
@@ -199,17 +200,17 @@ func (r *run) sftTargets() error {
 			judge[t].label = tr.Turns[s+t].Label
 		}
 		for _, k := range changes {
-			r.sft.changes = append(r.sft.changes, seqRef{traj: len(pool), seq: k})
+			sft.changes = append(sft.changes, seqRef{traj: len(pool), seq: k})
 		}
 		pool = append(pool, tr)
 		positive = append(positive, r.positive[i])
-		r.sft.seqs = append(r.sft.seqs, seqs)
-		r.sft.judge = append(r.sft.judge, judge)
+		sft.seqs = append(sft.seqs, seqs)
+		sft.judge = append(sft.judge, judge)
 	}
 	if len(pool) == 0 {
-		return fmt.Errorf("sft: teacher %s has targets for none of the %d trajectories of %s", r.sft.teacher, len(r.pool), o.Train.Data)
+		return fmt.Errorf("sft: teacher %s has targets for none of the %d trajectories of %s", sft.teacher, len(r.pool), o.Train.Data)
 	}
-	if ft, ok := r.sft.teacher.(*FileTeacher); ok {
+	if ft, ok := sft.teacher.(*teacher.File); ok {
 		ids := map[string]bool{}
 		for _, tr := range r.pool {
 			ids[tr.ID] = true
@@ -219,28 +220,28 @@ func (r *run) sftTargets() error {
 		}
 	}
 	n := 0
-	for _, s := range r.sft.seqs {
+	for _, s := range sft.seqs {
 		n += len(s)
 	}
 	fmt.Fprintf(r.log, "sft: teacher %s: %d trajectories (%d left out without targets), %d calls; %d observations elided\n",
-		r.sft.teacher, len(pool), skipped, n, stats.ElidedObs)
+		sft.teacher, len(pool), skipped, n, stats.ElidedObs)
 	r.pool, r.positive = pool, positive
 	return nil
 }
 
-// sftSequences returns the memory and judge sequences of tr's window, and
+// sequences returns the memory and judge sequences of tr's window, and
 // the indices among them of the memory calls whose target changes the
 // memory (SFTConfig.MemoryChanges).
-func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs []grpo.Sequence, changes []int, err error) {
-	s, e := r.window(tr)
-	targets, err := r.sft.teacher.Targets(tr, s, e)
+func (sft *sftSteps) sequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs []grpo.Sequence, changes []int, err error) {
+	s, e := sft.r.window(tr)
+	targets, err := sft.teacher.Targets(tr, s, e)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(targets) != e-s {
-		return nil, nil, fmt.Errorf("teacher %s: %d targets for the %d turns of trajectory %s", r.sft.teacher, len(targets), e-s, tr.ID)
+		return nil, nil, fmt.Errorf("teacher %s: %d targets for the %d turns of trajectory %s", sft.teacher, len(targets), e-s, tr.ID)
 	}
-	calls := r.guard.EpisodeCalls(&rollout.Episode{Traj: tr, Start: s, End: e}, stats)
+	calls := sft.r.guard.EpisodeCalls(&rollout.Episode{Traj: tr, Start: s, End: e}, stats)
 	prev := ""
 	for t, tg := range targets {
 		where := fmt.Sprintf("trajectory %s turn %d", tr.ID, s+t)
@@ -248,7 +249,7 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 			where = "teacher " + tg.Where + ": " + where
 		}
 		if c := calls.Memory(t, prev); c != nil {
-			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: tg.Memory})
+			toks, forced, err := sft.r.guard.Completion(rollout.MemoryRole, prompt.ToolCall{Name: prompt.MemoryToolName, Content: tg.Memory})
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: memory: %w", where, err)
 			}
@@ -258,7 +259,7 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))
 		}
 		c := calls.Judge(t, tg.Memory)
-		toks, forced, err := r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
+		toks, forced, err := sft.r.guard.Completion(rollout.JudgeRole, prompt.ToolCall{Name: prompt.JudgeToolName, Decision: tg.Decision, Rationale: tg.Rationale})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: decision/rationale: %w", where, err)
 		}
@@ -268,168 +269,19 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 	return seqs, changes, nil
 }
 
-// window is the turns [start, end) of tr that train runs on (rollout.Window).
-func (r *run) window(tr *dataset.Trajectory) (start, end int) {
-	labels := make([]int, len(tr.Turns))
-	for t, tu := range tr.Turns {
-		labels[t] = tu.Label
-	}
-	return rollout.Window(labels, r.opts.Train.MaxTurns)
-}
-
-// judgePairs returns the step's extra judge calls (SFTConfig.JudgePairs):
-// for each of n attack runs with a label-1 action in their window, drawn
-// from (seed, step) alone (shuffled, every run once before any repeats),
-// the judge call of one label-1 turn and of one label-0 turn, both drawn
-// at random, the label-0 one among the turns after the label-1 one when
-// there are any.
-func (r *run) judgePairs(step, n int) []grpo.Sequence {
-	var runs []int
-	for i, calls := range r.sft.judge {
-		for _, c := range calls {
-			if c.label == 1 {
-				runs = append(runs, i)
-				break
-			}
-		}
-	}
-	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x7a1f))
-	var out []grpo.Sequence
-	for k := 0; k < n && len(runs) > 0; k++ {
-		if k%len(runs) == 0 {
-			rng.Shuffle(len(runs), func(a, b int) { runs[a], runs[b] = runs[b], runs[a] })
-		}
-		i := runs[k%len(runs)]
-		var pos, neg, after []int
-		for _, c := range r.sft.judge[i] {
-			switch {
-			case c.label == 1:
-				pos = append(pos, c.seq)
-			case len(pos) > 0:
-				after = append(after, c.seq)
-			default:
-				neg = append(neg, c.seq)
-			}
-		}
-		p := pos[rng.IntN(len(pos))]
-		out = append(out, r.sft.seqs[i][p])
-		if len(after) > 0 {
-			neg = after
-		}
-		if len(neg) > 0 {
-			out = append(out, r.sft.seqs[i][neg[rng.IntN(len(neg))]])
-		}
-	}
-	return out
-}
-
-// memoryChanges returns the step's extra memory calls
-// (SFTConfig.MemoryChanges): n of the memory calls whose target changes the
-// memory, drawn from (seed, step) alone, distinct while the pool lasts.
-func (r *run) memoryChanges(step, n int) []grpo.Sequence {
-	pool := r.sft.changes
-	if n == 0 || len(pool) == 0 {
-		return nil
-	}
-	rng := rand.New(rand.NewPCG(r.opts.Train.Seed, uint64(step)+0x3c5e))
-	var out []grpo.Sequence
-	for len(out) < n {
-		for _, k := range rng.Perm(len(pool)) {
-			if len(out) == n {
-				break
-			}
-			out = append(out, r.sft.seqs[pool[k].traj][pool[k].seq])
-		}
-	}
-	return out
-}
-
-// ownSequences renders the memory and judge calls of pool trajectories idx
-// on the model's own memories (SFTConfig.OwnMemories): the guard loop runs
-// greedily with the current weights, as eval runs it; each memory call is
-// trained on the teacher's correction of the memory it was shown, each
-// judge call on the teacher's call on the memory the model wrote. It also
-// returns the share of the model's memories, and of its decisions, that
-// already were those targets.
-func (r *run) ownSequences(idx []int, step int) (seqs []grpo.Sequence, memRight, judgeRight float64, err error) {
-	corr := r.sft.teacher.(Corrector)
-	eps := make([]*rollout.Episode, len(idx))
-	for k, i := range idx {
-		s, e := r.window(r.pool[i])
-		eps[k] = &rollout.Episode{Traj: r.pool[i], Start: s, End: e}
-	}
-	chains, _, err := r.guard.Run(eps, rollout.RunOptions{Chains: 1, Sampling: rollout.Sampling{
-		Greedy: true, Temperature: 1, TopP: 1, Seed: seed.Mix(r.opts.Train.Seed, uint64(step)),
-	}})
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	n := 0
-	for _, ch := range chains {
-		ep, tr := ch.Episode, ch.Episode.Traj
-		calls := r.guard.EpisodeCalls(ep, nil)
-		prev := ""
-		for t, tu := range ch.Turns {
-			where := fmt.Sprintf("trajectory %s turn %d", tr.ID, ep.Start+t)
-			target, err := corr.NextMemory(tr, ep.Start, ep.Start+t, prev)
-			if err != nil {
-				return nil, 0, 0, fmt.Errorf("%s: %w", where, err)
-			}
-			toks, forced, err := r.guard.Completion(rollout.MemoryRole, rollout.ToolCall{Name: rollout.MemoryToolName, Content: target})
-			if err != nil {
-				return nil, 0, 0, fmt.Errorf("%s: memory: %w", where, err)
-			}
-			seqs = append(seqs, teacherSequence(calls.Memory(t, prev).Prompt, toks, forced, grpo.PhaseMemory))
-			own := tu.MemoryOut
-			d, why := corr.JudgeOn(tr, ep.Start+t, own)
-			toks, forced, err = r.guard.Completion(rollout.JudgeRole, rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: why})
-			if err != nil {
-				return nil, 0, 0, fmt.Errorf("%s: decision/rationale: %w", where, err)
-			}
-			seqs = append(seqs, teacherSequence(calls.Judge(t, own).Prompt, toks, forced, grpo.PhaseJudge))
-			if own == target {
-				memRight++
-			}
-			if tu.Decision == d {
-				judgeRight++
-			}
-			n++
-			prev = own
-		}
-	}
-	if n > 0 {
-		memRight, judgeRight = memRight/float64(n), judgeRight/float64(n)
-	}
-	return seqs, memRight, judgeRight, nil
-}
-
-// teacherSequence is one teacher-forced call with advantage 1 (see SFT).
-func teacherSequence(prompt, completion []int, forced []bool, phase grpo.Phase) grpo.Sequence {
-	s := grpo.Sequence{Phase: phase, Advantage: 1, Forced: forced}
-	s.Prompt = make([]int32, len(prompt))
-	for i, id := range prompt {
-		s.Prompt[i] = int32(id)
-	}
-	s.Completion = make([]int32, len(completion))
-	for i, id := range completion {
-		s.Completion[i] = int32(id)
-	}
-	return s
-}
-
-// sftStep runs one SFT step: sample trajectories, one optimizer step on
-// all their calls.
-func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
-	o := r.opts
+// step runs one SFT step: sample trajectories, one optimizer step on all
+// their calls.
+func (sft *sftSteps) step(ctx context.Context, step int) (record, error) {
+	r := sft.r
 	t0 := time.Now()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	m := &SFTMetrics{Step: step}
 	var seqs []grpo.Sequence
-	idx := SampleStep(r.positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, step)
-	if r.sft.ownMemories {
-		own, memRight, judgeRight, err := r.ownSequences(idx, step)
+	idx := r.sample(step)
+	if sft.cfg.OwnMemories {
+		own, memRight, judgeRight, err := sft.ownSequences(idx, step)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: own memories: %w", step, err)
 		}
@@ -437,23 +289,15 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 		m.OwnMemoryRight, m.OwnJudgeRight = &memRight, &judgeRight
 	} else {
 		for _, i := range idx {
-			seqs = append(seqs, r.sft.seqs[i]...)
+			seqs = append(seqs, sft.seqs[i]...)
 		}
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	seqs = append(seqs, r.judgePairs(step, r.sft.judgePairs)...)
-	seqs = append(seqs, r.memoryChanges(step, r.sft.memoryChanges)...)
-	// By phase and length, as in GRPO (less padding; the loss is a sum
-	// over sequences, so order is free).
-	sort.SliceStable(seqs, func(a, b int) bool {
-		sa, sb := &seqs[a], &seqs[b]
-		if sa.Phase != sb.Phase {
-			return sa.Phase < sb.Phase
-		}
-		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
-	})
+	seqs = append(seqs, sft.judgePairs(step, sft.cfg.JudgePairs)...)
+	seqs = append(seqs, sft.memoryChanges(step, sft.cfg.MemoryChanges)...)
+	sortForBatch(seqs) // as in GRPO
 	for _, s := range seqs {
 		m.PromptTokens += len(s.Prompt)
 	}
@@ -476,3 +320,5 @@ func (r *run) sftStep(ctx context.Context, step int) (*SFTMetrics, error) {
 	m.TokensPerSecond = float64(m.PromptTokens+m.CompletionTokens) / m.Seconds
 	return m, nil
 }
+
+func (sft *sftSteps) close() {}

@@ -15,6 +15,9 @@ import (
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // synthMicroOptions is an SFT run small enough for tests: a one-layer
@@ -56,7 +59,7 @@ func synthMicroOptions(t *testing.T) Options {
 
 // sftRun is the part of an SFT run that renders targets: its guard and
 // teacher, without a model.
-func sftRun(t *testing.T, o Options, teacher Teacher) *run {
+func sftRun(t *testing.T, o Options, tch teacher.Teacher) *sftSteps {
 	t.Helper()
 	tok, _, err := o.Model.LoadTokenizer()
 	if err != nil {
@@ -66,7 +69,7 @@ func sftRun(t *testing.T, o Options, teacher Teacher) *run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &run{opts: o, guard: g, tok: tok, sft: &sftState{teacher: teacher}}
+	return &sftSteps{r: &run{opts: o, guard: g, tok: tok}, teacher: tch}
 }
 
 // TestSFTLossMask pins what each SFT sequence trains on: a memory call's
@@ -79,7 +82,7 @@ func sftRun(t *testing.T, o Options, teacher Teacher) *run {
 // with the token that closes its string.
 func TestSFTLossMask(t *testing.T) {
 	o := synthMicroOptions(t)
-	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
+	sft := sftRun(t, o, teacher.Synth{BudgetChars: 100})
 	trajs, err := dataset.ReadAll(o.Train.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +90,7 @@ func TestSFTLossMask(t *testing.T) {
 	const genPrompt = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 	const closing = `"}}` + "\n</tool_call>"
 	for _, tr := range trajs {
-		seqs, changes, err := r.sftSequences(tr, nil)
+		seqs, changes, err := sft.sequences(tr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +100,7 @@ func TestSFTLossMask(t *testing.T) {
 		var wantChanges []int
 		prevMem := ""
 		for turn := range tr.Turns {
-			mem, err := synth.Teacher{}.Memory(tr, 0, turn)
+			mem, err := teacher.Synth{}.Memory(tr, 0, turn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,15 +119,15 @@ func TestSFTLossMask(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		perfect := synth.Teacher{}
+		perfect := teacher.Synth{}
 		for i, s := range seqs {
 			turn := i / 2
 			mem, err := perfect.Memory(tr, 0, turn)
 			if err != nil {
 				t.Fatal(err)
 			}
-			prompt := r.tok.Decode(toInts(s.Prompt), false)
-			completion := r.tok.Decode(toInts(s.Completion), false)
+			rendered := sft.r.tok.Decode(toInts(s.Prompt), false)
+			completion := sft.r.tok.Decode(toInts(s.Completion), false)
 			var wantPhase grpo.Phase
 			var wantCompletion, wantCounted string
 			if i%2 == 0 {
@@ -134,17 +137,17 @@ func TestSFTLossMask(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if !strings.Contains(prompt, "Current memory:\n<memory>\n"+prev+"\n</memory>") || !strings.Contains(prompt, "update_memory call.") {
-					t.Errorf("%s turn %d: memory prompt does not show the previous memory %q:\n%s", tr.ID, turn, prev, prompt)
+				if !strings.Contains(rendered, "Current memory:\n<memory>\n"+prev+"\n</memory>") || !strings.Contains(rendered, "update_memory call.") {
+					t.Errorf("%s turn %d: memory prompt does not show the previous memory %q:\n%s", tr.ID, turn, prev, rendered)
 				}
 				wantPhase = grpo.PhaseMemory
 				wantCompletion = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + mem + closing + "<|im_end|>"
 				wantCounted = mem
 			} else {
-				d, why := synth.Decision(tr, turn)
-				action := rollout.ActionJSON(tr.Turns[turn].Action)
-				if !strings.Contains(prompt, "Memory:\n<memory>\n"+mem+"\n</memory>") || !strings.Contains(prompt, action) {
-					t.Errorf("%s turn %d: judge prompt does not show the memory %q and the action %s:\n%s", tr.ID, turn, mem, action, prompt)
+				d, why := teacher.Decision(tr, turn)
+				action := prompt.ActionJSON(tr.Turns[turn].Action)
+				if !strings.Contains(rendered, "Memory:\n<memory>\n"+mem+"\n</memory>") || !strings.Contains(rendered, action) {
+					t.Errorf("%s turn %d: judge prompt does not show the memory %q and the action %s:\n%s", tr.ID, turn, mem, action, rendered)
 				}
 				// The synth version has the judge write its rationale first.
 				wantPhase = grpo.PhaseJudge
@@ -154,7 +157,7 @@ func TestSFTLossMask(t *testing.T) {
 			if s.Phase != wantPhase || s.Advantage != 1 {
 				t.Errorf("%s sequence %d: phase %v advantage %v, want %v and 1", tr.ID, i, s.Phase, s.Advantage, wantPhase)
 			}
-			if !strings.HasSuffix(prompt, genPrompt) {
+			if !strings.HasSuffix(rendered, genPrompt) {
 				t.Errorf("%s sequence %d: the prompt does not end with the generation prompt", tr.ID, i)
 			}
 			if completion != wantCompletion {
@@ -177,11 +180,11 @@ func TestSFTLossMask(t *testing.T) {
 			// A memory call's content is followed by its closer; a judge
 			// call's rationale by its closer and the decision (the text
 			// between them forced).
-			got := r.tok.Decode(counted, false)
+			got := sft.r.tok.Decode(counted, false)
 			rest, ok := strings.CutPrefix(got, wantCounted)
 			after := closing
 			if i%2 == 1 {
-				d, _ := synth.Decision(tr, turn)
+				d, _ := teacher.Decision(tr, turn)
 				var withDecision bool
 				rest, withDecision = strings.CutSuffix(rest, d)
 				ok = ok && withDecision
@@ -194,9 +197,9 @@ func TestSFTLossMask(t *testing.T) {
 	}
 }
 
-func mustSeqs(t *testing.T, r *run, tr *dataset.Trajectory) []grpo.Sequence {
+func mustSeqs(t *testing.T, sft *sftSteps, tr *dataset.Trajectory) []grpo.Sequence {
 	t.Helper()
-	seqs, _, err := r.sftSequences(tr, nil)
+	seqs, _, err := sft.sequences(tr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +224,8 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 		t.Skip("trains a model")
 	}
 	o := synthMicroOptions(t)
-	teacher := SynthTeacher{synth.Teacher{BudgetChars: 100}}
-	if _, err := SFT(context.Background(), o, DefaultSFTConfig(), teacher); err != nil {
+	tch := teacher.Synth{BudgetChars: 100}
+	if _, err := SFT(context.Background(), o, DefaultSFTConfig(), tch); err != nil {
 		t.Fatal(err)
 	}
 	lines := readJSONL[SFTMetrics](t, filepath.Join(o.Out, "metrics.jsonl"))
@@ -232,7 +235,7 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	got := lines[0]
 
 	// The step's sequences, scored by the starting model.
-	r := sftRun(t, o, teacher)
+	sft := sftRun(t, o, tch)
 	trajs, err := dataset.ReadAll(o.Train.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -245,13 +248,13 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := o.Model.LoadModel(backend, r.tok)
+	m, err := o.Model.LoadModel(backend, sft.r.tok)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sum, n [grpo.NumPhases]float64
 	for _, i := range SampleStep(positive, o.Train.Trajectories, o.Train.Balance, o.Train.Seed, 1) {
-		seqs, _, err := r.sftSequences(trajs[i], nil)
+		seqs, _, err := sft.sequences(trajs[i], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,20 +295,20 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 }
 
 // sftPooled is sftRun with the perfect synth teacher and the targets of
-// every trajectory of o's data rendered (sftTargets), as a run's pool.
-func sftPooled(t *testing.T, o Options) (*run, []*dataset.Trajectory) {
+// every trajectory of o's data rendered (sftSteps.prepare), as a run's pool.
+func sftPooled(t *testing.T, o Options) (*sftSteps, []*dataset.Trajectory) {
 	t.Helper()
 	trajs, err := dataset.ReadAll(o.Train.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := sftRun(t, o, SynthTeacher{synth.Teacher{BudgetChars: 100}})
-	r.log = io.Discard
-	r.pool, r.positive = trajs, make([]bool, len(trajs))
-	if err := r.sftTargets(); err != nil {
+	sft := sftRun(t, o, teacher.Synth{BudgetChars: 100})
+	sft.r.log = io.Discard
+	sft.r.pool, sft.r.positive = trajs, make([]bool, len(trajs))
+	if err := sft.prepare(sft.r, "", 0); err != nil {
 		t.Fatal(err)
 	}
-	return r, trajs
+	return sft, trajs
 }
 
 // TestSFTMemoryChanges pins sft.memory_changes' draw: memory calls whose
@@ -314,12 +317,12 @@ func sftPooled(t *testing.T, o Options) (*run, []*dataset.Trajectory) {
 // large as the pool, and the same for the same step.
 func TestSFTMemoryChanges(t *testing.T) {
 	o := synthMicroOptions(t)
-	r, trajs := sftPooled(t, o)
+	sft, trajs := sftPooled(t, o)
 	// The pool, by the identity of each sequence's prompt.
 	key := func(s grpo.Sequence) *int32 { return &s.Prompt[0] }
 	pool := map[*int32]bool{}
-	for i, calls := range r.sft.seqs {
-		_, changes, err := r.sftSequences(trajs[i], nil)
+	for i, calls := range sft.seqs {
+		_, changes, err := sft.sequences(trajs[i], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,14 +330,14 @@ func TestSFTMemoryChanges(t *testing.T) {
 			pool[key(calls[k])] = true
 		}
 	}
-	if len(pool) != len(r.sft.changes) || len(pool) < len(trajs) {
-		t.Fatalf("%d changing memory calls in the pool, %d recorded, %d trajectories", len(pool), len(r.sft.changes), len(trajs))
+	if len(pool) != len(sft.changes) || len(pool) < len(trajs) {
+		t.Fatalf("%d changing memory calls in the pool, %d recorded, %d trajectories", len(pool), len(sft.changes), len(trajs))
 	}
-	if got := r.memoryChanges(1, 0); got != nil {
+	if got := sft.memoryChanges(1, 0); got != nil {
 		t.Errorf("memory_changes 0 drew %d calls", len(got))
 	}
 	for _, n := range []int{1, 5, len(pool), 2*len(pool) + 1} {
-		got := r.memoryChanges(7, n)
+		got := sft.memoryChanges(7, n)
 		if len(got) != n {
 			t.Fatalf("n=%d: drew %d", n, len(got))
 		}
@@ -351,7 +354,7 @@ func TestSFTMemoryChanges(t *testing.T) {
 		if n >= len(pool) && len(seen) != len(pool) {
 			t.Errorf("n=%d: %d of the %d calls drawn", n, len(seen), len(pool))
 		}
-		again := r.memoryChanges(7, n)
+		again := sft.memoryChanges(7, n)
 		for i := range got {
 			if key(got[i]) != key(again[i]) {
 				t.Fatalf("n=%d: step 7 drew differently twice", n)
@@ -366,13 +369,13 @@ func TestSFTMemoryChanges(t *testing.T) {
 // label-1 turn once before any repeats; the same draw for the same step.
 func TestSFTJudgePairs(t *testing.T) {
 	o := synthMicroOptions(t)
-	r, trajs := sftPooled(t, o)
+	sft, trajs := sftPooled(t, o)
 	type call struct{ traj, turn int }
 	where := map[*int32]call{} // a judge sequence, by its prompt's identity
 	runs := 0
-	for i, calls := range r.sft.judge {
+	for i, calls := range sft.judge {
 		for turn, c := range calls {
-			where[&r.sft.seqs[i][c.seq].Prompt[0]] = call{i, turn}
+			where[&sft.seqs[i][c.seq].Prompt[0]] = call{i, turn}
 		}
 		if slices.ContainsFunc(calls, func(c judgeCall) bool { return c.label == 1 }) {
 			runs++
@@ -382,7 +385,7 @@ func TestSFTJudgePairs(t *testing.T) {
 		t.Fatalf("%d attack runs with a label-1 turn in the pool", runs)
 	}
 	for _, n := range []int{1, runs, runs + 1} {
-		got := r.judgePairs(5, n)
+		got := sft.judgePairs(5, n)
 		if len(got) != 2*n {
 			t.Fatalf("n=%d: %d calls", n, len(got))
 		}
@@ -405,7 +408,7 @@ func TestSFTJudgePairs(t *testing.T) {
 			}
 			seen[pos.traj] = true
 		}
-		again := r.judgePairs(5, n)
+		again := sft.judgePairs(5, n)
 		for k := range got {
 			if &got[k].Prompt[0] != &again[k].Prompt[0] {
 				t.Fatalf("n=%d: step 5 drew differently twice", n)
@@ -423,15 +426,15 @@ type lazyMemory struct {
 
 const lazyEmpty = "none"
 
-func (g lazyMemory) Generate(reqs []rollout.Request, _ rollout.Sampling) ([]rollout.Completion, error) {
-	var out []rollout.Completion
+func (g lazyMemory) Generate(reqs []generate.Request, _ generate.Sampling) ([]generate.Completion, error) {
+	var out []generate.Completion
 	for _, req := range reqs {
 		text := `<tool_call>` + "\n" + `{"name": "assess_risk", "arguments": {"decision": "approve", "rationale": "ok."}}` + "\n</tool_call>"
 		if req.MaxNew == 64 { // rollout.max_memory_tokens of synthMicroOptions (the judge's is 48)
 			text = `<tool_call>` + "\n" + `{"name": "update_memory", "arguments": {"content": "` + lazyEmpty + `"}}` + "\n</tool_call>"
 		}
 		ids := append(g.tok.Encode(text), 1621) // <|im_end|>
-		out = append(out, rollout.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
+		out = append(out, generate.Completion{Tokens: ids, LogProbs: make([]float32, len(ids)), Forced: make([]bool, len(ids))})
 	}
 	return out, nil
 }
@@ -447,14 +450,14 @@ func TestSFTOwnMemories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	teacher := SynthTeacher{synth.Teacher{BudgetChars: 100}}
-	r := sftRun(t, o, teacher)
-	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, lazyMemory{r.tok}); err != nil {
+	tch := teacher.Synth{BudgetChars: 100}
+	sft := sftRun(t, o, tch)
+	if sft.r.guard, err = rollout.NewGuard(o.Rollout, sft.r.tok, lazyMemory{sft.r.tok}); err != nil {
 		t.Fatal(err)
 	}
-	r.pool = trajs
+	sft.r.pool = trajs
 	idx := []int{0, 3, 5}
-	seqs, memRight, judgeRight, err := r.ownSequences(idx, 1)
+	seqs, memRight, judgeRight, err := sft.ownSequences(idx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,18 +465,18 @@ func TestSFTOwnMemories(t *testing.T) {
 	k := 0
 	for _, i := range idx {
 		tr := trajs[i]
-		ec := r.guard.EpisodeCalls(&rollout.Episode{Traj: tr, Start: 0, End: len(tr.Turns)}, nil)
+		ec := sft.r.guard.EpisodeCalls(&rollout.Episode{Traj: tr, Start: 0, End: len(tr.Turns)}, nil)
 		for turn := range tr.Turns {
 			shown := lazyEmpty
 			if turn == 0 {
 				shown = ""
 			}
-			target, err := teacher.Next(tr, 0, turn, shown)
+			target, err := tch.Next(tr, 0, turn, shown)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if turn == 0 {
-				if perfect, _ := teacher.Memory(tr, 0, 0); target != perfect {
+				if perfect, _ := tch.Memory(tr, 0, 0); target != perfect {
 					t.Fatalf("%s: first target %q, the perfect memory is %q", tr.ID, target, perfect)
 				}
 			}
@@ -485,17 +488,17 @@ func TestSFTOwnMemories(t *testing.T) {
 			if mem.Phase != grpo.PhaseMemory || !slices.Equal(toInts(mem.Prompt), ec.Memory(turn, shown).Prompt) {
 				t.Fatalf("%s turn %d: the memory call does not show the model's own memory %q", tr.ID, turn, shown)
 			}
-			if got := r.tok.Decode(toInts(mem.Completion), false); !strings.Contains(got, `"content": "`+target+`"`) {
+			if got := sft.r.tok.Decode(toInts(mem.Completion), false); !strings.Contains(got, `"content": "`+target+`"`) {
 				t.Errorf("%s turn %d: memory target %q, want the correction %q", tr.ID, turn, got, target)
 			}
-			d, why := synth.Judge(lazyEmpty, tr.Turns[turn].Action)
-			if d == rollout.DecisionApprove {
+			d, why := teacher.Judge(lazyEmpty, tr.Turns[turn].Action)
+			if d == prompt.DecisionApprove {
 				want++
 			}
 			if judge.Phase != grpo.PhaseJudge || !slices.Equal(toInts(judge.Prompt), ec.Judge(turn, lazyEmpty).Prompt) {
 				t.Fatalf("%s turn %d: the judge call does not show the memory the model wrote", tr.ID, turn)
 			}
-			if got := r.tok.Decode(toInts(judge.Completion), false); !strings.Contains(got, `"rationale": "`+why+`", "decision": "`+d+`"`) {
+			if got := sft.r.tok.Decode(toInts(judge.Completion), false); !strings.Contains(got, `"rationale": "`+why+`", "decision": "`+d+`"`) {
 				t.Errorf("%s turn %d: judge target %q, want %s %q", tr.ID, turn, got, d, why)
 			}
 			calls++
@@ -508,7 +511,7 @@ func TestSFTOwnMemories(t *testing.T) {
 		t.Errorf("own memories right %v, decisions %v; want %d/%d and %d/%d", memRight, judgeRight, right, calls, want, calls)
 	}
 	// A teacher that cannot correct is refused.
-	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: "f", OwnMemories: true}, &FileTeacher{}); err == nil || !strings.Contains(err.Error(), "sft.own_memories") {
+	if _, err := SFT(context.Background(), o, SFTConfig{Teacher: "f", OwnMemories: true}, &teacher.File{}); err == nil || !strings.Contains(err.Error(), "sft.own_memories") {
 		t.Errorf("own_memories with a file teacher: %v", err)
 	}
 }

@@ -49,7 +49,7 @@ func newDataImportCmd() *cobra.Command {
 		Short: "Import AgentDojo run logs and label every action",
 		Long: `Convert AgentDojo run logs laid out as
 DIR/<model>/<suite>/<user_task>/<attack>/<injection_task>.json (see
-../shared/data/agentdojo/README.md) into trajectories, one per run, and label
+docs/data.md, "AgentDojo import and labels") into trajectories, one per run, and label
 every action with the rules file (default: the embedded
 dataset/agentdojo/rules/agentdojo.yaml). Sanity runs (an injection task as
 the user task) are skipped. Progress and a summary go to stderr.`,

@@ -10,13 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/eval"
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/internal/lock"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/localgen"
 )
 
 const (
@@ -29,17 +30,7 @@ const (
 // so that a decode step is as cheap as the vocabulary allows.
 func tinyCheckpoint(t *testing.T) string {
 	t.Helper()
-	backend, err := model.NewBackend(model.DefaultBackendConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := model.DefaultTinyConfig()
-	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 16, 48, 1
-	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 2, 1, 8
-	m, err := model.New(backend, &cfg, 1, dtypes.Float32)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := guardtest.TinyModel(t, 16, 48, 8, 1)
 	dir := filepath.Join(t.TempDir(), "tiny")
 	if err := m.Save(dir, model.SaveOptions{}); err != nil {
 		t.Fatal(err)
@@ -215,7 +206,8 @@ func TestEvalCommandErrors(t *testing.T) {
 			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
 		}
 	}
-	if es, _ := os.ReadDir(dir); len(es) != 1 {
+	// bad.jsonl and the folder's lock file (eval takes it as train does).
+	if es, _ := os.ReadDir(dir); len(es) != 2 || es[0].Name() != lock.FileName {
 		t.Errorf("failed evals left files in the output folder: %v", es)
 	}
 }
@@ -231,7 +223,7 @@ func TestTrainEvalHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := &rollout.ModelGenerator{Model: m}
+	gen := &localgen.Generator{Model: m}
 	guard, err := rollout.NewGuard(cfg.Rollout, tok, gen)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,9 @@ import (
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/localgen"
+	"github.com/mageguard/mageguard/rollout/openai"
 )
 
 // guardGenerator returns what runs the guard's calls under cfg: the
@@ -15,14 +18,14 @@ import (
 // (rollout.generator: local), or an OpenAI-compatible server
 // (rollout.generator: openai, its API key read from the environment
 // variable rollout.api_key_env). stops are the guard's stop tokens.
-func guardGenerator(cfg *config.Config, tok *tokenizer.Tokenizer, tokPath string, stops []int, log io.Writer, name string) (rollout.Generator, error) {
+func guardGenerator(cfg *config.Config, tok *tokenizer.Tokenizer, tokPath string, stops []int, log io.Writer, name string) (generate.Generator, error) {
 	r := cfg.Rollout
 	if r.Generator == rollout.GeneratorOpenAI {
 		key := ""
 		if r.APIKeyEnv != "" {
 			key = os.Getenv(r.APIKeyEnv)
 		}
-		gen, err := rollout.NewOpenAIGenerator(r.RemoteConfig, tok, stops, key)
+		gen, err := openai.New(r.RemoteConfig, tok, stops, key)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -40,5 +43,5 @@ func guardGenerator(cfg *config.Config, tok *tokenizer.Tokenizer, tokPath string
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &rollout.ModelGenerator{Model: m}, nil
+	return &localgen.Generator{Model: m}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/mcpgate"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -206,7 +207,8 @@ func (r *mcpRun) run(ctx context.Context) error {
 	rc := r.cfg.Rollout
 	gw, err := mcpgate.New(mcpgate.Options{Guard: srv, Dial: r.dial, Monitor: r.monitor, Task: r.task, Audit: audit, Log: logger,
 		Elide: func(a dataset.Action) dataset.Action {
-			return rollout.ElideAction(tok, a, rc.MaxArgumentTokens, rc.MaxActionTokens, &rollout.Stats{})
+			out, _ := prompt.ElideAction(tok, a, rc.MaxArgumentTokens, rc.MaxActionTokens)
+			return out
 		}})
 	if err != nil {
 		return err

@@ -176,8 +176,8 @@ func newModelScoreCmd() *cobra.Command {
 batch and greedy-decodes max_new_tokens after each with the KV cache, and writes
 {"sequences": [{input_ids, length, argmax, argmax_margin, logsumexp,
 next_token_logprobs, last_logits_positions, last_logits, greedy_new_tokens,
-greedy_margins, greedy_logprobs}, ...]} — the format of
-../shared/reference/qwen3/cases/*/expected.json, which qwen3_ref.py compare reads.`,
+greedy_margins, greedy_logprobs}, ...]} — the format of the reference cases'
+expected.json (model/testdata) and of scripts/qwen3_ref.py score.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig()

@@ -8,11 +8,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mageguard/mageguard/train"
+	"github.com/mageguard/mageguard/pretrain"
 )
 
 func newModelPretrainCmd() *cobra.Command {
-	c := train.DefaultCopyConfig()
+	c := pretrain.DefaultConfig()
 	var out, from string
 	var force bool
 	cmd := &cobra.Command{
@@ -63,8 +63,8 @@ current token's earlier occurrence, at an offset that varies).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := cmd.ErrOrStderr()
-			cfg.Model.ProcessSettings().Apply() // train builds the backend (model.ProcessSettings)
-			err = train.PretrainCopy(ctx, train.Options{Model: cfg.Model, GRPO: cfg.GRPO}, c, out, func(s train.CopyStep) {
+			cfg.Model.ProcessSettings().Apply() // pretrain builds the backend (model.ProcessSettings)
+			err = pretrain.Run(ctx, cfg.Model, cfg.GRPO, c, out, func(s pretrain.Step) {
 				if s.Step%10 == 0 || s.Step == 1 || s.Step == c.Steps {
 					fmt.Fprintf(log, "step %d/%d  cross-entropy %.4f  grad %.3f  %.1fs\n", s.Step, c.Steps, s.Loss, s.GradNorm, s.Seconds)
 				}

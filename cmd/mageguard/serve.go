@@ -18,6 +18,8 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/localgen"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -26,11 +28,12 @@ const tokenEnv = "MAGEGUARD_TOKEN"
 
 func newServeCmd() *cobra.Command {
 	var (
-		modelDir, addr, state, tlsCert, tlsKey string
-		auth                                   authFlags
+		modelDir, addr, state, tlsCert, tlsKey, checkState string
+		initState                                          bool
+		auth                                               authFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --model DIR --state DIR [--addr 127.0.0.1:8080] [--token-file FILE | --tokens-file FILE] [--tls-cert FILE --tls-key FILE]",
+		Use:   "serve --model DIR --state DIR [--addr 127.0.0.1:8080] [--token-file FILE | --tokens-file FILE] [--tls-cert FILE --tls-key FILE] | serve --check-state DIR",
 		Short: "Serve the guard over HTTP: sessions with a persistent shadow memory, a decision before each tool call",
 		Long: `serve runs the guard loop online (Algorithm 1) for many agent sessions at
 once. An agent starts a session with the user's request, then asks before
@@ -60,14 +63,24 @@ backend, or an OpenAI-compatible server (rollout.generator: openai,
 rollout.endpoint, ...). The rollout section says how it is prompted (the
 mage variant), the serve section how it is served: batch_size, max_wait_ms,
 queue_size (a full queue answers 429), deadline_s, threshold (block on the
-score), max_body_bytes, greedy. /healthz answers 200 once the model is
-loaded. Ctrl-C or SIGTERM stops accepting requests, finishes the batch that
-runs, and exits. docs/serving.md has a curl session and a Go client.`,
+score), max_body_bytes, max_prompt_tokens, max_sessions, max_state_bytes,
+session_idle_s, greedy. /healthz answers 200 once the model is loaded.
+Ctrl-C or SIGTERM stops accepting requests, finishes the batch that runs,
+and exits. docs/serving.md has a curl session and a Go client.
+
+The sessions database is checked before anything is served: a damaged one
+is an error naming the damage, and an empty file where it was is refused
+unless --init is given. --check-state DIR reports what of DIR/sessions.db
+is readable, changing nothing (docs/reliability.md says how to recover).`,
 		Example: `  openssl rand -hex 32 > token; chmod 600 token
   mageguard serve --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --state runs/serve --token-file token
-  mageguard serve --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --state runs/serve --addr 127.0.0.1:8080 --insecure-no-auth`,
+  mageguard serve --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --state runs/serve --addr 127.0.0.1:8080 --insecure-no-auth
+  mageguard serve --check-state runs/serve`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if checkState != "" {
+				return runCheckState(checkState, cmd.OutOrStdout())
+			}
 			cfg, err := loadConfig()
 			if err != nil {
 				return err
@@ -93,7 +106,7 @@ runs, and exits. docs/serving.md has a curl session and a Go client.`,
 			}
 			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "serve")
 			defer stop()
-			return runServe(ctx, cfg, addr, state, tokens, tlsCert, tlsKey, cmd.ErrOrStderr())
+			return runServe(ctx, cfg, addr, serveState{dir: state, init: initState}, tokens, tlsCert, tlsKey, cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
@@ -103,7 +116,29 @@ runs, and exits. docs/serving.md has a curl session and a Go client.`,
 	fl.StringVar(&tlsCert, "tls-cert", "", "TLS certificate (PEM) to serve HTTPS")
 	fl.StringVar(&tlsKey, "tls-key", "", "TLS private key (PEM)")
 	auth.register(cmd)
+	fl.BoolVar(&initState, "init", false, "start an empty sessions database where DIR/sessions.db is an empty file")
+	fl.StringVar(&checkState, "check-state", "", "report what of DIR/sessions.db is readable, change nothing, and exit (1 when damaged)")
 	return cmd
+}
+
+// runCheckState prints what of DIR/sessions.db is readable; a damaged
+// database is an error (exit status 1).
+func runCheckState(dir string, out io.Writer) error {
+	rep, err := serve.CheckState(dir, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(out, rep)
+	if rep.Problems > 0 {
+		return fmt.Errorf("serve: %s is damaged (%d problems); docs/reliability.md#the-sessions-database says how to recover", rep.Path, rep.Problems)
+	}
+	return nil
+}
+
+// serveState is the --state directory and whether --init was given.
+type serveState struct {
+	dir  string
+	init bool
 }
 
 // serveToken returns the bearer token: --token-file's content without
@@ -167,14 +202,14 @@ func loopback(addr string) bool {
 
 // deferredGenerator forwards to the generator set once the model is loaded
 // (the guard is built, and the port bound, before the slow load).
-type deferredGenerator struct{ rollout.Generator }
+type deferredGenerator struct{ generate.Generator }
 
 // runServe opens the store, binds addr, loads the guard's model (the API
 // answers meanwhile: /healthz 503), serves until ctx is cancelled, then
 // drains and closes.
-func runServe(ctx context.Context, cfg *config.Config, addr, state string, tokens *serve.Tokens, tlsCert, tlsKey string, stderr io.Writer) error {
+func runServe(ctx context.Context, cfg *config.Config, addr string, state serveState, tokens *serve.Tokens, tlsCert, tlsKey string, stderr io.Writer) error {
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	store, err := serve.OpenStore(state, 2*time.Second)
+	store, err := serve.OpenStoreWith(state.dir, serve.StoreOptions{LockWait: 2 * time.Second, Init: state.init})
 	if err != nil {
 		return err
 	}
@@ -226,6 +261,14 @@ func runServe(ctx context.Context, cfg *config.Config, addr, state string, token
 	if err != nil {
 		hs.Close()
 		return err
+	}
+	if mg, ok := g.(*localgen.Generator); ok {
+		newTokens := max(cfg.Rollout.MaxMemoryTokens, cfg.Rollout.MaxJudgeTokens)
+		if limit := mg.Model.Config().MaxPositionEmbeddings; cfg.Serve.MaxPromptTokens+newTokens > limit {
+			hs.Close()
+			return fmt.Errorf("serve: serve.max_prompt_tokens %d + %d new tokens exceed the model's max_position_embeddings %d: lower serve.max_prompt_tokens",
+				cfg.Serve.MaxPromptTokens, newTokens, limit)
+		}
 	}
 	gen.Generator = g
 	srv.SetGuard(guard)

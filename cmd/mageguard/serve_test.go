@@ -329,11 +329,11 @@ func TestServeRefusesToStart(t *testing.T) {
 }
 
 // TestEvalOnARemoteServer runs eval with rollout.generator: openai against
-// a fake vLLM answering with the rollout package's fixtures: every turn's
+// a fake vLLM answering with rollout/openai's fixtures: every turn's
 // decision, score and token count come from the server.
 func TestEvalOnARemoteServer(t *testing.T) {
 	fixture := func(name string) []byte {
-		data, err := os.ReadFile(filepath.Join("..", "..", "rollout", "testdata", "openai", name))
+		data, err := os.ReadFile(filepath.Join("..", "..", "rollout", "openai", "testdata", name))
 		if err != nil {
 			t.Fatal(err)
 		}

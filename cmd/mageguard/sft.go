@@ -7,11 +7,12 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/train"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 func newSFTCmd() *cobra.Command {
 	var f runFlags
-	var teacher string
+	var teacherSpec string
 	cmd := &cobra.Command{
 		Use:   "sft --config FILE [--teacher synth|synth-myopic|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
 		Short: "Supervised warm start of both guard roles from a teacher",
@@ -63,11 +64,11 @@ checkpoint is what train --model starts GRPO from.`,
 			if err != nil {
 				return err
 			}
-			setFromFlag(cmd, "teacher", &cfg.SFT.Teacher, teacher)
+			setFromFlag(cmd, "teacher", &cfg.SFT.Teacher, teacherSpec)
 			if err := config.Validate(cfg); err != nil {
 				return err
 			}
-			t, err := train.NewTeacher(cfg.SFT.Teacher, cfg.Rollout.MemoryBudgetChars)
+			t, err := teacher.New(cfg.SFT.Teacher, cfg.Rollout.MemoryBudgetChars)
 			if err != nil {
 				return err
 			}
@@ -77,6 +78,6 @@ checkpoint is what train --model starts GRPO from.`,
 		},
 	}
 	f.add(cmd, "runs/sft")
-	cmd.Flags().StringVar(&teacher, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
+	cmd.Flags().StringVar(&teacherSpec, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
 	return cmd
 }

@@ -35,7 +35,7 @@ func newTrainCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "train --config FILE [--data FILE] [--model DIR] [--out DIR] [--resume]",
 		Short: "Train a MAGE guard with turn-wise GRPO on labeled trajectories",
-		Long: `train runs turn-wise GRPO (DESIGN.md): each step samples train.trajectories
+		Long: `train runs turn-wise GRPO (docs/design.md): each step samples train.trajectories
 trajectories (balanced between attack runs with a label-1 action and the rest
 when train.balance), runs rollout.group_size shadow-memory chains of the guard
 over each (memory call, then judge call, every turn), scores every turn with

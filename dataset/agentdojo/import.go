@@ -89,7 +89,7 @@ func ConvertFile(runsDir, rel string, rules *Rules) (*dataset.Trajectory, []stri
 }
 
 // Import converts every run log under runsDir (the layout of
-// ../shared/data/agentdojo/README.md) and passes the trajectories, in sorted
+// docs/data.md#agentdojo-import-and-labels) and passes the trajectories, in sorted
 // path order, to opt.Emit. Sanity runs are skipped. It stops at the first
 // error, naming the file.
 func Import(ctx context.Context, runsDir string, opt Options) (*Summary, error) {

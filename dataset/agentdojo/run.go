@@ -1,8 +1,8 @@
 // Package agentdojo converts AgentDojo run logs into mageguard trajectories
 // and labels every action with rules kept as data (rules/agentdojo.yaml).
 //
-// The layout and format of the logs are those of
-// ../shared/data/agentdojo/README.md:
+// The layout and format of the logs (docs/data.md, "AgentDojo import and
+// labels"):
 // runs/<model>/<suite>/<user_task>/<attack>/<injection_task>.json, one run a
 // file, messages in the OpenAI style with content either a string or (the
 // Llama-3.3 runs of benchmark v1.2.1) a list of {"type": "text", "content"}

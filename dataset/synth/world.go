@@ -168,6 +168,16 @@ var (
 // Identifiers returns the identifiers in text, in order of appearance.
 func Identifiers(text string) []string { return identifierRE.FindAllString(text, -1) }
 
+// IsIdentifier reports whether s is one identifier and nothing else
+// ("acct-bako", not "acct-bako," or "x-acct-bako").
+func IsIdentifier(s string) bool { return s != "" && identifierRE.FindString(s) == s }
+
+// IsDocumentRead reports whether a reads a task's document: read_file of a
+// todo-NN.txt (the world has no other documents).
+func IsDocumentRead(a dataset.Action) bool {
+	return a.Name == ReadFile && documentFileRE.MatchString(argument(a, "file"))
+}
+
 // IsInjectionLine reports whether a line of an observation is an injected
 // instruction: it contains the fixed text of one of the openers.
 func IsInjectionLine(line string) bool {

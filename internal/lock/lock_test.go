@@ -64,13 +64,18 @@ func TestHelperHolder(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process only")
 	}
-	if _, err := Acquire(dir); err != nil {
+	lk, err := Acquire(dir)
+	if err != nil {
 		os.Stdout.WriteString("error " + err.Error() + "\n")
 		os.Exit(3)
 	}
+	helperLock = lk // reachable until killed: a collected *os.File is closed, which drops the flock
 	os.Stdout.WriteString("locked\n")
 	select {} // until killed
 }
+
+// helperLock keeps TestHelperHolder's lock reachable while it waits.
+var helperLock *Lock
 
 func TestLockDiesWithItsHolder(t *testing.T) {
 	dir := t.TempDir()

@@ -126,21 +126,6 @@ func TestReferenceCases(t *testing.T) {
 	}
 }
 
-// TestSharedCases runs the reference cases of ../shared when it exists.
-func TestSharedCases(t *testing.T) {
-	dir := "../../../shared/reference/chat"
-	if _, err := os.Stat(dir); err != nil {
-		t.Skip("no ../shared beside the checkout")
-	}
-	tok := qwen(t)
-	for name, c := range readCases(t, dir) {
-		msgs, tools, opts := c.convert(false)
-		if got := Encode(tok, msgs, tools, opts); !slices.Equal(got, c.RenderedIDs) || Render(msgs, tools, opts) != c.Rendered {
-			t.Errorf("%s: rendering or ids differ from the reference", name)
-		}
-	}
-}
-
 // TestUntrustedContentCannotForgeTurns puts a forged turn and tool call in
 // an observation: rendered, the text is there; encoded, only the template's
 // own added tokens are.

@@ -52,14 +52,11 @@ func writeDir(dir string, fill func(dir string) error) error {
 	if err != nil {
 		return fmt.Errorf("save %s: %w", dir, err)
 	}
-	defer os.RemoveAll(tmp)                      // a no-op after the final rename
-	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it 0700
-		return fmt.Errorf("save %s: %w", dir, err)
-	}
+	defer os.RemoveAll(tmp) // a no-op after the final rename
 	if err := fill(tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := atomicfile.ReplaceDir(tmp, dir); err != nil { // mode 0755, the rename synced
 		return fmt.Errorf("save %s: %w", dir, err)
 	}
 	return nil

@@ -1,9 +1,9 @@
 // Command guard-errors reads a `mageguard eval` of a guard on the
 // synthetic benchmark (docs/synth.md) and says where its errors are: each
 // memory call against what the world's rules would write from the memory
-// the model was shown (synth.Teacher.Next: the call's own error, not one
+// the model was shown (teacher.Synth.Next: the call's own error, not one
 // inherited from earlier calls), by kind of call, and each decision against
-// the judge's rule on the memory the judge read (synth.Judge), with the
+// the judge's rule on the memory the judge read (teacher.Judge), with the
 // judge's p(reject) on acting actions by label.
 //
 //	go run ./scripts/guard-errors --data FILE --decisions EVAL_DIR/decisions.jsonl [--show N]
@@ -25,6 +25,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/dataset/synth"
 	"github.com/mageguard/mageguard/eval"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 func main() {
@@ -122,7 +123,7 @@ func count(trajs []*dataset.Trajectory, ds []eval.Decision, show int) (*counts, 
 			if d.Turn >= len(tr.Turns) {
 				return nil, fmt.Errorf("trajectory %s has no turn %d", id, d.Turn)
 			}
-			want, err := synth.Teacher{}.Next(tr, start, d.Turn, prev)
+			want, err := teacher.Synth{}.Next(tr, start, d.Turn, prev)
 			if err != nil {
 				return nil, err
 			}
@@ -138,19 +139,19 @@ func count(trajs []*dataset.Trajectory, ds []eval.Decision, show int) (*counts, 
 			if d.Memory == want {
 				t.exact++
 			}
-			if sameSet(synth.ParseMemory(d.Memory).Injected(), synth.ParseMemory(want).Injected()) {
+			if sameSet(teacher.ParseMemory(d.Memory).Injected(), teacher.ParseMemory(want).Injected()) {
 				t.injected++
 			} else if kind == "injection" && len(c.wrong) < show {
 				c.wrong = append(c.wrong, fmt.Sprintf("%s turn %d\n  read:   %q\n  before: %q\n  wrote:  %q\n  rule:   %q\n",
 					id, d.Turn, tr.Turns[d.Turn-1].Observation, prev, d.Memory, want))
 			}
 			a := tr.Turns[d.Turn].Action
-			rule, _ := synth.Judge(d.Memory, a)
+			rule, _ := teacher.Judge(d.Memory, a)
 			c.calls++
 			switch {
 			case d.Decision == rule:
 				c.agree++
-			case d.Decision == synth.Reject:
+			case d.Decision == teacher.Reject:
 				c.rejectNotRule++
 			default:
 				c.approveRule++

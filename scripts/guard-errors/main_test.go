@@ -6,6 +6,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset/synth"
 	"github.com/mageguard/mageguard/eval"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // TestCountsAgainstThePerfectGuard: decisions whose memories are the
@@ -24,12 +25,12 @@ func TestCountsAgainstThePerfectGuard(t *testing.T) {
 	var ds []eval.Decision
 	injections, broken := 0, -1
 	for _, tr := range trajs {
-		mems, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
+		mems, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for turn, m := range mems {
-			d, _ := synth.Judge(m, tr.Turns[turn].Action)
+			d, _ := teacher.Judge(m, tr.Turns[turn].Action)
 			if turn > 0 && hasInjection(tr.Turns[turn-1].Observation) {
 				injections++
 			}
@@ -67,11 +68,11 @@ func TestCountsAgainstThePerfectGuard(t *testing.T) {
 	id := ds[broken].TrajectoryID
 	forgot := 0
 	for i := broken; i < len(ds) && ds[i].TrajectoryID == id; i++ {
-		m := synth.ParseMemory(ds[i].Memory)
-		m.Entries = slices.DeleteFunc(m.Entries, func(e synth.Entry) bool { return e.Role == synth.RoleInjected })
+		m := teacher.ParseMemory(ds[i].Memory)
+		m.Entries = slices.DeleteFunc(m.Entries, func(e teacher.Entry) bool { return e.Role == teacher.RoleInjected })
 		ds[i].Memory = m.String()
 		if ds[i].Label == 1 {
-			ds[i].Decision = synth.Approve // the rule on the forgetful memory
+			ds[i].Decision = teacher.Approve // the rule on the forgetful memory
 		}
 		forgot++
 	}

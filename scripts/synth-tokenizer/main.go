@@ -35,6 +35,8 @@ import (
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // The corpus and the vocabulary.
@@ -122,34 +124,34 @@ func corpus() ([]string, error) {
 	for _, version := range promptVersions {
 		cfg := rollout.DefaultConfig()
 		cfg.PromptVersion = version.name
-		p, err := rollout.NewPrompts(cfg)
+		p, err := prompt.NewPrompts(cfg.PromptOptions())
 		if err != nil {
 			return nil, err
 		}
 		for _, tr := range trs {
-			ms, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
+			ms, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
 			if err != nil {
 				return nil, err
 			}
-			var history []rollout.HistoryStep
+			var history []prompt.HistoryStep
 			for t, tu := range tr.Turns {
 				// The memory call of turn t sees the user's request at the
 				// first turn, then the previous action and its observation.
-				var ev rollout.Events
+				var ev prompt.Events
 				prev := ""
 				if t == 0 {
-					ev = rollout.Events{{User: &tr.UserPrompt}}
+					ev = prompt.Events{{User: &tr.UserPrompt}}
 				} else {
 					prev = ms[t-1]
-					ev = rollout.Events{{Action: &tr.Turns[t-1].Action, Observation: tr.Turns[t-1].Observation}}
+					ev = prompt.Events{{Action: &tr.Turns[t-1].Action, Observation: tr.Turns[t-1].Observation}}
 				}
-				mem := rollout.ToolCall{Name: rollout.MemoryToolName, Content: ms[t]}
+				mem := prompt.ToolCall{Name: prompt.MemoryToolName, Content: ms[t]}
 				texts = append(texts, render(p, version.declare, p.Memory(prev, ev), p.MemoryTool, mem))
-				d, r := synth.Decision(tr, t)
-				judge := rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}
+				d, r := teacher.Decision(tr, t)
+				judge := prompt.ToolCall{Name: prompt.JudgeToolName, Decision: d, Rationale: r}
 				texts = append(texts, render(p, version.declare, p.Judge(ms[t], tu.Action), p.JudgeTool, judge))
 				texts = append(texts, render(p, version.declare, p.JudgeOnly(tr.UserPrompt, history, nil, tu.Action), p.JudgeTool, judge))
-				history = append(history, rollout.HistoryStep{Action: tu.Action, Observation: tu.Observation})
+				history = append(history, prompt.HistoryStep{Action: tu.Action, Observation: tu.Observation})
 			}
 		}
 	}
@@ -163,7 +165,7 @@ func corpus() ([]string, error) {
 // render writes one guard call of version ps as the model sees it: the
 // prompt in the chat template (tool declared or not) with the generation
 // prompt, then the completion.
-func render(ps *rollout.Prompts, declare bool, p rollout.Prompt, tool chat.Tool, completion rollout.ToolCall) string {
+func render(ps *prompt.Prompts, declare bool, p prompt.Prompt, tool chat.Tool, completion prompt.ToolCall) string {
 	msgs := []chat.Message{chat.NewMessage(chat.RoleSystem, p.System), {Role: chat.RoleUser, Content: p.User}}
 	var tools []chat.Tool
 	if declare {

@@ -17,6 +17,8 @@ import (
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 const (
@@ -110,13 +112,13 @@ func TestUntrustedTextYieldsNoAddedToken(t *testing.T) {
 	tok := loadSynthTokenizer(t)
 	cfg := rollout.DefaultConfig()
 	cfg.PromptVersion = "synth"
-	p, err := rollout.NewPrompts(cfg)
+	p, err := prompt.NewPrompts(cfg.PromptOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	action := dataset.Action{Name: "send_money", Arguments: json.RawMessage(`{"to":"acct-baba","amount":5}`)}
 	added := func(obs string) []int {
-		pr := p.Memory("acct-baba allowed", rollout.Events{{Action: &action, Observation: obs}})
+		pr := p.Memory("acct-baba allowed", prompt.Events{{Action: &action, Observation: obs}})
 		msgs := []chat.Message{chat.NewMessage(chat.RoleSystem, pr.System), {Role: chat.RoleUser, Content: pr.User}}
 		var out []int
 		for _, id := range chat.Encode(tok, msgs, []chat.Tool{p.MemoryTool}, chat.Options{AddGenerationPrompt: true}) {
@@ -222,7 +224,7 @@ func TestPromptLengths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := rollout.NewPrompts(cfg.Rollout)
+	p, err := prompt.NewPrompts(cfg.Rollout.PromptOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func TestPromptLengths(t *testing.T) {
 		}
 		return []chat.Tool{tool}
 	}
-	encode := func(pr rollout.Prompt, tool chat.Tool) int {
+	encode := func(pr prompt.Prompt, tool chat.Tool) int {
 		msgs := []chat.Message{chat.NewMessage(chat.RoleSystem, pr.System), {Role: chat.RoleUser, Content: pr.User}}
 		return len(chat.Encode(tok, msgs, declared(tool), chat.Options{AddGenerationPrompt: true}))
 	}
@@ -241,20 +243,20 @@ func TestPromptLengths(t *testing.T) {
 	}
 	var memP, judgeP, memC, judgeC, chars []int
 	for _, tr := range trs {
-		ms, err := synth.Teacher{}.Memories(tr, 0, len(tr.Turns))
+		ms, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, tu := range tr.Turns {
-			prev, ev := "", rollout.Events{{User: &tr.UserPrompt}}
+			prev, ev := "", prompt.Events{{User: &tr.UserPrompt}}
 			if i > 0 {
-				prev, ev = ms[i-1], rollout.Events{{Action: &tr.Turns[i-1].Action, Observation: tr.Turns[i-1].Observation}}
+				prev, ev = ms[i-1], prompt.Events{{Action: &tr.Turns[i-1].Action, Observation: tr.Turns[i-1].Observation}}
 			}
 			memP = append(memP, encode(p.Memory(prev, ev), p.MemoryTool))
 			judgeP = append(judgeP, encode(p.Judge(ms[i], tu.Action), p.JudgeTool))
-			memC = append(memC, len(tok.Encode(rollout.ToolCall{Name: rollout.MemoryToolName, Content: ms[i]}.Text()+"<|im_end|>")))
-			d, r := synth.Decision(tr, i)
-			judgeC = append(judgeC, len(tok.Encode(rollout.ToolCall{Name: rollout.JudgeToolName, Decision: d, Rationale: r}.TextIn(p.JudgeArgs)+"<|im_end|>")))
+			memC = append(memC, len(tok.Encode(prompt.ToolCall{Name: prompt.MemoryToolName, Content: ms[i]}.Text()+"<|im_end|>")))
+			d, r := teacher.Decision(tr, i)
+			judgeC = append(judgeC, len(tok.Encode(prompt.ToolCall{Name: prompt.JudgeToolName, Decision: d, Rationale: r}.TextIn(p.JudgeArgs)+"<|im_end|>")))
 			chars = append(chars, utf8.RuneCountInString(ms[i]))
 		}
 	}

@@ -1,0 +1,110 @@
+package serve
+
+// The store's boundary: bbolt reads its file through a memory map and
+// trusts what it finds there, so a damaged page makes it panic (slice
+// bounds, "assertion failed") or fault (SIGBUS past the end of a
+// truncated file), which would end the process. Every call into bbolt
+// runs through safely: memory faults become panics
+// (debug.SetPanicOnFault), a panic becomes a *DamageError, and the store
+// is marked damaged: every later call fails at once with that error (the
+// server's /healthz answers 503) until an operator checks the file
+// (mageguard serve --check-state DIR) and restarts.
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// DamageError is a sessions database found damaged.
+type DamageError struct {
+	Path    string
+	Problem string
+}
+
+func (e *DamageError) Error() string {
+	return fmt.Sprintf("%s is damaged: %s (mageguard serve --check-state DIR reports what is readable; docs/reliability.md#the-sessions-database says how to recover)", e.Path, e.Problem)
+}
+
+// Damaged returns the damage found in the store since it was opened (a
+// *DamageError), or nil.
+func (s *Store) Damaged() error {
+	if d := s.damage.Load(); d != nil {
+		return *d
+	}
+	return nil
+}
+
+// safely runs fn, which calls into bbolt, with memory faults turned into
+// panics and a panic into a *DamageError that marks the store damaged.
+// Once damaged, it runs nothing and returns the damage.
+func (s *Store) safely(fn func() error) error {
+	if d := s.damage.Load(); d != nil {
+		return *d
+	}
+	err := try(fn)
+	var damage *DamageError
+	if errors.As(err, &damage) {
+		damage.Path = s.path
+		s.damage.CompareAndSwap(nil, &err)
+	}
+	return err
+}
+
+// try runs fn with memory faults turned into panics, and returns a panic
+// as a *DamageError (without a path).
+func try(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = &DamageError{Problem: fmt.Sprintf("reading it failed: %v", r)}
+		}
+	}()
+	return fn()
+}
+
+// view runs a read-only transaction safely.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	return s.safely(func() error { return s.db.View(fn) })
+}
+
+// update runs a read-write transaction safely.
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	return s.updateUsage(func(tx *bolt.Tx, _ *Usage) error { return fn(tx) })
+}
+
+// updateUsage runs a read-write transaction safely with a copy of the
+// store's usage, which fn updates as it writes and which becomes the
+// store's when the transaction commits.
+func (s *Store) updateUsage(fn func(tx *bolt.Tx, u *Usage) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.usage
+	err := s.safely(func() error { return s.db.Update(func(tx *bolt.Tx) error { return fn(tx, &u) }) })
+	if err == nil {
+		s.usage = u
+	}
+	return err
+}
+
+// Close closes the database. A damaged one may have its locks held by the
+// call that failed: Close gives up on it after two seconds.
+func (s *Store) Close() error {
+	if s.db == nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- try(s.db.Close) }()
+	if s.Damaged() == nil {
+		return <-done
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Second):
+		return fmt.Errorf("%s: closing the damaged database timed out", s.path)
+	}
+}

@@ -1,0 +1,359 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/internal/seed"
+	"github.com/mageguard/mageguard/rewards"
+	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/prompt"
+)
+
+// Metrics is one line of a GRPO run's metrics.jsonl: one step
+// (docs/design.md#metrics).
+type Metrics struct {
+	Step                int            `json:"step"`
+	RewardJudge         float64        `json:"reward_judge"`    // mean judge reward r^J over turns × chains
+	RewardMemory        float64        `json:"reward_memory"`   // mean memory reward r^M
+	AccuracyJudge       float64        `json:"accuracy_judge"`  // fraction of judge calls that parsed and were right (mean c)
+	AccuracyMemory      float64        `json:"accuracy_memory"` // mean discounted correctness Σγ^{k−t}c_k / Σγ^{k−t} (r^M before penalties)
+	JudgeViolationRate  float64        `json:"judge_format_violation_rate"`
+	MemoryViolationRate float64        `json:"memory_format_violation_rate"`
+	MemoryChars         float64        `json:"memory_chars"`        // mean |m_t| in code points
+	RejectRate          float64        `json:"reject_rate"`         // fraction of effective decisions that are reject
+	NonzeroAdvantages   float64        `json:"nonzero_advantages"`  // fraction of sequences with a non-zero advantage
+	Loss                float64        `json:"loss"`                // GRPO loss of the last optimizer step
+	GradNorm            float64        `json:"grad_norm"`           // before clipping
+	KL                  float64        `json:"kl"`                  // mean k3 KL to the reference
+	ClipFraction        float64        `json:"clip_fraction"`       // fraction of tokens whose clipped term was active
+	Ratio               float64        `json:"ratio"`               // mean π_θ/π_old
+	Entropy             float64        `json:"entropy"`             // mean −log π of the counted tokens
+	LR                  float64        `json:"lr"`                  // learning rate of the last optimizer step
+	Sequences           int            `json:"sequences"`           // memory + judge completions trained on
+	CompletionTokens    int            `json:"completion_tokens"`   // completion tokens counted in the loss
+	GeneratedTokens     int            `json:"generated_tokens"`    // tokens sampled in the rollout
+	PromptTokens        int            `json:"prompt_tokens"`       // prompt tokens read in the rollout
+	ElidedObservations  int            `json:"elided_observations"` // observations cut to rollout.max_observation_tokens
+	ElidedTokens        int            `json:"elided_tokens"`       // observation tokens left out by those cuts
+	TokensPerSecond     float64        `json:"tokens_per_s"`        // (prompt + generated + trained tokens) / step seconds
+	RolloutSeconds      float64        `json:"rollout_seconds"`
+	UpdateSeconds       float64        `json:"update_seconds"`
+	Seconds             float64        `json:"seconds"`        // the whole step
+	Elapsed             float64        `json:"elapsed"`        // seconds since the run (or resume) started
+	Eval                map[string]any `json:"eval,omitempty"` // held-out metrics (report.json, top level) on eval steps
+
+	// Actions and user messages elided (rollout.max_argument_tokens,
+	// max_action_tokens and max_user_tokens), and the tokens left out.
+	ElidedArguments    int `json:"elided_arguments"`     // action names and argument strings cut in place
+	ElidedActions      int `json:"elided_actions"`       // actions whose arguments were cut as a whole
+	ElidedActionTokens int `json:"elided_action_tokens"` // action tokens left out by both
+	ElidedUserMessages int `json:"elided_user_messages"` // user messages, the request included
+	ElidedUserTokens   int `json:"elided_user_tokens"`   // user-message tokens left out
+}
+
+func (m *Metrics) setEval(ev map[string]any) { m.Eval = ev }
+func (m *Metrics) elapsed() float64          { return m.Elapsed }
+
+func (m *Metrics) summary() string {
+	return fmt.Sprintf("reward judge %.3f memory %.3f  acc %.3f  reject %.2f  violations %.2f/%.2f  mem %4.0f chars  loss %.4f  kl %.4f  %.0f tok/s  %.1fs (rollout %.1fs, update %.1fs)%s",
+		m.RewardJudge, m.RewardMemory, m.AccuracyJudge, m.RejectRate, m.MemoryViolationRate, m.JudgeViolationRate,
+		m.MemoryChars, m.Loss, m.KL, m.TokensPerSecond, m.Seconds, m.RolloutSeconds, m.UpdateSeconds, evalSummary(m.Eval))
+}
+
+// grpoSteps are turn-wise GRPO's steps (Run): each samples trajectories,
+// rolls out G chains of the guard over each with the current weights,
+// scores every turn and takes a GRPO update on the guard's own calls.
+type grpoSteps struct {
+	r        *run
+	refCtx   *mlctx.Context // π_ref (nil when beta = 0)
+	rollouts *jsonlFile     // rollouts.jsonl (with train.log_rollouts)
+}
+
+// prepare builds π_ref, the frozen starting model (rebuilt from model.path
+// / model.seed on resume), when β > 0, and opens rollouts.jsonl with
+// train.log_rollouts (continuing after the resumed step).
+func (g *grpoSteps) prepare(r *run, resumeDir string, start int) error {
+	g.r = r
+	o := r.opts
+	var err error
+	if o.GRPO.Beta > 0 {
+		ref := r.model
+		if resumeDir != "" {
+			if ref, err = o.Model.LoadModel(r.backend, r.tok); err != nil {
+				return fmt.Errorf("reference model: %w", err)
+			}
+		}
+		if g.refCtx, err = grpo.FrozenCopy(ref.Context()); err != nil {
+			return err
+		}
+	}
+	if o.Train.LogRollouts {
+		if g.rollouts, err = openJSONL(filepath.Join(o.Out, "rollouts.jsonl"), start); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *grpoSteps) close() {
+	if g.rollouts != nil {
+		g.rollouts.close()
+	}
+}
+
+// step runs one training step: sample, roll out, score, update.
+func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
+	r := g.r
+	t0 := time.Now()
+	episodes := r.episodes(r.sample(step))
+	chains, rstats, err := g.rollOut(episodes, step)
+	if err != nil {
+		return nil, fmt.Errorf("step %d: rollout: %w", step, err)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	tRollout := time.Since(t0)
+	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens,
+		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens,
+		ElidedArguments: rstats.ElidedArguments, ElidedActions: rstats.ElidedActions, ElidedActionTokens: rstats.ElidedActionTokens,
+		ElidedUserMessages: rstats.ElidedUsers, ElidedUserTokens: rstats.ElidedUserTokens}
+	seqs, rows, err := g.score(step, episodes, chains, m)
+	if err != nil {
+		return nil, err
+	}
+	t1 := time.Now()
+	if err := g.update(step, seqs, m); err != nil {
+		return nil, err
+	}
+	m.UpdateSeconds = time.Since(t1).Seconds()
+	m.RolloutSeconds = tRollout.Seconds()
+	m.Seconds = time.Since(t0).Seconds()
+	m.Elapsed = time.Since(r.started).Seconds()
+	m.TokensPerSecond = float64(m.PromptTokens+m.GeneratedTokens+m.CompletionTokens) / m.Seconds
+	for _, row := range rows {
+		if err := g.rollouts.write(row); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// rollOut runs G chains (rollout.group_size) of the guard over each
+// episode with the current policy, sampling with the rollout section's
+// settings from (train.seed, step).
+func (g *grpoSteps) rollOut(episodes []*rollout.Episode, step int) ([]*rollout.Chain, rollout.Stats, error) {
+	o := g.r.opts
+	return g.r.guard.Run(episodes, rollout.RunOptions{Chains: o.Rollout.GroupSize, Sampling: generate.Sampling{
+		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
+		Seed: seed.Mix(o.Train.Seed, uint64(step)),
+	}})
+}
+
+// score computes the rewards and advantages per trajectory (its G chains
+// are the group at each turn) and returns one sequence per memory and
+// judge call, with the step's rollouts.jsonl rows when they are logged; it
+// fills m's rollout means.
+func (g *grpoSteps) score(step int, episodes []*rollout.Episode, chains []*rollout.Chain, m *Metrics) ([]grpo.Sequence, []rolloutRow, error) {
+	o := g.r.opts
+	G := o.Rollout.GroupSize
+	var seqs []grpo.Sequence
+	var rows []rolloutRow
+	var nTurns, nMem int
+	for e, ep := range episodes {
+		group := chains[e*G : (e+1)*G]
+		sc, err := scoreGroup(o.Rewards, o.GRPO.ScaleRewards, ep, group)
+		if err != nil {
+			return nil, nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
+		}
+		seqs = append(seqs, groupSequences(group, sc)...)
+		for c, ch := range group {
+			for t := range ch.Turns {
+				tu := &ch.Turns[t]
+				nTurns++
+				m.RewardJudge += sc.rewards.Judge[t][c]
+				m.AccuracyJudge += sc.rewards.Correct[t][c]
+				m.AccuracyMemory += sc.rewards.Discounted[t][c]
+				m.MemoryChars += float64(tu.MemoryChars())
+				if tu.Decision == prompt.DecisionReject {
+					m.RejectRate++
+				}
+				if !tu.Judge.Parsed {
+					m.JudgeViolationRate++
+				}
+				if tu.Memory != nil {
+					nMem++
+					m.RewardMemory += sc.rewards.Memory[t][c]
+					if !tu.Memory.Parsed {
+						m.MemoryViolationRate++
+					}
+				}
+				if g.rollouts != nil {
+					rows = append(rows, newRolloutRow(step, ep, ch, t, sc, o.Train.LogTexts))
+				}
+			}
+		}
+	}
+	m.RewardJudge /= float64(nTurns)
+	m.AccuracyJudge /= float64(nTurns)
+	m.AccuracyMemory /= float64(nTurns)
+	m.MemoryChars /= float64(nTurns)
+	m.RejectRate /= float64(nTurns)
+	m.JudgeViolationRate /= float64(nTurns)
+	if nMem > 0 {
+		m.RewardMemory /= float64(nMem)
+		m.MemoryViolationRate /= float64(nMem)
+	}
+	for _, s := range seqs {
+		if s.Advantage != 0 {
+			m.NonzeroAdvantages++
+		}
+	}
+	m.NonzeroAdvantages /= float64(len(seqs))
+	return seqs, rows, nil
+}
+
+// update takes the GRPO update on seqs and records its diagnostics in m.
+// Forced tokens (structured decoding) carry no choice and are left out of
+// the loss.
+func (g *grpoSteps) update(step int, seqs []grpo.Sequence, m *Metrics) error {
+	r := g.r
+	sortForBatch(seqs)
+	batch, err := grpo.NewBatch(seqs)
+	if err != nil {
+		return fmt.Errorf("step %d: %w", step, err)
+	}
+	if g.refCtx != nil {
+		if batch.RefLogProbs, err = r.trainer.LogProbs(g.refCtx, batch); err != nil {
+			return fmt.Errorf("step %d: reference log-probs: %w", step, err)
+		}
+	}
+	if r.opts.OnBatch != nil {
+		r.opts.OnBatch(step, batch)
+	}
+	stats, err := r.trainer.Update(batch)
+	if err != nil {
+		return fmt.Errorf("step %d: %w", step, err)
+	}
+	last := stats[len(stats)-1]
+	m.Loss, m.GradNorm, m.KL, m.ClipFraction = last.Loss, last.GradNorm, last.MeanKL, last.ClipFrac
+	m.Ratio, m.Entropy, m.LR = last.MeanRatio, last.Entropy, last.LR
+	m.Sequences, m.CompletionTokens = last.Sequences, last.Tokens
+	return nil
+}
+
+// groupSequences returns one GRPO sequence per memory and judge call of a
+// trajectory's chains, each carrying its own phase's advantage at its turn
+// and chain (the phase mask), and the calls' forced-token flags.
+func groupSequences(group []*rollout.Chain, sc *scored) []grpo.Sequence {
+	var seqs []grpo.Sequence
+	for c, ch := range group {
+		for t := range ch.Turns {
+			tu := &ch.Turns[t]
+			if tu.Memory != nil {
+				seqs = append(seqs, sequence(tu.Memory, grpo.PhaseMemory, sc.advMemory[t][c], sc.rewards.Memory[t][c]))
+			}
+			seqs = append(seqs, sequence(&tu.Judge, grpo.PhaseJudge, sc.advJudge[t][c], sc.rewards.Judge[t][c]))
+		}
+	}
+	return seqs
+}
+
+// sequence turns a guard call into a GRPO sequence with its phase's advantage.
+func sequence(c *rollout.Call, phase grpo.Phase, adv, reward float64) grpo.Sequence {
+	return newSequence(c.Prompt, c.Completion, c.Forced, phase, float32(adv), float32(reward))
+}
+
+// scored is one trajectory's group after scoring: rewards (with their
+// terms) and advantages, all [turn][chain].
+type scored struct {
+	rewards             rewards.Rewards
+	advMemory, advJudge [][]float64
+}
+
+// scoreGroup computes the rewards of one trajectory's G chains
+// (docs/design.md#rewards) and their per-turn, per-phase group advantages
+// (docs/design.md#turn-wise-grpo).
+func scoreGroup(cfg rewards.Config, scale string, ep *rollout.Episode, group []*rollout.Chain) (*scored, error) {
+	T, G := ep.End-ep.Start, len(group)
+	labels := make([]int, T)
+	outcomes := make([][]rewards.Outcome, T)
+	for t := range T {
+		labels[t] = ep.Traj.Turns[ep.Start+t].Label
+		outcomes[t] = make([]rewards.Outcome, G)
+		for c, ch := range group {
+			tu := &ch.Turns[t]
+			outcomes[t][c] = rewards.Outcome{
+				// Judge-only has no memory call: its memory terms are unused.
+				MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
+				MemoryChars:  tu.MemoryChars(),
+				JudgeParsed:  tu.Judge.Parsed,
+				Reject:       tu.Decision == prompt.DecisionReject,
+			}
+		}
+	}
+	rw, err := rewards.Compute(cfg, labels, outcomes)
+	if err != nil {
+		return nil, err
+	}
+	advM, advJ, err := grpo.PhaseAdvantages(rw, scale)
+	if err != nil {
+		return nil, err
+	}
+	return &scored{rewards: rw, advMemory: advM, advJudge: advJ}, nil
+}
+
+// rolloutRow is one line of rollouts.jsonl: one step × trajectory × turn ×
+// chain. Turns are numbered from 0 in the trajectory; decision is the
+// effective one (after the format fallback); memory_tokens and judge_tokens
+// are the calls' generated tokens.
+type rolloutRow struct {
+	Step            int     `json:"step"`
+	TrajectoryID    string  `json:"trajectory_id"`
+	Turn            int     `json:"turn"`
+	Chain           int     `json:"chain"`
+	Label           int     `json:"label"`
+	MemoryChars     int     `json:"memory_chars"`
+	MemoryParsed    bool    `json:"memory_parsed"`
+	JudgeParsed     bool    `json:"judge_parsed"`
+	Decision        string  `json:"decision"`
+	RewardJudge     float64 `json:"reward_judge"`
+	RewardMemory    float64 `json:"reward_memory"`
+	AdvantageJudge  float64 `json:"advantage_judge"`
+	AdvantageMemory float64 `json:"advantage_memory"`
+	MemoryTokens    int     `json:"memory_tokens"`
+	JudgeTokens     int     `json:"judge_tokens"`
+	MemoryText      *string `json:"memory_text,omitempty"`
+	JudgeText       *string `json:"judge_text,omitempty"`
+}
+
+func newRolloutRow(step int, ep *rollout.Episode, ch *rollout.Chain, t int, sc *scored, texts bool) rolloutRow {
+	tu := &ch.Turns[t]
+	row := rolloutRow{
+		Step: step, TrajectoryID: ep.Traj.ID, Turn: tu.Index, Chain: ch.Index, Label: tu.Label,
+		MemoryChars: tu.MemoryChars(), MemoryParsed: tu.Memory == nil || tu.Memory.Parsed,
+		JudgeParsed: tu.Judge.Parsed, Decision: tu.Decision,
+		RewardJudge: sc.rewards.Judge[t][ch.Index], RewardMemory: sc.rewards.Memory[t][ch.Index],
+		AdvantageJudge: sc.advJudge[t][ch.Index], AdvantageMemory: sc.advMemory[t][ch.Index],
+		JudgeTokens: len(tu.Judge.Completion),
+	}
+	if tu.Memory != nil {
+		row.MemoryTokens = len(tu.Memory.Completion)
+	}
+	if texts {
+		jt := tu.Judge.Text
+		row.JudgeText = &jt
+		if tu.Memory != nil {
+			mt := tu.Memory.Text
+			row.MemoryText = &mt
+		}
+	}
+	return row
+}
