@@ -8,6 +8,7 @@
 // The API (openapi.yaml, docs/serving.md):
 //
 //	POST   /v1/sessions              {"user_prompt", "tools"?}            → 201 {"id"}
+//	GET    /v1/sessions              → 200 {"sessions"}: the caller's (an operator: all)
 //	POST   /v1/sessions/{id}/assess  {"action", "observation"?, "user_messages"?, "step"?}
 //	                                 → 200 {"decision": "allow"|"block", "score", "rationale", …}
 //	POST   /v1/sessions/{id}/resume  → 200 the session (after a block)

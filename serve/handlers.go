@@ -136,14 +136,17 @@ type sessionCall[T any] struct {
 // the path's session id (404 unless of our form); the body, read within
 // serve.max_body_bytes and parsed; the session's claim (409 while another
 // request of it is in progress); and the session read from the store (404
-// unknown_session). Its refusals are returned to wrap, which writes them.
-// The one place to check whether the caller may use the session is here,
-// after it is read.
+// unknown_session). A session the caller may not see (tenants.go) is 404
+// before anything else. Its refusals are returned to wrap, which writes
+// them.
 func onSession[T any](s *Server, route sessionRoute[T], h func(w http.ResponseWriter, r *http.Request, c *sessionCall[T]) (int, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) (int, error) {
 		c := &sessionCall[T]{arrived: s.now()}
 		var err error
 		if c.id, err = sessionID(r); err != nil {
+			return 0, err
+		}
+		if err := s.visible(r.Context(), c.id); err != nil {
 			return 0, err
 		}
 		if route.parse != nil {
@@ -195,17 +198,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	id, err := newID()
+	id, err := s.CreateSession(principalOf(r.Context()).Name, req)
 	if err != nil {
 		return 0, err
 	}
-	now := s.now().UTC()
-	sess := &Session{ID: id, UserPrompt: req.UserPrompt, Tools: req.Tools, CreatedAt: now, UpdatedAt: now,
-		Status: StatusActive, Resumes: []time.Time{}}
-	if err := s.store.Create(sess); err != nil {
-		return 0, storeError(err)
-	}
-	s.metrics.sessionCreated()
 	w.Header().Set("Location", "/v1/sessions/"+id)
 	writeJSON(w, 201, map[string]string{"id": id})
 	return 201, nil

@@ -7,8 +7,6 @@ package serve
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -17,7 +15,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,10 +32,13 @@ type Options struct {
 	Config  Config         // the serve section
 	Rollout rollout.Config // temperature, top_k, top_p of sampled decoding (serve.greedy: false)
 	Store   *Store         // the sessions database
-	// Token is the bearer token every /v1/ request must carry; "" turns
-	// authentication off (the command allows that only on loopback).
-	Token string
-	Log   *slog.Logger // request and batch logs (nil: discarded)
+	// Token is the bearer token every /v1/ request must carry, one
+	// operator's (OperatorToken); Tokens, when set, are the tokens of
+	// several principals instead. Neither turns authentication off (the
+	// command allows that only on loopback).
+	Token  string
+	Tokens *Tokens
+	Log    *slog.Logger // request and batch logs (nil: discarded)
 }
 
 // Server is the guard service. Build it with New, hand it the guard with
@@ -46,8 +46,7 @@ type Options struct {
 type Server struct {
 	cfg     Config
 	store   *Store
-	token   [sha256.Size]byte
-	auth    bool
+	tokens  *Tokens // nil: no authentication
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics
@@ -77,8 +76,9 @@ func New(opts Options) (*Server, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{cfg: opts.Config, store: opts.Store, log: log, now: time.Now}
-	if opts.Token != "" {
-		s.auth, s.token = true, sha256.Sum256([]byte(opts.Token))
+	s.tokens = opts.Tokens
+	if s.tokens == nil && opts.Token != "" {
+		s.tokens = OperatorToken(opts.Token)
 	}
 	s.metrics = newMetrics(func() int { return s.batcher.queued() })
 	s.metrics.usage = s.store.Usage
@@ -173,6 +173,7 @@ func (s *Server) routes() {
 		s.mux.Handle(pattern, s.wrap(pattern, false, h))
 	}
 	v1("POST /v1/sessions", s.create)
+	v1("GET /v1/sessions", s.list)
 	v1("POST /v1/sessions/{id}/assess", onSession(s, assessRoute, s.assess))
 	v1("POST /v1/sessions/{id}/resume", onSession(s, resumeRoute, s.resume))
 	v1("GET /v1/sessions/{id}", onSession(s, getRoute, s.get))
@@ -205,11 +206,11 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		var status int
 		var err error
-		if auth && !s.authorized(r) {
+		if p, ok := s.principal(r); auth && !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mageguard"`)
 			err = &APIError{Status: 401, Code: "unauthorized", Message: "missing or wrong bearer token (Authorization: Bearer TOKEN)"}
 		} else {
-			status, err = h(w, r)
+			status, err = h(w, r.WithContext(withPrincipal(r.Context(), p)))
 		}
 		if err != nil {
 			ae, ok := isAPIError(err)
@@ -236,18 +237,13 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 	})
 }
 
-// authorized checks the bearer token in constant time.
-func (s *Server) authorized(r *http.Request) bool {
-	if !s.auth {
-		return true
+// principal returns the principal of a request's bearer token (compared
+// in constant time, tenants.go); without authentication, an operator.
+func (s *Server) principal(r *http.Request) (Principal, bool) {
+	if s.tokens == nil {
+		return Principal{Role: RoleOperator}, true
 	}
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+	return s.tokens.Lookup(BearerToken(r))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -45,6 +45,7 @@ type Tool struct {
 // Session is one agent task's guard state as stored.
 type Session struct {
 	ID            string          `json:"id"`
+	Owner         string          `json:"owner"` // the name of the token that created it ("" without authentication)
 	UserPrompt    string          `json:"user_prompt"`
 	Tools         []Tool          `json:"tools"`
 	CreatedAt     time.Time       `json:"created_at"`

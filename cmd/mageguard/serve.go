@@ -28,11 +28,12 @@ const tokenEnv = "MAGEGUARD_TOKEN"
 
 func newServeCmd() *cobra.Command {
 	var (
-		modelDir, addr, state, tokenFile, tlsCert, tlsKey, checkState string
-		insecure, initState                                           bool
+		modelDir, addr, state, tlsCert, tlsKey, checkState string
+		initState                                          bool
+		auth                                               authFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --model DIR --state DIR [--addr 127.0.0.1:8080] [--token-file FILE] [--tls-cert FILE --tls-key FILE] | serve --check-state DIR",
+		Use:   "serve --model DIR --state DIR [--addr 127.0.0.1:8080] [--token-file FILE | --tokens-file FILE] [--tls-cert FILE --tls-key FILE] | serve --check-state DIR",
 		Short: "Serve the guard over HTTP: sessions with a persistent shadow memory, a decision before each tool call",
 		Long: `serve runs the guard loop online (Algorithm 1) for many agent sessions at
 once. An agent starts a session with the user's request, then asks before
@@ -42,6 +43,7 @@ one database file under --state (DIR/sessions.db): every answered step's
 memory and decision are stored before the answer is sent.
 
   POST   /v1/sessions              {"user_prompt": "...", "tools": [...]}      → 201 {"id"}
+  GET    /v1/sessions              the caller's sessions (an operator's: all)
   POST   /v1/sessions/{id}/assess  {"action": {"name", "arguments"}, "observation", "user_messages"}
                                    → 200 {"decision": "allow"|"block", "score", "rationale", ...}
   POST   /v1/sessions/{id}/resume  let a blocked session go on
@@ -49,9 +51,12 @@ memory and decision are stored before the answer is sent.
   GET    /healthz, /metrics, /openapi.yaml   (no token)
 
 Every /v1/ request needs "Authorization: Bearer TOKEN": the token is the
-content of --token-file (surrounding whitespace ignored) or $MAGEGUARD_TOKEN.
-Without one, serve refuses to start, unless --addr is a loopback address and
---insecure-no-auth is given. --tls-cert and --tls-key serve HTTPS.
+content of --token-file (surrounding whitespace ignored) or $MAGEGUARD_TOKEN,
+an operator's; or one of the tenants' of --tokens-file (YAML: tokens: [{name,
+role: agent|operator, sha256}]), where an agent sees and acts only on the
+sessions it created and an operator on any. Without a token, serve refuses
+to start, unless --addr is a loopback address and --insecure-no-auth is
+given. --tls-cert and --tls-key serve HTTPS.
 
 The guard is the checkpoint --model (model.path) on the model section's
 backend, or an OpenAI-compatible server (rollout.generator: openai,
@@ -95,23 +100,22 @@ is readable, changing nothing (docs/reliability.md says how to recover).`,
 			if cfg.Rollout.Variant != "mage" {
 				return fmt.Errorf("serve: rollout.variant is %q: serve runs the mage guard (memory + judge)", cfg.Rollout.Variant)
 			}
-			token, err := serveToken(tokenFile, insecure, addr, cmd.ErrOrStderr())
+			tokens, err := auth.tokens("serve", addr, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "serve")
 			defer stop()
-			return runServe(ctx, cfg, addr, serveState{dir: state, init: initState}, token, tlsCert, tlsKey, cmd.ErrOrStderr())
+			return runServe(ctx, cfg, addr, serveState{dir: state, init: initState}, tokens, tlsCert, tlsKey, cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&modelDir, "model", "", "checkpoint directory to serve (model.path)")
 	fl.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
 	fl.StringVar(&state, "state", "", "state directory: the sessions database (sessions.db) lives there")
-	fl.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else $"+tokenEnv+")")
 	fl.StringVar(&tlsCert, "tls-cert", "", "TLS certificate (PEM) to serve HTTPS")
 	fl.StringVar(&tlsKey, "tls-key", "", "TLS private key (PEM)")
-	fl.BoolVar(&insecure, "insecure-no-auth", false, "serve without a token (loopback addresses only)")
+	auth.register(cmd)
 	fl.BoolVar(&initState, "init", false, "start an empty sessions database where DIR/sessions.db is an empty file")
 	fl.StringVar(&checkState, "check-state", "", "report what of DIR/sessions.db is readable, change nothing, and exit (1 when damaged)")
 	return cmd
@@ -203,7 +207,7 @@ type deferredGenerator struct{ generate.Generator }
 // runServe opens the store, binds addr, loads the guard's model (the API
 // answers meanwhile: /healthz 503), serves until ctx is cancelled, then
 // drains and closes.
-func runServe(ctx context.Context, cfg *config.Config, addr string, state serveState, token, tlsCert, tlsKey string, stderr io.Writer) error {
+func runServe(ctx context.Context, cfg *config.Config, addr string, state serveState, tokens *serve.Tokens, tlsCert, tlsKey string, stderr io.Writer) error {
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	store, err := serve.OpenStoreWith(state.dir, serve.StoreOptions{LockWait: 2 * time.Second, Init: state.init})
 	if err != nil {
@@ -219,7 +223,7 @@ func runServe(ctx context.Context, cfg *config.Config, addr string, state serveS
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	srv, err := serve.New(serve.Options{Config: cfg.Serve, Rollout: cfg.Rollout, Store: store, Token: token, Log: logger})
+	srv, err := serve.New(serve.Options{Config: cfg.Serve, Rollout: cfg.Rollout, Store: store, Tokens: tokens, Log: logger})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,70 @@
+package serve
+
+// Sessions driven in-process: a front end other than the HTTP handlers
+// (mageguard mcp's gateway) creates, assesses and resumes sessions through
+// these, with the same checks, batching and storage as the API's routes,
+// and their refusals as *APIError. The caller is trusted: there is no
+// owner check here.
+
+import (
+	"context"
+	"time"
+)
+
+// CreateSession stores a new session owned by owner for req and returns
+// its id, as POST /v1/sessions does.
+func (s *Server) CreateSession(owner string, req *CreateRequest) (string, error) {
+	id, err := newID()
+	if err != nil {
+		return "", err
+	}
+	tools := req.Tools
+	if tools == nil {
+		tools = []Tool{}
+	}
+	now := s.now().UTC()
+	sess := &Session{ID: id, Owner: owner, UserPrompt: req.UserPrompt, Tools: tools, CreatedAt: now, UpdatedAt: now,
+		Status: StatusActive, Resumes: []time.Time{}}
+	if err := s.store.Create(sess); err != nil {
+		return "", storeError(err)
+	}
+	s.metrics.sessionCreated()
+	return id, nil
+}
+
+// Assess runs req as the next step of session id, as POST
+// /v1/sessions/{id}/assess does: under the session's claim (409
+// session_busy while another request of it is in progress), with the
+// stored answer for a retried step index, and the batcher's decision,
+// stored before it returns, otherwise. ctx ending abandons a step not yet
+// taken into a batch.
+func (s *Server) Assess(ctx context.Context, id string, req *AssessRequest) (*AssessResponse, error) {
+	arrived := s.now()
+	if err := s.claims.claim(id); err != nil {
+		return nil, err
+	}
+	defer s.claims.release(id)
+	sess, err := s.store.Get(id)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return s.assessStep(ctx, id, sess, req, arrived)
+}
+
+// Resume sets a blocked session active again, as POST
+// /v1/sessions/{id}/resume does (409 not_blocked when it is not).
+func (s *Server) Resume(id string) error {
+	if err := s.claims.claim(id); err != nil {
+		return err
+	}
+	defer s.claims.release(id)
+	sess, err := s.store.Get(id)
+	if err != nil {
+		return storeError(err)
+	}
+	if sess.Status != StatusBlocked {
+		return &APIError{Status: 409, Code: "not_blocked", Message: "the session is not blocked"}
+	}
+	_, err = s.store.Resume(id, s.now())
+	return err
+}

@@ -1,0 +1,173 @@
+package serve
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/rollout"
+)
+
+func digest(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+func TestParseTokens(t *testing.T) {
+	a, b := digest("agent-token-aaaaaaaa"), digest("operator-token-bbbbbbbb")
+	good := fmt.Sprintf("tokens:\n  - {name: billing, role: agent, sha256: %s}\n  - {name: alice, role: operator, sha256: %s}\n", a, strings.ToUpper(b))
+	tokens, err := ParseTokens([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, want := range map[string]Principal{
+		"agent-token-aaaaaaaa":    {Name: "billing", Role: RoleAgent},
+		"operator-token-bbbbbbbb": {Name: "alice", Role: RoleOperator},
+	} {
+		if got, ok := tokens.Lookup(token); !ok || got != want {
+			t.Errorf("Lookup(%q) = %+v, %v; want %+v", token, got, ok, want)
+		}
+	}
+	for _, wrong := range []string{"", "agent-token-aaaaaaa", a} {
+		if p, ok := tokens.Lookup(wrong); ok {
+			t.Errorf("Lookup(%q) = %+v", wrong, p)
+		}
+	}
+	for _, c := range []struct{ name, yaml, want string }{
+		{"empty", "tokens: []\n", "no tokens"},
+		{"unknown key", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s, token: y}\n", a), "field token not found"},
+		{"unknown top key", "token: x\n", "field token not found"},
+		{"bad role", fmt.Sprintf("tokens:\n  - {name: x, role: admin, sha256: %s}\n", a), `role "admin"`},
+		{"bad name", fmt.Sprintf("tokens:\n  - {name: 'a b', role: agent, sha256: %s}\n", a), `name "a b"`},
+		{"no name", fmt.Sprintf("tokens:\n  - {role: agent, sha256: %s}\n", a), `name ""`},
+		{"name twice", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n  - {name: x, role: agent, sha256: %s}\n", a, b), "given twice"},
+		{"digest twice", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n  - {name: y, role: agent, sha256: %s}\n", a, a), "the same token"},
+		{"short digest", "tokens:\n  - {name: x, role: agent, sha256: abcd}\n", "64 hex digits"},
+		{"not hex", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n", strings.Repeat("g", 64)), "64 hex digits"},
+	} {
+		if _, err := ParseTokens([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// Tokens of TestTenants: two agents and an operator.
+const (
+	agentA   = "agent-a-token-0123456789"
+	agentB   = "agent-b-token-0123456789"
+	operator = "operator-token-0123456789"
+)
+
+// newTenantServer is newTestServer with the tokens of agentA, agentB and
+// operator.
+func newTenantServer(t *testing.T) *testServer {
+	t.Helper()
+	tokens, err := ParseTokens([]byte(fmt.Sprintf("tokens:\n  - {name: a, role: agent, sha256: %s}\n  - {name: b, role: agent, sha256: %s}\n  - {name: op, role: operator, sha256: %s}\n",
+		digest(agentA), digest(agentB), digest(operator))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	store, err := OpenStore(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{t: t, store: store, dir: dir, token: agentA, model: newFakeModel(guardtest.Tokenizer(t))}
+	ts.srv, err = New(Options{Config: DefaultConfig(), Rollout: rollout.DefaultConfig(), Store: store, Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.Tok, ts.model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.srv.SetGuard(guard)
+	ts.http = httptest.NewServer(ts.srv.Handler())
+	t.Cleanup(func() {
+		ts.http.Close()
+		ts.srv.Close()
+		ts.store.Close()
+	})
+	return ts
+}
+
+// as sends a request with token.
+func (ts *testServer) as(token, method, path string, body any) (int, []byte) {
+	ts.t.Helper()
+	return ts.doWith(method, path, body, map[string]string{"Authorization": "Bearer " + token})
+}
+
+// TestTenants: an agent's session is another agent's 404 for every route
+// (read, assess, resume, delete) and missing from its list; the operator
+// lists, reads, resumes and deletes it.
+func TestTenants(t *testing.T) {
+	ts := newTenantServer(t)
+	id := ts.create("Pay the bill") // agent a
+	own := func(token string) []string {
+		code, body := ts.as(token, "GET", "/v1/sessions", nil)
+		if code != 200 {
+			t.Fatalf("list: %d %s", code, body)
+		}
+		var ids []string
+		for _, s := range decode[SessionList](t, body).Sessions {
+			ids = append(ids, s.ID+"/"+s.Owner)
+		}
+		return ids
+	}
+	idB := func() string {
+		code, body := ts.as(agentB, "POST", "/v1/sessions", map[string]any{"user_prompt": "b's task"})
+		if code != 201 {
+			t.Fatalf("create as b: %d %s", code, body)
+		}
+		return decode[map[string]string](t, body)["id"]
+	}()
+	if code, body := ts.as(agentA, "POST", "/v1/sessions/"+id+"/assess", assessBody("send_money", `{}`, nil)); code != 200 || decode[AssessResponse](t, body).Decision != DecisionBlock {
+		t.Fatalf("a's block: %d %s", code, body)
+	}
+
+	for _, c := range []struct {
+		name, method, path string
+		body               any
+	}{
+		{"read", "GET", "/v1/sessions/" + id, nil},
+		{"assess", "POST", "/v1/sessions/" + id + "/assess", assessBody("read_file", `{}`, str("x"))},
+		{"resume", "POST", "/v1/sessions/" + id + "/resume", nil},
+		{"delete", "DELETE", "/v1/sessions/" + id, nil},
+	} {
+		code, body := ts.as(agentB, c.method, c.path, c.body)
+		if code != 404 || decode[ErrorBody](t, body).Error.Code != "unknown_session" {
+			t.Errorf("b may not %s a's session: %d %s", c.name, code, body)
+		}
+	}
+	if got := own(agentA); len(got) != 1 || got[0] != id+"/a" {
+		t.Errorf("a lists %v", got)
+	}
+	if got := own(agentB); len(got) != 1 || got[0] != idB+"/b" {
+		t.Errorf("b lists %v", got)
+	}
+	if got := own(operator); len(got) != 2 {
+		t.Errorf("the operator lists %v", got)
+	}
+	// Nothing b did changed a's session.
+	code, body := ts.as(operator, "GET", "/v1/sessions/"+id, nil)
+	if v := decode[SessionView](t, body); code != 200 || v.Owner != "a" || v.Status != StatusBlocked || v.StepCount != 1 {
+		t.Fatalf("the operator reads a's session: %d %s", code, body)
+	}
+	if code, body := ts.as(operator, "POST", "/v1/sessions/"+id+"/resume", nil); code != 200 {
+		t.Errorf("the operator resumes: %d %s", code, body)
+	}
+	if code, body := ts.as(agentA, "POST", "/v1/sessions/"+id+"/assess", assessBody("read_file", `{}`, str("ok"))); code != 200 {
+		t.Errorf("a goes on after the resume: %d %s", code, body)
+	}
+	if code, body := ts.as(operator, "DELETE", "/v1/sessions/"+idB, nil); code != 204 {
+		t.Errorf("the operator deletes b's session: %d %s", code, body)
+	}
+	if code, _ := ts.as("not-a-token-0123456789", "GET", "/v1/sessions", nil); code != 401 {
+		t.Errorf("list with a wrong token: %d", code)
+	}
+}
