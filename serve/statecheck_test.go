@@ -189,23 +189,8 @@ func TestEveryPageDamagedIsHandled(t *testing.T) {
 func TestDamageWhileServingIsAnError(t *testing.T) {
 	ts := newTestServer(t, DefaultConfig(), false)
 	id := ts.create(strings.Repeat("pay the bill ", 250))
-	path := filepath.Join(ts.dir, DBFile)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pageSize, root := pageOf(t, data)
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var count [2]byte
-	binary.NativeEndian.PutUint16(count[:], 0xffff)
-	if _, err := f.WriteAt(count[:], int64(root*pageSize+10)); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	_, err = ts.store.Get(id)
+	damageRoot(t, ts.dir)
+	_, err := ts.store.Get(id)
 	var d *DamageError
 	if !errors.As(err, &d) || ts.store.Damaged() == nil {
 		t.Fatalf("get: %v", err)
@@ -218,6 +203,47 @@ func TestDamageWhileServingIsAnError(t *testing.T) {
 	}
 	if code, body := ts.do("GET", "/v1/sessions/"+id, nil); code != 503 || !strings.Contains(string(body), "store_damaged") {
 		t.Errorf("get: %d %s", code, body)
+	}
+}
+
+// damageRoot sets the element count of the root page of DIR/sessions.db
+// to 0xffff under whoever has it open.
+func damageRoot(t *testing.T, dir string) {
+	t.Helper()
+	path := filepath.Join(dir, DBFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageSize, root := pageOf(t, data)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var count [2]byte
+	binary.NativeEndian.PutUint16(count[:], 0xffff)
+	if _, err := f.WriteAt(count[:], int64(root*pageSize+10)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamageFoundByTheListIsAnError: when the first read of a damaged
+// database is GET /v1/sessions (the list), it too is a 503 store_damaged
+// that marks the store damaged, not a panic in the handler (the list read
+// the database outside the store's guard).
+func TestDamageFoundByTheListIsAnError(t *testing.T) {
+	ts := newTestServer(t, DefaultConfig(), false)
+	ts.create(strings.Repeat("pay the bill ", 250))
+	damageRoot(t, ts.dir)
+	if code, body := ts.do("GET", "/v1/sessions", nil); code != 503 || !strings.Contains(string(body), "store_damaged") {
+		t.Errorf("list: %d %s", code, body)
+	}
+	if ts.store.Damaged() == nil {
+		t.Error("the store is not marked damaged")
+	}
+	if code, _ := ts.doWith("GET", "/healthz", nil, nil); code != 503 {
+		t.Errorf("healthz: %d", code)
 	}
 }
 

@@ -10,12 +10,14 @@ package serve
 // the file, so a second server on the same --state fails at once.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -433,6 +435,25 @@ func (a activity) last() time.Time {
 		return a.UpdatedAt
 	}
 	return a.CreatedAt
+}
+
+// List returns every session, oldest first (ties by id), without steps.
+func (s *Store) List() ([]*Session, error) {
+	var out []*Session
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
+			sess := new(Session)
+			if err := json.Unmarshal(v, sess); err != nil {
+				return fmt.Errorf("session %s: %w", ShortText(string(k)), err)
+			}
+			out = append(out, sess)
+			return nil
+		})
+	})
+	slices.SortFunc(out, func(a, b *Session) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, err
 }
 
 // Count returns the number of sessions.

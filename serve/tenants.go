@@ -12,21 +12,17 @@ package serve
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
 	"gopkg.in/yaml.v3"
 )
 
@@ -197,7 +193,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) (int, error) {
 	p := principalOf(r.Context())
 	all, err := s.store.List()
 	if err != nil {
-		return 0, err
+		return 0, storeError(err)
 	}
 	out := SessionList{Sessions: []*Session{}}
 	for _, sess := range all {
@@ -207,23 +203,4 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) (int, error) {
 	}
 	writeJSON(w, 200, out)
 	return 200, nil
-}
-
-// List returns every session, oldest first (ties by id), without steps.
-func (s *Store) List() ([]*Session, error) {
-	var out []*Session
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
-			sess := new(Session)
-			if err := json.Unmarshal(v, sess); err != nil {
-				return fmt.Errorf("session %s: %w", k, err)
-			}
-			out = append(out, sess)
-			return nil
-		})
-	})
-	slices.SortFunc(out, func(a, b *Session) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
-	return out, err
 }
