@@ -45,3 +45,10 @@ func (e elider) action(a dataset.Action) dataset.Action {
 	e.stats.ElidedActionTokens += n.Tokens
 	return out
 }
+
+// ElideAction returns action a as the guard's prompts show it: elided as
+// Run and Step elide a pending action (what a record of a decision, such
+// as mageguard mcp's audit log, shows of the call the guard judged).
+func (g *Guard) ElideAction(a dataset.Action) dataset.Action {
+	return elider{g: g, stats: &Stats{}}.action(a)
+}
