@@ -18,10 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
-	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/mcpgate"
-	"github.com/mageguard/mageguard/rollout"
-	"github.com/mageguard/mageguard/rollout/prompt"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -34,7 +31,7 @@ type mcpRun struct {
 	listen, api, tlsCert, tlsKey string
 	allowedHosts                 []string
 	idle                         time.Duration // --listen: a client session idle this long is closed
-	monitor                      bool
+	monitor, init                bool          // init: replace an empty sessions.db (as serve --init)
 	tokens                       *serve.Tokens
 	stdin                        io.Reader
 	stdout, stderr               io.Writer
@@ -66,10 +63,12 @@ and records but forwards every call. The user's request is --task, or a
 call's params._meta["mageguard/user_prompt"]; without either the memory
 starts from the tool results alone.
 
-Guard sessions and steps are stored in --state (sessions.db, as serve's); every
-decision is appended to --audit (default STATE/audit.jsonl) before the call is
-forwarded, its outcome after. The serve section applies (threshold, greedy,
-batching, deadlines); client sessions share the generation batches.
+Guard sessions and steps are stored in --state (sessions.db, as serve's,
+checked before anything is served; an empty file where it was is refused
+unless --init is given); every decision is appended to --audit (default
+STATE/audit.jsonl) before the call is forwarded, its outcome after. The
+serve section applies (threshold, greedy, batching, deadlines,
+max_prompt_tokens); client sessions share the generation batches.
 
 With --listen, /mcp needs "Authorization: Bearer TOKEN" (--token-file,
 --tokens-file or $MAGEGUARD_TOKEN, as serve; --insecure-no-auth on loopback
@@ -113,6 +112,7 @@ refused. docs/mcp.md has client configurations.`,
 	fl := cmd.Flags()
 	fl.StringVar(&modelDir, "model", "", "the guard's checkpoint directory (model.path)")
 	fl.StringVar(&r.state, "state", "", "state directory: the sessions database (sessions.db) and the audit log live there")
+	fl.BoolVar(&r.init, "init", false, "start an empty sessions database where STATE/sessions.db is an empty file")
 	fl.StringVar(&r.auditPath, "audit", "", "the audit log, JSON lines (default STATE/audit.jsonl)")
 	fl.StringVar(&r.task, "task", "", "the user's request, for every session (else per call in _meta[\"mageguard/user_prompt\"])")
 	fl.BoolVar(&r.monitor, "monitor", false, "decide and record, but forward every call (shadow mode)")
@@ -180,7 +180,7 @@ func (r *mcpRun) dial() (mcp.Transport, error) {
 // ctx ends (stdio: until the client closes its end).
 func (r *mcpRun) run(ctx context.Context) error {
 	logger := slog.New(slog.NewJSONHandler(r.stderr, nil))
-	store, err := serve.OpenStore(r.state, 2*time.Second)
+	store, err := serve.OpenStoreWith(r.state, serve.StoreOptions{LockWait: 2 * time.Second, Init: r.init})
 	if err != nil {
 		return fmt.Errorf("mcp: %w", err)
 	}
@@ -190,39 +190,22 @@ func (r *mcpRun) run(ctx context.Context) error {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	defer audit.Close()
-	tok, tokPath, err := r.cfg.Model.LoadTokenizer()
+	guard, err := newOnlineGuard(r.cfg, "mcp")
 	if err != nil {
-		return fmt.Errorf("mcp: %w", err)
-	}
-	gen := &deferredGenerator{}
-	guard, err := rollout.NewGuard(r.cfg.Rollout, tok, gen)
-	if err != nil {
-		return fmt.Errorf("mcp: %w", err)
+		return err
 	}
 	srv, err := serve.New(serve.Options{Config: r.cfg.Serve, Rollout: r.cfg.Rollout, Store: store, Tokens: r.tokens, Log: logger})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	rc := r.cfg.Rollout
 	gw, err := mcpgate.New(mcpgate.Options{Guard: srv, Dial: r.dial, Monitor: r.monitor, Task: r.task, Audit: audit, Log: logger,
-		Elide: func(a dataset.Action) dataset.Action {
-			out, _ := prompt.ElideAction(tok, a, rc.MaxArgumentTokens, rc.MaxActionTokens)
-			return out
-		}})
+		Elide: guard.guard.ElideAction})
 	if err != nil {
 		return err
 	}
 	defer gw.Close()
-	load := func() error {
-		g, err := guardGenerator(r.cfg, tok, tokPath, guard.Stops(), r.stderr, "mcp")
-		if err != nil {
-			return err
-		}
-		gen.Generator = g
-		srv.SetGuard(guard)
-		return nil
-	}
+	load := func() error { return guard.load(srv, r.stderr) }
 	mode := map[bool]string{false: "enforcing", true: "monitor (every call forwarded)"}[r.monitor]
 	fmt.Fprintf(r.stderr, "mcp: %s; state %s, audit %s\n", mode, store.Path(), audit.Path())
 	if r.listen != "" {

@@ -201,3 +201,44 @@ func TestMCPRefusesToStart(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPAndServeRefuseAPromptBoundPastTheModel: a serve.max_prompt_tokens
+// that with the guard's new tokens passes the checkpoint's
+// max_position_embeddings (40,960 for the tiny model) is refused when the
+// model is loaded, by mcp as by serve (one check for both; mcp had none,
+// so a step within the bound failed in its batch instead of alone).
+func TestMCPAndServeRefuseAPromptBoundPastTheModel(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	t.Setenv(tokenEnv, "")
+	over := append(mcpSettings(ckpt), "--set", "serve.max_prompt_tokens=40960")
+	for _, args := range [][]string{
+		append([]string{"serve", "--state", t.TempDir(), "--addr", "127.0.0.1:0", "--insecure-no-auth"}, over...),
+		append(append([]string{"mcp", "--state", t.TempDir()}, over...), "--", "cat"),
+	} {
+		want := args[0] + ": serve.max_prompt_tokens 40960 + 40 new tokens exceed the model's max_position_embeddings 40960"
+		if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", args[0], err, want)
+		}
+	}
+}
+
+// TestMCPInit: mcp refuses an empty sessions.db where a database was, as
+// serve does, and --init, which the error names, starts a new one there.
+func TestMCPInit(t *testing.T) {
+	state := t.TempDir()
+	db := filepath.Join(state, serve.DBFile)
+	if err := os.WriteFile(db, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, "mcp", "--state", state, "--set", tokSet, "--", "cat"); err == nil || !strings.Contains(err.Error(), "give --init") {
+		t.Errorf("an empty sessions.db: %v", err)
+	}
+	// With --init the database is made, and mcp goes on to load the guard
+	// (there is no checkpoint here).
+	if _, _, err := run(t, "mcp", "--state", state, "--init", "--set", tokSet, "--", "cat"); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
+		t.Errorf("--init: %v", err)
+	}
+	if st, err := os.Stat(db); err != nil || st.Size() == 0 {
+		t.Errorf("sessions.db after --init: %v %v", st, err)
+	}
+}

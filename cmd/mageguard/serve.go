@@ -17,9 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
-	"github.com/mageguard/mageguard/rollout"
-	"github.com/mageguard/mageguard/rollout/generate"
-	"github.com/mageguard/mageguard/rollout/localgen"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -200,10 +197,6 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// deferredGenerator forwards to the generator set once the model is loaded
-// (the guard is built, and the port bound, before the slow load).
-type deferredGenerator struct{ generate.Generator }
-
 // runServe opens the store, binds addr, loads the guard's model (the API
 // answers meanwhile: /healthz 503), serves until ctx is cancelled, then
 // drains and closes.
@@ -214,14 +207,9 @@ func runServe(ctx context.Context, cfg *config.Config, addr string, state serveS
 		return err
 	}
 	defer store.Close()
-	tok, tokPath, err := cfg.Model.LoadTokenizer()
+	guard, err := newOnlineGuard(cfg, "serve")
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	gen := &deferredGenerator{}
-	guard, err := rollout.NewGuard(cfg.Rollout, tok, gen)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
 	srv, err := serve.New(serve.Options{Config: cfg.Serve, Rollout: cfg.Rollout, Store: store, Tokens: tokens, Log: logger})
 	if err != nil {
@@ -257,21 +245,10 @@ func runServe(ctx context.Context, cfg *config.Config, addr string, state serveS
 	n, _ := store.Count()
 	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %d sessions)\n", scheme, ln.Addr(), store.Path(), n)
 
-	g, err := guardGenerator(cfg, tok, tokPath, guard.Stops(), stderr, "serve")
-	if err != nil {
+	if err := guard.load(srv, stderr); err != nil {
 		hs.Close()
 		return err
 	}
-	if mg, ok := g.(*localgen.Generator); ok {
-		newTokens := max(cfg.Rollout.MaxMemoryTokens, cfg.Rollout.MaxJudgeTokens)
-		if limit := mg.Model.Config().MaxPositionEmbeddings; cfg.Serve.MaxPromptTokens+newTokens > limit {
-			hs.Close()
-			return fmt.Errorf("serve: serve.max_prompt_tokens %d + %d new tokens exceed the model's max_position_embeddings %d: lower serve.max_prompt_tokens",
-				cfg.Serve.MaxPromptTokens, newTokens, limit)
-		}
-	}
-	gen.Generator = g
-	srv.SetGuard(guard)
 	fmt.Fprintf(stderr, "serve: ready\n")
 
 	select {
