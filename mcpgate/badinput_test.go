@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -185,5 +187,37 @@ func TestGuardSessionGone(t *testing.T) {
 	res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
 	if err != nil || !res.IsError || !strings.Contains(text(res), "no longer exists") || len(h.down.called()) != 1 {
 		t.Errorf("a call after the guard session was deleted: %v %q, downstream got %v", err, text(res), h.down.called())
+	}
+}
+
+// TestRefusalsQuoteLittle: what the gateway refuses of a client's own
+// text — a 100 KB name of a tool the downstream does not list, a 50 KB
+// Host or Origin — is quoted by its first 64 bytes, in the answer and the
+// audit record.
+func TestRefusalsQuoteLittle(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, Options{})
+	c := h.connect(ctx)
+	long := strings.Repeat("x", 100_000)
+	res, err := c.call(ctx, long, map[string]any{}, nil)
+	if want := `mageguard: unknown tool "` + long[:64] + `…": the downstream MCP server does not list it; the call was not run`; err != nil || !res.IsError || text(res) != want {
+		t.Errorf("a long unknown tool: %v %.300s", err, text(res))
+	}
+	if recs := h.records(); len(recs) != 1 || recs[0].Tool != long[:64]+"…" {
+		t.Errorf("audit: %d records, tool %.100q", len(recs), recs[0].Tool)
+	}
+	for _, header := range []string{"Host", "Origin"} {
+		r := httptest.NewRequest("POST", "/mcp", nil)
+		r.Host = "localhost"
+		if header == "Host" {
+			r.Host = strings.Repeat("h", 50_000)
+		} else {
+			r.Header.Set("Origin", "http://"+strings.Repeat("o", 50_000))
+		}
+		w := httptest.NewRecorder()
+		CheckOrigin(nil, false, http.NotFoundHandler()).ServeHTTP(w, r)
+		if w.Code != 403 || w.Body.Len() > 300 {
+			t.Errorf("a long %s: %d, %d bytes", header, w.Code, w.Body.Len())
+		}
 	}
 }

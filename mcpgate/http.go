@@ -74,13 +74,13 @@ func CheckOrigin(allowed []string, anyHost bool, next http.Handler) http.Handler
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !anyHost && !ok(r.Host) {
-			http.Error(w, fmt.Sprintf("forbidden: Host %q is not allowed (protection against DNS rebinding; --allowed-host adds a name)", r.Host), http.StatusForbidden)
+			http.Error(w, fmt.Sprintf("forbidden: Host %q is not allowed (protection against DNS rebinding; --allowed-host adds a name)", serve.ShortText(r.Host)), http.StatusForbidden)
 			return
 		}
 		if origin := r.Header.Get("Origin"); origin != "" {
 			u, err := url.Parse(origin)
 			if err != nil || u.Host == "" || !(ok(u.Host) || anyHost && hostOf(u.Host) == hostOf(r.Host)) {
-				http.Error(w, fmt.Sprintf("forbidden: Origin %q is not allowed", origin), http.StatusForbidden)
+				http.Error(w, fmt.Sprintf("forbidden: Origin %q is not allowed", serve.ShortText(origin)), http.StatusForbidden)
 				return
 			}
 		}

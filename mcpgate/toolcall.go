@@ -54,10 +54,10 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	if err != nil {
 		return nil, downstreamError(ctx, err)
 	}
-	if !known {
-		rec.Error = "unknown tool: the downstream server does not list it"
+	if !known { // the name is the client's alone: quoted short
+		rec.Tool, rec.Error = serve.ShortText(p.Name), "unknown tool: the downstream server does not list it"
 		s.g.audit(rec)
-		return refused("mageguard: unknown tool %q: the downstream MCP server does not list it; the call was not run", p.Name), nil
+		return refused("mageguard: unknown tool %q: the downstream MCP server does not list it; the call was not run", serve.ShortText(p.Name)), nil
 	}
 	areq, err := s.assessRequest(p.Name, p.Arguments, meta)
 	if err != nil {
