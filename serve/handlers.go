@@ -235,11 +235,8 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, c *sessionCall[n
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *sessionCall[noBody]) (int, error) {
-	if c.sess.Status != StatusBlocked {
-		return 0, &APIError{Status: 409, Code: "not_blocked", Message: "the session is not blocked"}
-	}
-	if _, err := s.store.Resume(c.id, s.now()); err != nil {
-		return 0, storeError(err)
+	if err := s.resumeSession(c.id, c.sess); err != nil {
+		return 0, err
 	}
 	sess, steps, err := s.store.GetWithSteps(c.id)
 	if err != nil {
@@ -247,6 +244,18 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *sessionCall[n
 	}
 	writeJSON(w, 200, SessionView{Session: sess, Steps: steps})
 	return 200, nil
+}
+
+// resumeSession sets session id, as read under its claim (sess), active
+// again: 409 not_blocked unless it is blocked.
+func (s *Server) resumeSession(id string, sess *Session) error {
+	if sess.Status != StatusBlocked {
+		return &APIError{Status: 409, Code: "not_blocked", Message: "the session is not blocked"}
+	}
+	if _, err := s.store.Resume(id, s.now()); err != nil {
+		return storeError(err)
+	}
+	return nil
 }
 
 func (s *Server) assess(w http.ResponseWriter, r *http.Request, c *sessionCall[*AssessRequest]) (int, error) {

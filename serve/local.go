@@ -62,9 +62,5 @@ func (s *Server) Resume(id string) error {
 	if err != nil {
 		return storeError(err)
 	}
-	if sess.Status != StatusBlocked {
-		return &APIError{Status: 409, Code: "not_blocked", Message: "the session is not blocked"}
-	}
-	_, err = s.store.Resume(id, s.now())
-	return err
+	return s.resumeSession(id, sess)
 }
