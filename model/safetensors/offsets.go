@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,10 +21,10 @@ func checkContiguous(entries map[string]Entry, dataLen int64) error {
 	slices.SortFunc(names, func(a, b string) int {
 		ea, eb := entries[a].Offsets, entries[b].Offsets
 		if ea[0] != eb[0] {
-			return cmpInt64(ea[0], eb[0])
+			return cmp.Compare(ea[0], eb[0])
 		}
 		if ea[1] != eb[1] {
-			return cmpInt64(ea[1], eb[1])
+			return cmp.Compare(ea[1], eb[1])
 		}
 		return strings.Compare(a, b)
 	})
@@ -44,14 +45,4 @@ func checkContiguous(entries map[string]Entry, dataLen int64) error {
 		return fmt.Errorf("the tensors' data ends at byte %d, but the file holds %d bytes of data: %d bytes belong to no tensor", end, dataLen, dataLen-end)
 	}
 	return nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -131,32 +131,24 @@ func checkIDs(f *fileJSON, b IDBound) error {
 	worst, worstTok := -1, ""
 	for tok, id := range f.Model.Vocab {
 		if id < 0 {
-			return fmt.Errorf("model.vocab %q: negative id %d", short(tok), id)
+			return fmt.Errorf("model.vocab %q: negative id %d", strictjson.ShortKey(tok), id)
 		}
 		if id >= limit && (id > worst || (id == worst && tok < worstTok)) {
 			worst, worstTok = id, tok
 		}
 	}
 	if worst >= 0 {
-		return fmt.Errorf("model.vocab %q: id %d is outside %s", short(worstTok), worst, what)
+		return fmt.Errorf("model.vocab %q: id %d is outside %s", strictjson.ShortKey(worstTok), worst, what)
 	}
 	for i, a := range f.AddedTokens {
 		if a.ID < 0 {
-			return fmt.Errorf("added_tokens[%d] %q: negative id %d", i, short(a.Content), a.ID)
+			return fmt.Errorf("added_tokens[%d] %q: negative id %d", i, strictjson.ShortKey(a.Content), a.ID)
 		}
 		if a.ID >= limit {
-			return fmt.Errorf("added_tokens[%d] %q: id %d is outside %s", i, short(a.Content), a.ID, what)
+			return fmt.Errorf("added_tokens[%d] %q: id %d is outside %s", i, strictjson.ShortKey(a.Content), a.ID, what)
 		}
 	}
 	return nil
-}
-
-// short is a token as an error quotes it: at most 64 bytes.
-func short(tok string) string {
-	if len(tok) > 64 {
-		return strings.ToValidUTF8(tok[:64], "") + "…"
-	}
-	return tok
 }
 
 // readTokenizerFile returns the (decompressed) bytes of the tokenizer.json
