@@ -62,18 +62,6 @@ func (e *ObjectError) Error() string {
 // are the caller's to decode and check. Its time and memory are linear in
 // len(data): paths are built only for an error.
 func Object(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
-	return object(data, path, false, allowed)
-}
-
-// ObjectText is Object that also refuses invalid UTF-8 and escaped lone
-// surrogates in any key or string, at any depth (BadText): text that
-// encoding/json would make U+FFFD, or keep raw in a json.RawMessage and
-// write back out as invalid JSON.
-func ObjectText(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
-	return object(data, path, true, allowed)
-}
-
-func object(data []byte, path string, text bool, allowed []string) (map[string]json.RawMessage, error) {
 	whole := func(kind Kind, format string, args ...any) error {
 		return &ObjectError{Path: path, Whole: true, Kind: kind, Problem: fmt.Sprintf(format, args...)}
 	}
@@ -93,7 +81,6 @@ func object(data []byte, path string, text bool, allowed []string) (map[string]j
 	}
 	members := map[string]json.RawMessage{}
 	root := &segment{key: path, root: true}
-	c := checker{text: text}
 	for i = skipSpace(data, i+1); data[i] != '}'; {
 		end := stringEnd(data, i)
 		key := keyOf(data[i:end])
@@ -105,7 +92,7 @@ func object(data []byte, path string, text bool, allowed []string) (map[string]j
 			return nil, memberError(at, Unknown, "unknown field (allowed: %s)", strings.Join(allowed, ", "))
 		}
 		start := skipSpace(data, skipSpace(data, end)+1) // past the ':'
-		vend, err := c.value(data, start, at, 0)
+		vend, err := checkValue(data, start, at, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -113,6 +100,25 @@ func object(data []byte, path string, text bool, allowed []string) (map[string]j
 		if i = skipSpace(data, vend); data[i] == ',' {
 			i = skipSpace(data, i+1)
 		}
+	}
+	return members, nil
+}
+
+// ObjectText is Object that also refuses invalid UTF-8 and escaped lone
+// surrogates in any key or string, at any depth (BadText): text that
+// encoding/json would make U+FFFD, or keep raw in a json.RawMessage and
+// write back out as invalid JSON. The text is checked by Check, once
+// Object has accepted the structure.
+func ObjectText(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
+	members, err := Object(data, path, allowed...)
+	if err != nil {
+		return nil, err
+	}
+	if where, problem, ok := Check(data); !ok { // Object refused any key given twice: this is text
+		if path != "" {
+			where = path + "." + where
+		}
+		return nil, &ObjectError{Path: where, Kind: BadText, Problem: problem}
 	}
 	return members, nil
 }
@@ -182,44 +188,23 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// checker checks values of a valid JSON text; with text, their keys and
-// strings too.
-type checker struct{ text bool }
-
-// badText is what is wrong with a string token's text, when checked.
-func (c checker) badText(raw []byte) string {
-	if !c.text {
-		return ""
-	}
-	return badText(raw)
-}
-
-// value checks the value starting at b[i] of a valid JSON text b (at
+// checkValue checks the value starting at b[i] of a valid JSON text b (at
 // names it, depth is its nesting below the member) and returns the index
-// just after it. It refuses a key given twice in any object inside it,
-// nesting deeper than MaxDepth and, with c.text, invalid text in any key
-// or string.
-func (c checker) value(b []byte, i int, at *segment, depth int) (int, error) {
+// just after it. It refuses a key given twice in any object inside it and
+// nesting deeper than MaxDepth.
+func checkValue(b []byte, i int, at *segment, depth int) (int, error) {
 	if depth > MaxDepth {
 		return 0, memberError(at, TooDeep, "nested deeper than %d levels", MaxDepth)
 	}
 	switch b[i] {
 	case '"':
-		end := stringEnd(b, i)
-		if msg := c.badText(b[i:end]); msg != "" {
-			return 0, memberError(at, BadText, "%s", msg)
-		}
-		return end, nil
+		return stringEnd(b, i), nil
 	case '{':
 		var keys map[string]struct{}
 		child := segment{up: at}
 		for i = skipSpace(b, i+1); b[i] != '}'; {
 			end := stringEnd(b, i)
-			raw := b[i:end]
-			child.key = keyOf(raw)
-			if msg := c.badText(raw); msg != "" {
-				return 0, memberError(&child, BadText, "key %s", msg)
-			}
+			child.key = keyOf(b[i:end])
 			if keys == nil {
 				keys = map[string]struct{}{}
 			}
@@ -227,7 +212,7 @@ func (c checker) value(b []byte, i int, at *segment, depth int) (int, error) {
 				return 0, memberError(&child, Duplicate, "given twice")
 			}
 			keys[child.key] = struct{}{}
-			vend, err := c.value(b, skipSpace(b, skipSpace(b, end)+1), &child, depth+1)
+			vend, err := checkValue(b, skipSpace(b, skipSpace(b, end)+1), &child, depth+1)
 			if err != nil {
 				return 0, err
 			}
@@ -239,7 +224,7 @@ func (c checker) value(b []byte, i int, at *segment, depth int) (int, error) {
 	case '[':
 		child := segment{up: at, elem: true}
 		for i = skipSpace(b, i+1); b[i] != ']'; child.index++ {
-			vend, err := c.value(b, i, &child, depth+1)
+			vend, err := checkValue(b, i, &child, depth+1)
 			if err != nil {
 				return 0, err
 			}
