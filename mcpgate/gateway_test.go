@@ -86,7 +86,7 @@ func TestAllowBlockMonitor(t *testing.T) {
 			if err != nil || !res.IsError || !strings.Contains(text(res), "this session is blocked") || len(h.down.called()) != 1 {
 				t.Fatalf("a call of a blocked session: %v %q %v", err, text(res), h.down.called())
 			}
-			if err := h.guard.Resume(w.Session); err != nil {
+			if err := h.guard.Resume(serve.Principal{Name: "op", Role: serve.RoleOperator}, w.Session); err != nil {
 				t.Fatal(err)
 			}
 			if res, err = c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil); err != nil || res.IsError {

@@ -24,6 +24,12 @@ import (
 // notRun is the observation of a blocked call: what happened to it.
 const notRun = "(not run: the guard blocked this call)"
 
+// monitorOperator resumes a session blocked in monitor mode: the operator
+// who started the gateway with Options.Monitor, which forwards every call
+// whatever the decision. (Resuming is an operator's act; the client's
+// token, an agent's, could not.)
+var monitorOperator = serve.Principal{Name: "monitor", Role: serve.RoleOperator}
+
 // callTool runs one tools/call: the tool must be one the downstream lists
 // and its arguments a JSON object (else the call is refused with a tool
 // result with isError, as the SDKs report a tool's bad input); the guard's
@@ -84,7 +90,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 			s.observation = ptr(notRun)
 			return blocked(p.Name, s.guardID, ans), nil
 		}
-		if err := s.g.opts.Guard.Resume(s.guardID); err != nil {
+		if err := s.g.opts.Guard.Resume(monitorOperator, s.guardID); err != nil {
 			s.g.log.Error("monitor: resume", "session", s.guardID, "error", err.Error())
 		}
 	}

@@ -121,6 +121,10 @@ type sessionRoute[T any] struct {
 	parse func(body []byte) (T, error) // parses the body; nil: the route reads none
 	claim bool                         // the route may change the session: hold its claim until the handler returns
 	steps bool                         // read the session's steps too
+	// operator: the route is an operator's alone (resume): another
+	// principal's request is 403 operator_only, after the visibility
+	// check (another tenant's session stays 404) and before the claim.
+	operator bool
 }
 
 // sessionCall is a request on one session, past the preamble.
@@ -137,7 +141,8 @@ type sessionCall[T any] struct {
 // serve.max_body_bytes and parsed; the session's claim (409 while another
 // request of it is in progress); and the session read from the store (404
 // unknown_session). A session the caller may not see (tenants.go) is 404
-// before anything else. Its refusals are returned to wrap, which writes
+// before anything else, then an agent on an operator's route is 403. Its
+// refusals are returned to wrap, which writes
 // them.
 func onSession[T any](s *Server, route sessionRoute[T], h func(w http.ResponseWriter, r *http.Request, c *sessionCall[T]) (int, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) (int, error) {
@@ -148,6 +153,11 @@ func onSession[T any](s *Server, route sessionRoute[T], h func(w http.ResponseWr
 		}
 		if err := s.visible(r.Context(), c.id); err != nil {
 			return 0, err
+		}
+		if route.operator {
+			if err := principalOf(r.Context()).mayResume(); err != nil {
+				return 0, err
+			}
 		}
 		if route.parse != nil {
 			data, err := s.readBody(w, r)
@@ -217,7 +227,7 @@ func parseEmpty(data []byte) (noBody, error) { return noBody{}, ParseEmpty(data)
 var (
 	getRoute    = sessionRoute[noBody]{steps: true}
 	removeRoute = sessionRoute[noBody]{claim: true}
-	resumeRoute = sessionRoute[noBody]{parse: parseEmpty, claim: true}
+	resumeRoute = sessionRoute[noBody]{parse: parseEmpty, claim: true, operator: true}
 	assessRoute = sessionRoute[*AssessRequest]{parse: ParseAssess, claim: true}
 )
 

@@ -4,7 +4,8 @@ package serve
 // (mageguard mcp's gateway) creates, assesses and resumes sessions through
 // these, with the same checks, batching and storage as the API's routes,
 // and their refusals as *APIError. The caller is trusted: there is no
-// owner check here.
+// owner check here; but Resume, an operator's act, takes the principal
+// that resumes and refuses any but an operator, as the route does.
 
 import (
 	"context"
@@ -51,9 +52,14 @@ func (s *Server) Assess(ctx context.Context, id string, req *AssessRequest) (*As
 	return s.assessStep(ctx, id, sess, req, arrived)
 }
 
-// Resume sets a blocked session active again, as POST
-// /v1/sessions/{id}/resume does (409 not_blocked when it is not).
-func (s *Server) Resume(id string) error {
+// Resume sets a blocked session active again on behalf of by, as POST
+// /v1/sessions/{id}/resume does: 403 operator_only unless by is an
+// operator (an agent may not resume a session, its own included), 409
+// not_blocked when it is not blocked.
+func (s *Server) Resume(by Principal, id string) error {
+	if err := by.mayResume(); err != nil {
+		return err
+	}
 	if err := s.claims.claim(id); err != nil {
 		return err
 	}

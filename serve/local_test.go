@@ -31,10 +31,10 @@ func TestInProcessSessions(t *testing.T) {
 	if _, err = ts.srv.Assess(ctx, id, &AssessRequest{Action: action("read_file"), Observation: &obs}); err == nil || err.(*APIError).Code != "session_blocked" {
 		t.Errorf("a step of a blocked session: %v", err)
 	}
-	if err := ts.srv.Resume(id); err != nil {
+	if err := ts.srv.Resume(Principal{Role: RoleOperator}, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.srv.Resume(id); err == nil || err.(*APIError).Code != "not_blocked" {
+	if err := ts.srv.Resume(Principal{Role: RoleOperator}, id); err == nil || err.(*APIError).Code != "not_blocked" {
 		t.Errorf("a second resume: %v", err)
 	}
 	if _, err := ts.srv.Assess(ctx, "s_aaaaaaaaaaaaaaaaaaaaaaaaaa", &AssessRequest{Action: action("f")}); err == nil || err.(*APIError).Code != "unknown_session" {

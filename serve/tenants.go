@@ -3,7 +3,10 @@ package serve
 // Tenants: every bearer token names a principal, an agent or an operator.
 // An agent sees and acts only on the sessions it created (another's is
 // 404, as a session that does not exist); an operator lists, inspects,
-// resumes and deletes any. The tokens file (--tokens-file) holds each
+// resumes and deletes any. Resuming a blocked session is an operator's act
+// alone: an agent may not resume a session, its own included (403
+// operator_only), since an agent that an injected instruction has taken
+// over holds its own token. The tokens file (--tokens-file) holds each
 // token's SHA-256 digest, never the token:
 //
 //	tokens:
@@ -28,7 +31,7 @@ import (
 
 // Roles of a principal.
 const (
-	RoleAgent    = "agent"    // sees and acts on the sessions it created
+	RoleAgent    = "agent"    // sees and acts on the sessions it created, but resumes none
 	RoleOperator = "operator" // lists, inspects, resumes and deletes any session
 )
 
@@ -177,6 +180,19 @@ func (s *Server) visible(ctx context.Context, id string) error {
 	}
 	if !p.sees(sess.Owner) {
 		return errNoSession
+	}
+	return nil
+}
+
+// errOperatorOnly answers an agent's request to resume a session.
+var errOperatorOnly = &APIError{Status: 403, Code: "operator_only",
+	Message: "resuming a blocked session is an operator's decision: an agent's token may not resume a session, its own included; ask an operator (a token of role operator)"}
+
+// mayResume refuses (403 operator_only) a principal that is not an
+// operator.
+func (p Principal) mayResume() error {
+	if p.Role != RoleOperator {
+		return errOperatorOnly
 	}
 	return nil
 }

@@ -171,3 +171,43 @@ func TestTenants(t *testing.T) {
 		t.Errorf("list with a wrong token: %d", code)
 	}
 }
+
+// TestOnlyAnOperatorResumes: resuming a blocked session is an operator's
+// act. An agent's token may not resume a session, its own included (an
+// agent hijacked by an injected instruction holds its own token): 403
+// operator_only, and another's session stays 404; the session stays
+// blocked. An operator's token resumes it, and Server.Resume refuses an
+// agent as the route does.
+func TestOnlyAnOperatorResumes(t *testing.T) {
+	ts := newTenantServer(t)
+	id := ts.create("Pay the bill") // agent a
+	if code, body := ts.as(agentA, "POST", "/v1/sessions/"+id+"/assess", assessBody("send_money", `{}`, nil)); code != 200 || decode[AssessResponse](t, body).Decision != DecisionBlock {
+		t.Fatalf("a's block: %d %s", code, body)
+	}
+	code, body := ts.as(agentA, "POST", "/v1/sessions/"+id+"/resume", nil)
+	if e := decode[ErrorBody](t, body).Error; code != 403 || e.Code != "operator_only" || !strings.Contains(e.Message, "its own included") {
+		t.Errorf("a resumes its own session: %d %s", code, body)
+	}
+	if code, body := ts.as(agentB, "POST", "/v1/sessions/"+id+"/resume", nil); code != 404 || decode[ErrorBody](t, body).Error.Code != "unknown_session" {
+		t.Errorf("b resumes a's session: %d %s", code, body)
+	}
+	err := ts.srv.Resume(Principal{Name: "a", Role: RoleAgent}, id)
+	if ae, ok := err.(*APIError); !ok || ae.Status != 403 || ae.Code != "operator_only" {
+		t.Errorf("Server.Resume as an agent: %v", err)
+	}
+	if sess, _ := ts.store.Get(id); sess.Status != StatusBlocked || len(sess.Resumes) != 0 {
+		t.Fatalf("after the agents' tries: %+v", sess)
+	}
+	if code, body := ts.as(agentA, "POST", "/v1/sessions/"+id+"/assess", assessBody("read_file", `{}`, str("x"))); code != 409 || decode[ErrorBody](t, body).Error.Code != "session_blocked" {
+		t.Errorf("a's step after its own resume was refused: %d %s", code, body)
+	}
+	if code, body := ts.as(operator, "POST", "/v1/sessions/"+id+"/resume", nil); code != 200 || decode[SessionView](t, body).Status != StatusActive {
+		t.Errorf("the operator resumes: %d %s", code, body)
+	}
+	if code, body := ts.as(agentA, "POST", "/v1/sessions/"+id+"/assess", assessBody("send_money", `{}`, str("ok"))); code != 200 {
+		t.Fatalf("a's next step: %d %s", code, body)
+	}
+	if err := ts.srv.Resume(Principal{Name: "op", Role: RoleOperator}, id); err != nil {
+		t.Errorf("Server.Resume as an operator: %v", err)
+	}
+}

@@ -51,7 +51,8 @@ Every /v1/ request needs "Authorization: Bearer TOKEN": the token is the
 content of --token-file (surrounding whitespace ignored) or $MAGEGUARD_TOKEN,
 an operator's; or one of the tenants' of --tokens-file (YAML: tokens: [{name,
 role: agent|operator, sha256}]), where an agent sees and acts only on the
-sessions it created and an operator on any. Without a token, serve refuses
+sessions it created and an operator on any; only an operator resumes a
+blocked session (an agent may not, its own session included). Without a token, serve refuses
 to start, unless --addr is a loopback address and --insecure-no-auth is
 given. --tls-cert and --tls-key serve HTTPS.
 
