@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -117,6 +118,21 @@ func New(opts Options) (*Gateway, error) {
 
 // Server is the MCP server toward the clients.
 func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// ServeStdio serves one client session over newline-delimited JSON-RPC on
+// in and out (a process's stdin and stdout, which it leaves open) until
+// the client closes in or ctx ends. A message longer than
+// serve.max_body_bytes (the guard's MaxBodyBytes) ends the session with an
+// error: a stream cannot be read past a message it did not take whole.
+func (g *Gateway) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	limit := int(min(g.opts.Guard.MaxBodyBytes(), math.MaxInt32))
+	return g.server.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{out}, MaxLineLength: limit})
+}
+
+// nopWriteCloser is a writer that Close leaves open (the process's stdout).
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // Close ends every session's downstream connection (a command's process
 // is asked to exit, then killed).

@@ -37,10 +37,12 @@ type HTTPOptions struct {
 
 // HTTPHandler serves the gateway over Streamable HTTP at /mcp, and
 // o.API at every other path, behind a check of Host and Origin against
-// DNS rebinding (403).
+// DNS rebinding (403). A request body at /mcp larger than
+// serve.max_body_bytes (the guard's MaxBodyBytes) is answered 413, as the
+// API's are.
 func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
-		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout})
+		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: g.opts.Guard.MaxBodyBytes()})
 	if o.Tokens != nil {
 		verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 			p, ok := o.Tokens.Lookup(token)

@@ -70,3 +70,8 @@ func (s *Server) Resume(by Principal, id string) error {
 	}
 	return s.resumeSession(id, sess)
 }
+
+// MaxBodyBytes is serve.max_body_bytes: the largest request body the API
+// reads, and the bound an in-process front end puts on what it takes in
+// (mageguard mcp: a client's message; a tool result as an observation).
+func (s *Server) MaxBodyBytes() int64 { return s.cfg.MaxBodyBytes }

@@ -233,7 +233,7 @@ func (r *mcpRun) run(ctx context.Context) error {
 		defer func() { stopAPI(); <-apiDone }() // before the store closes
 	}
 	fmt.Fprintf(r.stderr, "mcp: ready on stdio\n")
-	err = gw.Server().Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(r.stdin), Writer: nopWriteCloser{r.stdout}})
+	err = gw.ServeStdio(ctx, r.stdin, r.stdout)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("mcp: the client session ended: %w", err)
 	}
@@ -294,8 +294,3 @@ func (r *mcpRun) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler,
 	}
 	return nil
 }
-
-// nopWriteCloser is a writer that Close leaves open (the process's stdout).
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
