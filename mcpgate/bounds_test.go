@@ -59,3 +59,40 @@ func TestMCPMessagesFallUnderMaxBodyBytes(t *testing.T) {
 		t.Fatal("a 100 KB message over stdio did not end the session")
 	}
 }
+
+// TestALongToolResultIsCutBeforeTheGuard: a tool result longer than
+// serve.max_body_bytes becomes the next observation cut to its head and
+// tail around a marker, within the bound, before the guard and the store
+// see it (before, the whole result was stored as the step's observation);
+// a result within the bound is kept whole.
+func TestALongToolResultIsCutBeforeTheGuard(t *testing.T) {
+	cfg := serve.DefaultConfig()
+	cfg.MaxBodyBytes = 64 << 10
+	h := newHarnessConfig(t, Options{Task: "Summarise big.txt"}, cfg)
+	big := "BIG-START " + strings.Repeat("lorem ipsum ", 30_000) + " BIG-END"
+	h.down.files["big.txt"] = big
+	ctx := context.Background()
+	c := h.connect(ctx)
+	for _, path := range []string{"big.txt", "notes.txt", "notes.txt"} {
+		res, err := c.call(ctx, "read_file", map[string]any{"path": path}, nil)
+		if err != nil || res.IsError {
+			t.Fatalf("read_file %s: %v %+v", path, err, res)
+		}
+		if path == "big.txt" && text(res) != big {
+			t.Fatalf("the client got %d bytes of the %d-byte result", len(text(res)), len(big))
+		}
+	}
+	recs := h.records()
+	_, steps, err := h.store.GetWithSteps(recs[0].Session)
+	if err != nil || len(steps) != 3 {
+		t.Fatalf("%d steps, %v", len(steps), err)
+	}
+	obs := *steps[1].Observation
+	if len(obs) > int(cfg.MaxBodyBytes) || !strings.HasPrefix(obs, "BIG-START lorem") || !strings.HasSuffix(obs, "ipsum  BIG-END") ||
+		!strings.Contains(obs, " bytes elided ...]") {
+		t.Errorf("the observation of the long result: %d bytes, %.80q … %.80q", len(obs), obs, obs[max(len(obs)-80, 0):])
+	}
+	if *steps[2].Observation != h.down.files["notes.txt"] {
+		t.Errorf("a short result observed as %q", *steps[2].Observation)
+	}
+}

@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/rollout/prompt"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -159,9 +161,18 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 		s.g.log.Error("audit", "error", aerr.Error())
 	}
 	if stepped {
-		s.observation = ptr(observationText(result, err))
+		s.observation = ptr(s.g.bound(observationText(result, err)))
 	}
 	return res, err
+}
+
+// bound cuts a tool result longer than serve.max_body_bytes to its head
+// and tail around a marker (prompt.ElideBytes), before the guard and the
+// store see it as an observation: a downstream's result may be of any
+// size, a client's request may not.
+func (g *Gateway) bound(observation string) string {
+	text, _ := prompt.ElideBytes(observation, int(min(g.opts.Guard.MaxBodyBytes(), math.MaxInt32)))
+	return text
 }
 
 // assessRequest is the guard's request for a call, parsed by serve's

@@ -9,7 +9,10 @@ package serve
 
 import (
 	"context"
+	"math"
 	"time"
+
+	"github.com/mageguard/mageguard/rollout/prompt"
 )
 
 // CreateSession stores a new session owned by owner for req and returns
@@ -38,9 +41,18 @@ func (s *Server) CreateSession(owner string, req *CreateRequest) (string, error)
 // session_busy while another request of it is in progress), with the
 // stored answer for a retried step index, and the batcher's decision,
 // stored before it returns, otherwise. ctx ending abandons a step not yet
-// taken into a batch.
+// taken into a batch. An observation longer than serve.max_body_bytes (which
+// bounds the route's whole body) is cut to its head and tail around a
+// marker (prompt.ElideBytes) before the guard and the store see it.
 func (s *Server) Assess(ctx context.Context, id string, req *AssessRequest) (*AssessResponse, error) {
 	arrived := s.now()
+	if req.Observation != nil {
+		if obs, n := prompt.ElideBytes(*req.Observation, int(min(s.cfg.MaxBodyBytes, math.MaxInt32))); n > 0 {
+			cut := *req
+			cut.Observation = &obs
+			req = &cut
+		}
+	}
 	if err := s.claims.claim(id); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -43,5 +44,36 @@ func TestInProcessSessions(t *testing.T) {
 	sess, steps, err := ts.store.GetWithSteps(id)
 	if err != nil || sess.Owner != "gateway" || len(steps) != 2 || sess.Status != StatusActive || len(sess.Resumes) != 1 {
 		t.Errorf("stored: %+v, %d steps, %v", sess, len(steps), err)
+	}
+}
+
+// TestInProcessObservationsAreBounded: an in-process front end's
+// observation longer than serve.max_body_bytes (which bounds the route's
+// whole body, and so its observation) is cut to its head and tail around
+// a marker before the guard and the store see it.
+func TestInProcessObservationsAreBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 4096
+	ts := newTestServer(t, cfg, false)
+	ctx := context.Background()
+	id, err := ts.srv.CreateSession("gateway", &CreateRequest{UserPrompt: "Read the log"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	action := dataset.Action{Name: "read_file", Arguments: json.RawMessage(`{}`)}
+	if _, err := ts.srv.Assess(ctx, id, &AssessRequest{Action: action}); err != nil {
+		t.Fatal(err)
+	}
+	obs := "LOG-START " + strings.Repeat("line\n", 100_000) + "LOG-END"
+	if _, err := ts.srv.Assess(ctx, id, &AssessRequest{Action: action, Observation: &obs}); err != nil {
+		t.Fatal(err)
+	}
+	_, steps, err := ts.store.GetWithSteps(id)
+	if err != nil || len(steps) != 2 {
+		t.Fatalf("%d steps, %v", len(steps), err)
+	}
+	got := *steps[1].Observation
+	if len(got) > 4096 || !strings.HasPrefix(got, "LOG-START line") || !strings.HasSuffix(got, "line\nLOG-END") || !strings.Contains(got, " bytes elided ...]") {
+		t.Errorf("stored observation: %d bytes, %.60q", len(got), got)
 	}
 }
