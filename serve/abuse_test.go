@@ -166,8 +166,9 @@ func TestARetryWithAnotherBodyIs409(t *testing.T) {
 }
 
 // TestSessionLimits: serve.max_sessions answers 429 too_many_sessions,
-// serve.max_state_bytes 507 state_full (creates and steps), each naming
-// its limit; deleting sessions makes room again.
+// serve.max_state_bytes 507 state_full (creates and steps, a step refused
+// at commit when it would take the store past the limit), each naming its
+// limit; deleting sessions makes room again.
 func TestSessionLimits(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxSessions = 2
@@ -201,16 +202,28 @@ func TestSessionLimits(t *testing.T) {
 	if len(ids) != 3 {
 		t.Errorf("%d sessions of 300 KB fit in 1 MiB", len(ids))
 	}
-	// A step that takes the store to its limit is stored; the next is refused.
+	// A step that would take the store past its limit is refused at
+	// commit (507, not stored: before, it was stored and the store went
+	// past the limit); a step that fits is stored.
+	before := ts.store.Usage()
 	big := assessBody("read_file", `{}`, nil)
 	big["user_messages"] = []string{strings.Repeat("y", 200_000)}
-	if code, body := ts.do("POST", "/v1/sessions/"+ids[0]+"/assess", big); code != 200 {
-		t.Fatalf("a step: %d %s", code, body)
-	}
-	if code, body := ts.do("POST", "/v1/sessions/"+ids[1]+"/assess", assessBody("read_file", `{}`, nil)); code != 507 {
+	code, body = ts.do("POST", "/v1/sessions/"+ids[0]+"/assess", big)
+	if e := decode[ErrorBody](t, body).Error; code != 507 || e.Code != "state_full" || !strings.Contains(e.Message, "serve.max_state_bytes allows 1048576") {
 		t.Errorf("a step past the limit: %d %s", code, body)
 	}
-	if u := ts.store.Usage(); u.Sessions != 3 || u.Bytes < 1<<20 {
+	if u := ts.store.Usage(); u != before {
+		t.Errorf("usage %+v after a refused step, %+v before", u, before)
+	}
+	if code, body := ts.do("POST", "/v1/sessions/"+ids[1]+"/assess", assessBody("read_file", `{}`, nil)); code != 200 {
+		t.Errorf("a step that fits: %d %s", code, body)
+	}
+	for i, want := range []int{0, 1} {
+		if sess, _ := ts.store.Get(ids[i]); sess.StepCount != want {
+			t.Errorf("session %d has %d steps, want %d", i, sess.StepCount, want)
+		}
+	}
+	if u := ts.store.Usage(); u.Sessions != 3 || u.Bytes <= before.Bytes || u.Bytes > 1<<20 {
 		t.Errorf("usage %+v", u)
 	}
 	// Usage is the same counted afresh from the file.

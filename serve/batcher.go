@@ -423,6 +423,10 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 		case err != nil:
 			b.metrics.notApplied("error")
 			b.answer(j, outcome{err: &APIError{Status: 500, Code: "store_failed", Message: "the step could not be stored; it was not applied"}})
+		case errors.As(errs[i], new(*LimitError)):
+			b.metrics.notApplied("state_full")
+			ae, _ := isAPIError(storeError(errs[i])) // 507 state_full
+			b.answer(j, outcome{err: ae})
 		case errs[i] != nil:
 			b.metrics.notApplied("error")
 			b.answer(j, outcome{err: &APIError{Status: 409, Code: "session_changed", Message: "the session changed or was deleted meanwhile; the step was not applied"}})

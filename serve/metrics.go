@@ -167,7 +167,7 @@ func (m *metrics) write(w io.Writer) error {
 		{"mageguard_tokens_total", "Guard tokens processed: prompt and generated, both roles.", "kind", m.tokens, []string{"prompt", "generated"}},
 		{"mageguard_steps_total", "Steps answered, by decision.", "decision", m.steps, []string{DecisionAllow, DecisionBlock}},
 		{"mageguard_format_violations_total", "Guard calls whose output was not a valid tool call (the fallback applied), by role.", "role", m.violations, []string{"memory", "judge"}},
-		{"mageguard_steps_not_applied_total", "Assess requests answered without running or storing a step, by reason.", "reason", m.rejected, []string{"queue_full", "deadline", "too_long", "over_share", "error"}},
+		{"mageguard_steps_not_applied_total", "Assess requests answered without running or storing a step, by reason.", "reason", m.rejected, []string{"queue_full", "deadline", "too_long", "over_share", "state_full", "error"}},
 	}
 	for _, c := range counters {
 		family(c.name, "counter", c.help)

@@ -101,10 +101,11 @@ type Usage struct {
 	Bytes    int64
 }
 
-// Limits bound what Create stores (zero: no bound): a session more than
-// MaxSessions, or one that takes the stored bytes past MaxBytes, is
-// refused with a *LimitError. Steps are not refused at commit (their work
-// is done): the server checks Usage before it runs one.
+// Limits bound what the store holds (zero: no bound): a session more than
+// MaxSessions, or a session or step that would take the stored bytes past
+// MaxBytes, is refused with a *LimitError (CommitSteps refuses such a step
+// alone and stores the others). The server also checks Usage before it
+// runs a step, so that a full store refuses it before the guard's work.
 type Limits struct {
 	MaxSessions int
 	MaxBytes    int64
@@ -322,8 +323,10 @@ type Commit struct {
 // version, step count, last action, the time of the step (UpdatedAt) and,
 // for a block, the blocked status. A step whose session is gone or no
 // longer has Step.Step steps is left out, with ErrNotFound or ErrConflict
-// at its index in the returned slice; the others are stored. The error is
-// the transaction's own.
+// at its index in the returned slice, and so is a step that would take the
+// stored bytes past Limits.MaxBytes, with a *LimitError (the store never
+// holds more than its limit); the others are stored. The error is the
+// transaction's own.
 func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 	errs := make([]error, len(cs))
 	err := s.updateUsage(func(tx *bolt.Tx, u *Usage) error {
@@ -340,10 +343,6 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 				errs[i] = ErrConflict
 				continue
 			}
-			n, err := putJSON(stepsOf(tx, c.ID), stepKey(c.Step.Step), &c.Step)
-			if err != nil {
-				return err
-			}
 			sess.Memory, sess.MemoryVersion = c.Step.Memory, c.Step.MemoryVersion
 			sess.StepCount = c.Step.Step + 1
 			action := c.Step.Action
@@ -352,11 +351,31 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 			if c.Step.Decision == DecisionBlock {
 				sess.Status = StatusBlocked
 			}
-			m, err := putJSON(tx.Bucket(sessionsBucket), []byte(c.ID), sess)
+			step, err := json.Marshal(&c.Step)
 			if err != nil {
 				return err
 			}
-			u.Bytes += int64(n + m - old)
+			entry, err := json.Marshal(sess)
+			if err != nil {
+				return err
+			}
+			key := stepKey(c.Step.Step)
+			grow := int64(len(key) + len(step) + len(c.ID) + len(entry) - old)
+			if l := s.limits; l.MaxBytes > 0 && u.Bytes+grow > l.MaxBytes {
+				errs[i] = &LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: l.MaxBytes}
+				continue
+			}
+			steps := stepsOf(tx, c.ID)
+			if steps == nil {
+				return fmt.Errorf("session %s has no bucket of steps", c.ID)
+			}
+			if err := steps.Put(key, step); err != nil {
+				return err
+			}
+			if err := tx.Bucket(sessionsBucket).Put([]byte(c.ID), entry); err != nil {
+				return err
+			}
+			u.Bytes += grow
 		}
 		return nil
 	})
