@@ -139,8 +139,14 @@ func refused(format string, args ...any) *mcp.CallToolResult {
 }
 
 // forwardCall audits the decision to forward (the call does not go out if
-// that fails), forwards the call, audits its outcome and, for a call the
-// guard stepped, keeps its result as the next step's observation.
+// that fails), forwards the call, audits its outcome and keeps its result
+// for the next step's observation: a stepped call's result is that
+// observation; the result of a call forwarded without a step (Monitor) is
+// appended to the pending one with the call that produced it, so that the
+// memory still reads it. Before the session's first stepped call there is
+// no pending observation, and such a result is not kept: the memory reads
+// an observation only beside the stepped action it follows, and the first
+// step has none.
 func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, rec *Record, stepped bool) (mcp.Result, error) {
 	rec.Forwarded = true
 	if err := s.g.audit(rec); err != nil {
@@ -160,11 +166,19 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 	if aerr := s.g.audit(out); aerr != nil {
 		s.g.log.Error("audit", "error", aerr.Error())
 	}
-	if stepped {
+	switch {
+	case stepped:
 		s.observation = ptr(s.g.bound(observationText(result, err)))
+	case s.observation != nil:
+		s.observation = ptr(s.g.bound(*s.observation + fmt.Sprintf(unassessed, rec.Tool, rec.Arguments) + observationText(result, err)))
 	}
 	return res, err
 }
+
+// unassessed introduces, in the pending observation, the result of a call
+// forwarded without a step: the call's tool and arguments (as the guard
+// shows them), then its result.
+const unassessed = "\n\n[then a call the guard did not assess ran: %s %s; its result:]\n"
 
 // bound cuts a tool result longer than serve.max_body_bytes to its head
 // and tail around a marker (prompt.ElideBytes), before the guard and the
