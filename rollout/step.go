@@ -136,7 +136,10 @@ func (g *Guard) prepare(in *StepInput) (*prepared, error) {
 // the decision, rationale and score; Index and Label are left zero.
 // Sampling seeds are derived from s.Seed. A step whose prompt is longer
 // than its MaxPromptTokens fails alone: the others run, and the error is a
-// *StepErrors.
+// *StepErrors. The Stats count what the call did, a call that failed
+// included (its steps' elisions, the calls it made); a caller that runs
+// the same steps again counts them again, so it keeps one call's Stats
+// per step.
 func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, error) {
 	var stats Stats
 	if g.cfg.Variant != "mage" {

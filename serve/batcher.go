@@ -361,7 +361,11 @@ func (b *batcher) run(batch []*job) {
 // its own, down to the steps that still fail, so that one bad step never
 // fails the steps beside it. A part whose steps are all past their
 // deadline is not run again (their answers would be 503 anyway), which
-// bounds the retries when every call fails (a generator down).
+// bounds the retries when every call fails (a generator down). The Stats
+// count each step once, from the call that decided its outcome: a call
+// that failed as a whole and runs again half by half counts nothing
+// itself (its elisions and tokens would otherwise be counted again by
+// each half).
 func (b *batcher) step(jobs []*job, s generate.Sampling) ([]rollout.Turn, []error, rollout.Stats) {
 	inputs := make([]rollout.StepInput, len(jobs))
 	for i, j := range jobs {
@@ -390,9 +394,8 @@ func (b *batcher) step(jobs []*job, s generate.Sampling) ([]rollout.Turn, []erro
 	half := len(jobs) / 2
 	lt, le, ls := b.step(jobs[:half], s)
 	rt, re, rs := b.step(jobs[half:], s)
-	stats.Add(ls)
-	stats.Add(rs)
-	return append(lt, rt...), append(le, re...), stats
+	ls.Add(rs)
+	return append(lt, rt...), append(le, re...), ls
 }
 
 // commit stores the decided steps of jobs (turns[i] is jobs[i]'s) that are
