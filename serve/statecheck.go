@@ -332,11 +332,8 @@ func CheckState(dir string, lockWait time.Duration) (*StateReport, error) {
 		return rep, nil
 	}
 	s := &Store{path: path}
-	err := try(func() error {
-		var err error
-		s.db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait, ReadOnly: true})
-		return err
-	})
+	var err error
+	s.db, err = openBolt(path, bolt.Options{Timeout: lockWait, ReadOnly: true})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("serve: %s is locked by another process (a server running on it?)", path)
 	}

@@ -274,3 +274,41 @@ func TestCheckStateNamesAnUnreadableSession(t *testing.T) {
 		t.Errorf("open: %v", err)
 	}
 }
+
+// TestAPanicInOpenReleasesTheFile: a damaged page that makes bbolt panic
+// inside Open (here the freelist page's flags, which CheckFile would have
+// refused first) is an error, and the file is closed with its lock: the
+// process can open it again at once (before, the descriptor and the
+// exclusive flock stayed held until the process ended).
+func TestAPanicInOpenReleasesTheFile(t *testing.T) {
+	dir := makeState(t, 2)
+	path := filepath.Join(dir, DBFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := parseMeta(data)
+	if m1 := parseMeta(data[m.pageSize:]); m1.valid && m1.txid > m.txid {
+		m = m1
+	}
+	binary.NativeEndian.PutUint16(data[int(m.freelist)*int(m.pageSize)+8:], 0x02) // a leaf's flags
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	before := fds()
+	if db, err := openBolt(path, bolt.Options{Timeout: time.Second}); !errors.As(err, new(*DamageError)) {
+		if db != nil {
+			db.Close()
+		}
+		t.Fatalf("open: %v, want a *DamageError", err)
+	}
+	if after := fds(); after > before {
+		t.Errorf("%d descriptors open after the failed open, %d before", after, before)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 200 * time.Millisecond, ReadOnly: true})
+	if err != nil {
+		t.Fatalf("opening the file again: %v (its lock is still held)", err)
+	}
+	db.Close()
+}

@@ -172,7 +172,7 @@ func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 	var db *bolt.DB
 	err := s.safely(func() error {
 		var err error
-		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockWait})
+		db, err = openBolt(path, bolt.Options{Timeout: opts.LockWait})
 		return err
 	})
 	if errors.Is(err, bolt.ErrTimeout) {

@@ -13,7 +13,9 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -64,6 +66,40 @@ func try(fn func() error) (err error) {
 		}
 	}()
 	return fn()
+}
+
+// openBolt opens a bbolt database with memory faults turned into panics
+// and a panic into a *DamageError (without a path), as try does. bbolt
+// closes its file on the errors it returns, but a panic inside Open (a
+// damaged page it reads while opening) would leave the file open and its
+// flock held, so that no later open in this process could take the file:
+// openBolt opens the file itself (Options.OpenFile) and, on that path,
+// unlocks and closes it. (The unlock is explicit: the memory map bbolt
+// may have made by then keeps the open file alive, and with it the lock,
+// after the descriptor is closed. The map itself stays: it is not
+// reachable from outside bbolt.)
+func openBolt(path string, o bolt.Options) (*bolt.DB, error) {
+	var file *os.File
+	open := o.OpenFile
+	if open == nil {
+		open = os.OpenFile
+	}
+	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := open(name, flag, perm)
+		file = f
+		return f, err
+	}
+	var db *bolt.DB
+	err := try(func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &o)
+		return err
+	})
+	if errors.As(err, new(*DamageError)) && file != nil {
+		syscall.Flock(int(file.Fd()), syscall.LOCK_UN)
+		file.Close()
+	}
+	return db, err
 }
 
 // view runs a read-only transaction safely.
