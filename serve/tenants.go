@@ -60,16 +60,22 @@ type tokenEntry struct {
 
 var tokenName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// OperatorName is the name of the single token of --token-file or
+// $MAGEGUARD_TOKEN, and so the owner of the sessions created with it. In a
+// tokens file only an operator may have it.
+const OperatorName = "operator"
+
 // OperatorToken is the single token of --token-file or $MAGEGUARD_TOKEN:
-// one operator, named "operator".
+// one operator, named OperatorName.
 func OperatorToken(token string) *Tokens {
-	return &Tokens{entries: []tokenEntry{{p: Principal{Name: "operator", Role: RoleOperator}, sum: sha256.Sum256([]byte(token))}}}
+	return &Tokens{entries: []tokenEntry{{p: Principal{Name: OperatorName, Role: RoleOperator}, sum: sha256.Sum256([]byte(token))}}}
 }
 
 // ParseTokens reads a tokens file: a YAML mapping with one key, tokens, a
 // list of {name, role, sha256}; names are 1 to 64 of [A-Za-z0-9._-], roles
 // agent or operator, sha256 the token's SHA-256 digest in hex. Names and
-// digests are unique; an unknown key is an error.
+// digests are unique; an unknown key is an error, and so is an agent named
+// OperatorName.
 func ParseTokens(data []byte) (*Tokens, error) {
 	var f struct {
 		Tokens []struct {
@@ -97,6 +103,8 @@ func ParseTokens(data []byte) (*Tokens, error) {
 			return nil, fmt.Errorf("%s: name %q given twice", where, e.Name)
 		case e.Role != RoleAgent && e.Role != RoleOperator:
 			return nil, fmt.Errorf("%s (%s): role %q: want agent or operator", where, e.Name, e.Role)
+		case e.Name == OperatorName && e.Role != RoleOperator:
+			return nil, fmt.Errorf("%s: name %q is reserved for an operator: the sessions created with --token-file or $MAGEGUARD_TOKEN are owned by %q, and an agent of that name would see them; give the agent another name", where, e.Name, OperatorName)
 		}
 		sum, err := hex.DecodeString(e.SHA256)
 		if err != nil || len(sum) != sha256.Size {

@@ -25,6 +25,9 @@ func TestParseTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := ParseTokens([]byte(fmt.Sprintf("tokens:\n  - {name: operator, role: operator, sha256: %s}\n", a))); err != nil {
+		t.Errorf("an operator named operator: %v", err)
+	}
 	for token, want := range map[string]Principal{
 		"agent-token-aaaaaaaa":    {Name: "billing", Role: RoleAgent},
 		"operator-token-bbbbbbbb": {Name: "alice", Role: RoleOperator},
@@ -48,6 +51,7 @@ func TestParseTokens(t *testing.T) {
 		{"name twice", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n  - {name: x, role: agent, sha256: %s}\n", a, b), "given twice"},
 		{"digest twice", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n  - {name: y, role: agent, sha256: %s}\n", a, a), "the same token"},
 		{"short digest", "tokens:\n  - {name: x, role: agent, sha256: abcd}\n", "64 hex digits"},
+		{"an agent named operator", fmt.Sprintf("tokens:\n  - {name: operator, role: agent, sha256: %s}\n", a), `name "operator" is reserved`},
 		{"not hex", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n", strings.Repeat("g", 64)), "64 hex digits"},
 	} {
 		if _, err := ParseTokens([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {

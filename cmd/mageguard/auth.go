@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,8 @@ func (a *authFlags) register(cmd *cobra.Command) {
 }
 
 // tokens returns the tokens a server on addr accepts: the principals of
-// --tokens-file, or the one operator of --token-file or $MAGEGUARD_TOKEN;
+// --tokens-file (with neither --token-file nor $MAGEGUARD_TOKEN, which it
+// would ignore), or the one operator of --token-file or $MAGEGUARD_TOKEN;
 // nil (no authentication) only with --insecure-no-auth on a loopback
 // address. Errors start with cmd.
 func (a *authFlags) tokens(cmd, addr string, log io.Writer) (*serve.Tokens, error) {
@@ -35,6 +37,8 @@ func (a *authFlags) tokens(cmd, addr string, log io.Writer) (*serve.Tokens, erro
 			return nil, fmt.Errorf("%s: give --token-file or --tokens-file, not both", cmd)
 		case a.insecure:
 			return nil, fmt.Errorf("%s: --insecure-no-auth with --tokens-file: drop one of them", cmd)
+		case strings.TrimSpace(os.Getenv(tokenEnv)) != "":
+			return nil, fmt.Errorf("%s: $%s is set and --tokens-file is given: its token would not be accepted; unset it, or add its digest to the tokens file (as an operator)", cmd, tokenEnv)
 		}
 		t, err := serve.LoadTokens(a.tokensFile)
 		if err != nil {

@@ -62,3 +62,18 @@ func TestAuthFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestTokensFileRefusesTheEnvironmentsToken: $MAGEGUARD_TOKEN set beside
+// --tokens-file is refused, as --token-file is (before, it was ignored
+// without a word, and its token answered 401).
+func TestTokensFileRefusesTheEnvironmentsToken(t *testing.T) {
+	dir := t.TempDir()
+	sum := sha256.Sum256([]byte("agent-token-0123456789"))
+	tokensFile := filepath.Join(dir, "tokens.yaml")
+	os.WriteFile(tokensFile, []byte("tokens:\n  - {name: bot, role: agent, sha256: "+hex.EncodeToString(sum[:])+"}\n"), 0o644)
+	t.Setenv(tokenEnv, "operator-token-0123456789")
+	a := authFlags{tokensFile: tokensFile}
+	if _, err := a.tokens("serve", "127.0.0.1:8080", nil); err == nil || !strings.Contains(err.Error(), "serve: $MAGEGUARD_TOKEN is set and --tokens-file is given") {
+		t.Errorf("error %v", err)
+	}
+}
