@@ -206,18 +206,18 @@ func TestForwarding(t *testing.T) {
 		t.Fatalf("work: %v %+v", err, res)
 	}
 	for want := 1.0; want <= 3; want++ {
-		if got := <-c.progress; got != want {
+		if got := receive(t, c.progress, "a progress notification"); got != want {
 			t.Errorf("progress %g, want %g", got, want)
 		}
 	}
-	if got := <-c.logs; got != "working" {
+	if got := receive(t, c.logs, "a log message"); got != "working" {
 		t.Errorf("log %q", got)
 	}
 	// A tool added downstream: the client hears of it and may call it.
 	mcp.AddTool(h.down.server, &mcp.Tool{Name: "late"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil, nil
 	})
-	<-c.changed
+	receive(t, c.changed, "the tool list's change")
 	if res, err := c.call(ctx, "late", map[string]any{}, nil); err != nil || text(res) != "late" {
 		t.Errorf("a tool added later: %v %+v", err, res)
 	}
@@ -238,7 +238,7 @@ func TestRootsListChanged(t *testing.T) {
 	}
 	defer cs.Close()
 	cl.AddRoots(&mcp.Root{URI: "file:///other"})
-	<-h.down.rootsSeen
+	receive(t, h.down.rootsSeen, "the roots' change at the downstream")
 }
 
 // TestSessionsShareBatches: the calls of two client sessions that arrive
