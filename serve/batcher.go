@@ -49,10 +49,13 @@ type batcher struct {
 	log     *slog.Logger
 	now     func() time.Time
 
-	shares  *shares                    // the sessions' recent use of the guard (fairshare.go)
-	guard   atomic.Pointer[stepperBox] // nil until setGuard
-	queue   chan *job
-	batchNo uint64 // batches run; seeds sampled decoding
+	shares *shares // the sessions' recent use of the guard (fairshare.go)
+	// shareKey is what a session's use is counted under: its id, or its
+	// tenant's for an agent's (Server.shareKey); nil: its id.
+	shareKey func(*Session) string
+	guard    atomic.Pointer[stepperBox] // nil until setGuard
+	queue    chan *job
+	batchNo  uint64 // batches run; seeds sampled decoding
 
 	stop, done chan struct{}
 	once       sync.Once
@@ -71,6 +74,7 @@ const (
 // job is one step waiting for, or in, a generation batch.
 type job struct {
 	id       string
+	share    string // what its use of the guard is counted under (batcher.shareKey)
 	in       rollout.StepInput
 	req      *AssessRequest
 	step     int // the step's index in the session
@@ -148,8 +152,11 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 			return nil, stepError(err)
 		}
 	}
-	j := &job{id: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
+	j := &job{id: id, share: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
 		deadline: arrived.Add(b.cfg.deadline()), done: make(chan outcome, 1)}
+	if b.shareKey != nil {
+		j.share = b.shareKey(sess)
+	}
 	if err := b.pace(ctx, j); err != nil {
 		return nil, err
 	}
@@ -182,14 +189,18 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 // away or the server stops meanwhile.
 func (b *batcher) pace(ctx context.Context, j *job) error {
 	now := b.now()
-	w := b.shares.wait(now, j.id)
+	w := b.shares.wait(now, j.share)
 	if w <= 0 {
 		return nil
 	}
 	if now.Add(w).After(j.deadline) {
 		b.metrics.notApplied("over_share")
+		who := "this session"
+		if j.share != j.id {
+			who = "this tenant's sessions"
+		}
 		return &APIError{Status: 429, Code: "over_share", retryAfter: strconv.Itoa(int(math.Ceil(w.Seconds()))),
-			Message: fmt.Sprintf("this session used more than serve.max_session_share (%g) of the guard lately; retry in %.0f s", b.cfg.MaxSessionShare, math.Ceil(w.Seconds()))}
+			Message: fmt.Sprintf("%s used more than serve.max_session_share (%g) of the guard lately; retry in %.0f s", who, b.cfg.MaxSessionShare, math.Ceil(w.Seconds()))}
 	}
 	b.metrics.paced()
 	timer := time.NewTimer(w)
@@ -214,7 +225,7 @@ func (b *batcher) charge(jobs []*job, seconds float64) {
 	}
 	now := b.now()
 	for _, j := range jobs {
-		b.shares.charge(now, j.id, seconds*float64(max(j.in.PromptTokens(), 1))/float64(total))
+		b.shares.charge(now, j.share, seconds*float64(max(j.in.PromptTokens(), 1))/float64(total))
 	}
 }
 

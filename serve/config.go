@@ -35,13 +35,19 @@ type Config struct {
 	// MaxPromptTokens bounds a step's memory and judge prompts after
 	// elision; a step with a longer one is answered 413 before it joins a
 	// batch (or, for the judge's, alone in its batch).
-	MaxPromptTokens int     `yaml:"max_prompt_tokens"`
-	MaxSessions     int     `yaml:"max_sessions"`    // sessions stored at most; one more is answered 429
-	MaxStateBytes   int64   `yaml:"max_state_bytes"` // bytes of sessions and steps stored at most; past it, creates and steps are answered 507
-	SessionIdleS    float64 `yaml:"session_idle_s"`  // > 0: a session with no create, step or resume for this many seconds is deleted (0 = never)
+	MaxPromptTokens int   `yaml:"max_prompt_tokens"`
+	MaxSessions     int   `yaml:"max_sessions"`    // sessions stored at most; one more is answered 429
+	MaxStateBytes   int64 `yaml:"max_state_bytes"` // bytes of sessions and steps stored at most; past it, creates and steps are answered 507
+	// MaxSessionsPerTenant and MaxStateBytesPerTenant are MaxSessions and
+	// MaxStateBytes for the sessions of one owner (a token's name): 429 and
+	// 507 past them (0 = no such limit).
+	MaxSessionsPerTenant   int     `yaml:"max_sessions_per_tenant"`
+	MaxStateBytesPerTenant int64   `yaml:"max_state_bytes_per_tenant"`
+	SessionIdleS           float64 `yaml:"session_idle_s"` // > 0: a session with no create, step or resume for this many seconds is deleted (0 = never)
 	// MaxSessionShare is the most of the guard's time (over the last ~10
-	// s) one session may take while others use it too; above it, its next
-	// step waits (fairshare.go). 1 = no limit.
+	// s) one session — or one agent's sessions together — may take while
+	// others use it too; above it, its next step waits (fairshare.go). 1 =
+	// no limit.
 	MaxSessionShare float64 `yaml:"max_session_share"`
 	Greedy          bool    `yaml:"greedy"` // argmax decoding; false samples at rollout.temperature, top_k, top_p
 	Seed            uint64  `yaml:"seed"`   // seeds sampled decoding (greedy: false)
@@ -50,8 +56,9 @@ type Config struct {
 // DefaultConfig returns the defaults: batches of up to 32 steps gathered
 // for at most 5 ms, 256 steps queued, a minute's deadline, blocking on the
 // judge's decision, 1 MiB bodies, prompts of 8,192 tokens, 10,000
-// sessions and 1 GiB stored, no idle expiry, a quarter of the guard's
-// time per session while others wait, greedy decoding.
+// sessions and 1 GiB stored (no limit per tenant), no idle expiry, a
+// quarter of the guard's time per session (or agent) while others wait,
+// greedy decoding.
 func DefaultConfig() Config {
 	return Config{
 		BatchSize:       32,
@@ -91,6 +98,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_sessions must be >= 1, got %d", c.MaxSessions)
 	case c.MaxStateBytes < 1<<20:
 		return fmt.Errorf("max_state_bytes must be >= 1048576, got %d", c.MaxStateBytes)
+	case c.MaxSessionsPerTenant < 0:
+		return fmt.Errorf("max_sessions_per_tenant must be >= 0 (0 = no limit), got %d", c.MaxSessionsPerTenant)
+	case c.MaxStateBytesPerTenant != 0 && c.MaxStateBytesPerTenant < 1<<20:
+		return fmt.Errorf("max_state_bytes_per_tenant must be 0 (no limit) or >= 1048576, got %d", c.MaxStateBytesPerTenant)
 	case !(c.SessionIdleS >= 0) || math.IsInf(c.SessionIdleS, 0):
 		return fmt.Errorf("session_idle_s must be >= 0 (0 = never), got %g", c.SessionIdleS)
 	case !(c.MaxSessionShare > 0 && c.MaxSessionShare <= 1):

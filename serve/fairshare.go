@@ -13,7 +13,9 @@ package serve
 // the guard too, may take at most serve.max_session_share of it: above
 // that, its next step waits before it joins the queue, until its use has
 // decayed to that share. Alone, or with steps like the others', a session
-// is never held back.
+// is never held back. An agent's sessions are counted together, as one
+// (Server.shareKey): spreading its steps over sessions gains an agent
+// nothing. Here a "session" is what the use is counted under.
 
 import (
 	"math"

@@ -80,7 +80,7 @@ func storeError(err error) error {
 		return errNoSession
 	case errors.As(err, &damage):
 		return &APIError{Status: 503, Code: "store_damaged", Message: "the sessions database is damaged; the server serves nothing until an operator checks it"}
-	case errors.As(err, &limit) && limit.Key == "max_sessions":
+	case errors.As(err, &limit) && (limit.Key == "max_sessions" || limit.Key == "max_sessions_per_tenant"):
 		return &APIError{Status: 429, Code: "too_many_sessions", Message: limit.Error() + "; delete finished sessions (DELETE /v1/sessions/{id})"}
 	case errors.As(err, &limit):
 		return &APIError{Status: 507, Code: "state_full", Message: limit.Error() + "; delete finished sessions (DELETE /v1/sessions/{id})"}
@@ -309,6 +309,11 @@ func (s *Server) assessStep(ctx context.Context, id string, sess *Session, req *
 	}
 	if u := s.store.Usage(); u.Bytes >= s.cfg.MaxStateBytes {
 		return nil, storeError(&LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: s.cfg.MaxStateBytes})
+	}
+	if max := s.cfg.MaxStateBytesPerTenant; max > 0 {
+		if u := s.store.UsageOf(sess.Owner); u.Bytes >= max {
+			return nil, storeError(&LimitError{Key: "max_state_bytes_per_tenant", Tenant: sess.Owner, Have: u.Bytes, Max: max})
+		}
 	}
 	return s.batcher.decide(ctx, id, sess, req, arrived)
 }

@@ -83,8 +83,10 @@ func New(opts Options) (*Server, error) {
 	s.metrics = newMetrics(func() int { return s.batcher.queued() })
 	s.metrics.usage = s.store.Usage
 	s.metrics.damaged = func() bool { return s.store.Damaged() != nil }
-	s.store.SetLimits(Limits{MaxSessions: opts.Config.MaxSessions, MaxBytes: opts.Config.MaxStateBytes})
+	s.store.SetLimits(Limits{MaxSessions: opts.Config.MaxSessions, MaxBytes: opts.Config.MaxStateBytes,
+		MaxSessionsPerTenant: opts.Config.MaxSessionsPerTenant, MaxBytesPerTenant: opts.Config.MaxStateBytesPerTenant})
 	s.batcher = newBatcher(opts.Config, opts.Rollout, opts.Store, s.metrics, log, s.now)
+	s.batcher.shareKey = s.shareKey
 	s.routes()
 	s.stopJanitor = make(chan struct{})
 	s.janitorDone = make(chan struct{})

@@ -189,6 +189,8 @@ type StateReport struct {
 	Bytes    int64    // their keys and values (what serve.max_state_bytes counts)
 	Damaged  []string // what could not be read, each naming the session or page (the first 50)
 	Problems int      // everything found damaged
+
+	tenants map[string]Usage // the readable sessions and their bytes, per owner
 }
 
 func (r *StateReport) damaged(format string, args ...any) {
@@ -221,7 +223,7 @@ func (r *StateReport) String() string {
 // consistency check when that found nothing. It marks nothing damaged: the
 // report says what it found.
 func (s *Store) check() *StateReport {
-	rep := &StateReport{Path: s.path}
+	rep := &StateReport{Path: s.path, tenants: map[string]Usage{}}
 	var ids []string
 	err := try(func() error {
 		return s.db.View(func(tx *bolt.Tx) error {
@@ -240,10 +242,11 @@ func (s *Store) check() *StateReport {
 	for _, id := range ids {
 		var steps int
 		var size int64
+		var owner string
 		err := try(func() error {
 			return s.db.View(func(tx *bolt.Tx) error {
 				var err error
-				steps, size, err = checkSession(tx, id)
+				owner, steps, size, err = checkSession(tx, id)
 				return err
 			})
 		})
@@ -254,6 +257,8 @@ func (s *Store) check() *StateReport {
 		rep.Sessions++
 		rep.Steps += steps
 		rep.Bytes += size
+		u := rep.tenants[owner]
+		rep.tenants[owner] = Usage{Sessions: u.Sessions + 1, Bytes: u.Bytes + size}
 	}
 	if rep.Problems > 0 {
 		return rep
@@ -283,18 +288,18 @@ func problem(err error) string {
 
 // checkSession reads a session and its steps: the session decodes, with
 // its id; its steps are keyed 0 … step_count−1 and each decodes with its
-// index. It returns the steps and the bytes of both.
-func checkSession(tx *bolt.Tx, id string) (int, int64, error) {
+// index. It returns the session's owner, its steps and the bytes of both.
+func checkSession(tx *bolt.Tx, id string) (string, int, int64, error) {
 	sess, size, err := getSession(tx, id)
 	if err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	if sess.ID != id {
-		return 0, 0, fmt.Errorf("stored under another id (%q)", ShortText(sess.ID))
+		return "", 0, 0, fmt.Errorf("stored under another id (%q)", ShortText(sess.ID))
 	}
 	b := stepsOf(tx, id)
 	if b == nil {
-		return 0, 0, errors.New("no bucket of steps")
+		return "", 0, 0, errors.New("no bucket of steps")
 	}
 	total, n := int64(size), 0
 	err = b.ForEach(func(k, v []byte) error {
@@ -310,12 +315,12 @@ func checkSession(tx *bolt.Tx, id string) (int, int64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	if n != sess.StepCount {
-		return 0, 0, fmt.Errorf("%d steps stored, step_count %d", n, sess.StepCount)
+		return "", 0, 0, fmt.Errorf("%d steps stored, step_count %d", n, sess.StepCount)
 	}
-	return n, total, nil
+	return sess.Owner, n, total, nil
 }
 
 // CheckState reports what of DIR/sessions.db is readable, without changing

@@ -88,41 +88,11 @@ type Store struct {
 	db   *bolt.DB
 	path string
 
-	mu     sync.Mutex // held across every write, so that usage follows the commits exactly
-	usage  Usage
-	limits Limits
-	damage atomic.Pointer[error] // the first damage found; nil while healthy
-}
-
-// Usage is what the store holds: sessions, and the bytes of their keys and
-// values (sessions and steps, as JSON).
-type Usage struct {
-	Sessions int
-	Bytes    int64
-}
-
-// Limits bound what the store holds (zero: no bound): a session more than
-// MaxSessions, or a session or step that would take the stored bytes past
-// MaxBytes, is refused with a *LimitError (CommitSteps refuses such a step
-// alone and stores the others). The server also checks Usage before it
-// runs a step, so that a full store refuses it before the guard's work.
-type Limits struct {
-	MaxSessions int
-	MaxBytes    int64
-}
-
-// LimitError is a session refused for a limit: Key names it
-// ("max_sessions", "max_state_bytes").
-type LimitError struct {
-	Key       string
-	Have, Max int64
-}
-
-func (e *LimitError) Error() string {
-	if e.Key == "max_sessions" {
-		return fmt.Sprintf("%d sessions are stored, the most serve.max_sessions allows (%d)", e.Have, e.Max)
-	}
-	return fmt.Sprintf("the sessions database holds %d bytes; serve.max_state_bytes allows %d", e.Have, e.Max)
+	mu      sync.Mutex // held across every write, so that usage follows the commits exactly
+	usage   Usage
+	tenants map[string]Usage // what each owner's sessions hold (owners with none left out)
+	limits  Limits
+	damage  atomic.Pointer[error] // the first damage found; nil while healthy
 }
 
 var (
@@ -192,7 +162,7 @@ func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 	})
 	if err == nil {
 		rep := s.check()
-		s.usage = Usage{Sessions: rep.Sessions, Bytes: rep.Bytes}
+		s.usage, s.tenants = Usage{Sessions: rep.Sessions, Bytes: rep.Bytes}, rep.tenants
 		if rep.Problems > 0 {
 			err = &DamageError{Path: path, Problem: strings.Join(rep.Damaged[:min(3, len(rep.Damaged))], "; ")}
 		}
@@ -224,6 +194,13 @@ func (s *Store) Usage() Usage {
 	return s.usage
 }
 
+// UsageOf returns what the sessions of one owner (a tenant) hold.
+func (s *Store) UsageOf(owner string) Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tenants[owner]
+}
+
 // Create stores a new session; its id must be new. Past a limit it
 // returns a *LimitError.
 func (s *Store) Create(sess *Session) error {
@@ -232,12 +209,9 @@ func (s *Store) Create(sess *Session) error {
 		return err
 	}
 	size := int64(len(sess.ID) + len(data))
-	return s.updateUsage(func(tx *bolt.Tx, u *Usage) error {
-		if l := s.limits; l.MaxSessions > 0 && u.Sessions >= l.MaxSessions {
-			return &LimitError{Key: "max_sessions", Have: int64(u.Sessions), Max: int64(l.MaxSessions)}
-		}
-		if l := s.limits; l.MaxBytes > 0 && u.Bytes+size > l.MaxBytes {
-			return &LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: l.MaxBytes}
+	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+		if err := u.admit(s.limits, sess.Owner, 1, size); err != nil {
+			return err
 		}
 		b := tx.Bucket(sessionsBucket)
 		if b.Get([]byte(sess.ID)) != nil {
@@ -246,8 +220,7 @@ func (s *Store) Create(sess *Session) error {
 		if _, err := tx.Bucket(stepsBucket).CreateBucket([]byte(sess.ID)); err != nil {
 			return err
 		}
-		u.Sessions++
-		u.Bytes += size
+		u.add(sess.Owner, 1, size)
 		return b.Put([]byte(sess.ID), data)
 	})
 }
@@ -324,12 +297,13 @@ type Commit struct {
 // for a block, the blocked status. A step whose session is gone or no
 // longer has Step.Step steps is left out, with ErrNotFound or ErrConflict
 // at its index in the returned slice, and so is a step that would take the
-// stored bytes past Limits.MaxBytes, with a *LimitError (the store never
-// holds more than its limit); the others are stored. The error is the
-// transaction's own.
+// stored bytes past Limits.MaxBytes or its session's owner's past
+// Limits.MaxBytesPerTenant, with a *LimitError (no step takes the store
+// past its limits); the others are stored. The error is the transaction's
+// own.
 func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 	errs := make([]error, len(cs))
-	err := s.updateUsage(func(tx *bolt.Tx, u *Usage) error {
+	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		for i := range errs {
 			errs[i] = nil
 		}
@@ -361,8 +335,8 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 			}
 			key := stepKey(c.Step.Step)
 			grow := int64(len(key) + len(step) + len(c.ID) + len(entry) - old)
-			if l := s.limits; l.MaxBytes > 0 && u.Bytes+grow > l.MaxBytes {
-				errs[i] = &LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: l.MaxBytes}
+			if err := u.admit(s.limits, sess.Owner, 0, grow); err != nil {
+				errs[i] = err
 				continue
 			}
 			steps := stepsOf(tx, c.ID)
@@ -375,7 +349,7 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 			if err := tx.Bucket(sessionsBucket).Put([]byte(c.ID), entry); err != nil {
 				return err
 			}
-			u.Bytes += grow
+			u.add(sess.Owner, 0, grow)
 		}
 		return nil
 	})
@@ -385,7 +359,7 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 // Resume sets a blocked session active again and records when.
 func (s *Store) Resume(id string, at time.Time) (*Session, error) {
 	var sess *Session
-	err := s.updateUsage(func(tx *bolt.Tx, u *Usage) error {
+	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		var err error
 		var old int
 		if sess, old, err = getSession(tx, id); err != nil {
@@ -398,7 +372,7 @@ func (s *Store) Resume(id string, at time.Time) (*Session, error) {
 		sess.Resumes = append(sess.Resumes, at.UTC())
 		sess.UpdatedAt = at.UTC()
 		n, err := putJSON(tx.Bucket(sessionsBucket), []byte(id), sess)
-		u.Bytes += int64(n - old)
+		u.add(sess.Owner, 0, int64(n-old))
 		return err
 	})
 	return sess, err
@@ -406,7 +380,7 @@ func (s *Store) Resume(id string, at time.Time) (*Session, error) {
 
 // Delete removes a session and its steps.
 func (s *Store) Delete(id string) error {
-	return s.updateUsage(func(tx *bolt.Tx, u *Usage) error {
+	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		return deleteSession(tx, id, u)
 	})
 }
@@ -431,7 +405,7 @@ func (s *Store) Idle(before time.Time) ([]string, error) {
 // reports whether it did.
 func (s *Store) DeleteIdle(id string, before time.Time) (bool, error) {
 	deleted := false
-	err := s.updateUsage(func(tx *bolt.Tx, u *Usage) error {
+	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		v := tx.Bucket(sessionsBucket).Get([]byte(id))
 		var at activity
 		if v == nil || json.Unmarshal(v, &at) != nil || !at.last().Before(before) {
@@ -481,8 +455,8 @@ func (s *Store) Count() (int, error) {
 }
 
 // deleteSession removes a session and its steps, taking their bytes off u.
-func deleteSession(tx *bolt.Tx, id string, u *Usage) error {
-	_, old, err := getSession(tx, id)
+func deleteSession(tx *bolt.Tx, id string, u *tally) error {
+	sess, old, err := getSession(tx, id)
 	if err != nil {
 		return err
 	}
@@ -499,8 +473,7 @@ func deleteSession(tx *bolt.Tx, id string, u *Usage) error {
 	if err := tx.Bucket(sessionsBucket).Delete([]byte(id)); err != nil {
 		return err
 	}
-	u.Sessions--
-	u.Bytes -= size
+	u.add(sess.Owner, -1, -size)
 	return nil
 }
 

@@ -109,21 +109,7 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 
 // update runs a read-write transaction safely.
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
-	return s.updateUsage(func(tx *bolt.Tx, _ *Usage) error { return fn(tx) })
-}
-
-// updateUsage runs a read-write transaction safely with a copy of the
-// store's usage, which fn updates as it writes and which becomes the
-// store's when the transaction commits.
-func (s *Store) updateUsage(fn func(tx *bolt.Tx, u *Usage) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := s.usage
-	err := s.safely(func() error { return s.db.Update(func(tx *bolt.Tx) error { return fn(tx, &u) }) })
-	if err == nil {
-		s.usage = u
-	}
-	return err
+	return s.updateUsage(func(tx *bolt.Tx, _ *tally) error { return fn(tx) })
 }
 
 // Close closes the database. A damaged one may have its locks held by the

@@ -150,6 +150,28 @@ func (t *Tokens) Lookup(token string) (Principal, bool) {
 	return t.entries[found].p, true
 }
 
+// isAgent reports whether name is the name of an agent's token.
+func (t *Tokens) isAgent(name string) bool {
+	for _, e := range t.entries {
+		if e.p.Name == name {
+			return e.p.Role == RoleAgent
+		}
+	}
+	return false
+}
+
+// shareKey is what serve.max_session_share counts a session's use of the
+// guard under (fairshare.go): an agent's sessions together ("tenant
+// NAME"), so that an agent cannot take more of the guard by spreading its
+// steps over sessions; any other session (an operator's, a session without
+// authentication) on its own (its id).
+func (s *Server) shareKey(sess *Session) string {
+	if s.tokens != nil && s.tokens.isAgent(sess.Owner) {
+		return "tenant " + sess.Owner
+	}
+	return sess.ID
+}
+
 // BearerToken returns the token of an "Authorization: Bearer TOKEN"
 // header, or "".
 func BearerToken(r *http.Request) string {

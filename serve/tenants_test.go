@@ -71,6 +71,12 @@ const (
 // operator.
 func newTenantServer(t *testing.T) *testServer {
 	t.Helper()
+	return newTenantServerConfig(t, DefaultConfig())
+}
+
+// newTenantServerConfig is newTenantServer with a serve section.
+func newTenantServerConfig(t *testing.T, cfg Config) *testServer {
+	t.Helper()
 	tokens, err := ParseTokens([]byte(fmt.Sprintf("tokens:\n  - {name: a, role: agent, sha256: %s}\n  - {name: b, role: agent, sha256: %s}\n  - {name: op, role: operator, sha256: %s}\n",
 		digest(agentA), digest(agentB), digest(operator))))
 	if err != nil {
@@ -82,7 +88,7 @@ func newTenantServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{t: t, store: store, dir: dir, token: agentA, model: newFakeModel(guardtest.Tokenizer(t))}
-	ts.srv, err = New(Options{Config: DefaultConfig(), Rollout: rollout.DefaultConfig(), Store: store, Tokens: tokens})
+	ts.srv, err = New(Options{Config: cfg, Rollout: rollout.DefaultConfig(), Store: store, Tokens: tokens})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,5 +219,139 @@ func TestOnlyAnOperatorResumes(t *testing.T) {
 	}
 	if err := ts.srv.Resume(Principal{Name: "op", Role: RoleOperator}, id); err != nil {
 		t.Errorf("Server.Resume as an operator: %v", err)
+	}
+}
+
+// TestPerTenantLimits: serve.max_sessions_per_tenant and
+// serve.max_state_bytes_per_tenant bound each tenant's (session owner's)
+// sessions and stored bytes apart: one agent filling its own gets 429 or
+// 507 naming the limit and its name, for creates and steps, while another
+// agent goes on; deleting makes room; what each tenant holds is counted
+// the same afresh from the file. Both are off by default.
+func TestPerTenantLimits(t *testing.T) {
+	if c := DefaultConfig(); c.MaxSessionsPerTenant != 0 || c.MaxStateBytesPerTenant != 0 {
+		t.Fatalf("defaults %d, %d: want both off", c.MaxSessionsPerTenant, c.MaxStateBytesPerTenant)
+	}
+	cfg := DefaultConfig()
+	cfg.MaxSessionsPerTenant = 2
+	ts := newTenantServerConfig(t, cfg)
+	createAs := func(token, prompt string) (int, []byte) {
+		return ts.as(token, "POST", "/v1/sessions", map[string]any{"user_prompt": prompt})
+	}
+	a1, _ := createAs(agentA, "a1")
+	a2, body := createAs(agentA, "a2")
+	if a1 != 201 || a2 != 201 {
+		t.Fatalf("a's two sessions: %d %d", a1, a2)
+	}
+	code, body := createAs(agentA, "a3")
+	if e := decode[ErrorBody](t, body).Error; code != 429 || e.Code != "too_many_sessions" || !strings.Contains(e.Message, `tenant "a" holds 2 sessions, the most serve.max_sessions_per_tenant allows (2)`) {
+		t.Errorf("a's third session: %d %s", code, body)
+	}
+	if code, body := createAs(agentB, "b1"); code != 201 {
+		t.Errorf("b's first session: %d %s", code, body)
+	}
+	ids := func(token string) []string {
+		_, body := ts.as(token, "GET", "/v1/sessions", nil)
+		var out []string
+		for _, s := range decode[SessionList](t, body).Sessions {
+			out = append(out, s.ID)
+		}
+		return out
+	}
+	ts.as(agentA, "DELETE", "/v1/sessions/"+ids(agentA)[0], nil)
+	if code, body := createAs(agentA, "a3"); code != 201 {
+		t.Errorf("a's session after a delete: %d %s", code, body)
+	}
+
+	cfg = DefaultConfig()
+	cfg.MaxStateBytesPerTenant = 1 << 20
+	ts = newTenantServerConfig(t, cfg)
+	big := strings.Repeat("x", 300_000)
+	for i := 0; ; i++ {
+		code, body := createAs(agentA, big)
+		if code == 507 {
+			if e := decode[ErrorBody](t, body).Error; e.Code != "state_full" || !strings.Contains(e.Message, `serve.max_state_bytes_per_tenant allows 1048576`) || !strings.Contains(e.Message, `tenant "a"`) {
+				t.Errorf("a full: %s", body)
+			}
+			if i != 3 {
+				t.Errorf("%d sessions of 300 KB fit in a's 1 MiB", i)
+			}
+			break
+		}
+		if code != 201 || i > 4 {
+			t.Fatalf("a's session %d: %d %s", i, code, body)
+		}
+	}
+	if code, body := createAs(agentB, big); code != 201 {
+		t.Fatalf("b's session beside a full tenant: %d %s", code, body)
+	}
+	// A step that would take a past its bytes is refused at commit; b's runs.
+	step := assessBody("read_file", `{}`, nil)
+	step["user_messages"] = []string{strings.Repeat("y", 200_000)}
+	aID, bID := ids(agentA)[0], ids(agentB)[0]
+	code, body = ts.as(agentA, "POST", "/v1/sessions/"+aID+"/assess", step)
+	if e := decode[ErrorBody](t, body).Error; code != 507 || !strings.Contains(e.Message, "serve.max_state_bytes_per_tenant") {
+		t.Errorf("a's step past its limit: %d %s", code, body)
+	}
+	if code, body := ts.as(agentB, "POST", "/v1/sessions/"+bID+"/assess", step); code != 200 {
+		t.Errorf("b's step: %d %s", code, body)
+	}
+	ua, ub := ts.store.UsageOf("a"), ts.store.UsageOf("b")
+	if ua.Sessions != 3 || ua.Bytes > 1<<20 || ub.Sessions != 1 || ub.Bytes < 500_000 || ts.store.Usage() != (Usage{Sessions: 4, Bytes: ua.Bytes + ub.Bytes}) {
+		t.Errorf("usage a %+v, b %+v, all %+v", ua, ub, ts.store.Usage())
+	}
+	ts.store.Close()
+	s, err := OpenStore(ts.dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.UsageOf("a") != ua || s.UsageOf("b") != ub {
+		t.Errorf("counted at open: a %+v, b %+v; while serving a %+v, b %+v", s.UsageOf("a"), s.UsageOf("b"), ua, ub)
+	}
+}
+
+// TestATenantsSessionsShareOneFairShare: an agent's sessions count
+// together for serve.max_session_share, so that an agent cannot take more
+// of the guard by spreading expensive steps over sessions: a fresh session
+// of an agent whose other sessions used more than the share (in steps
+// costlier than the others') waits, or is 429 over_share past its
+// deadline, while another agent's session runs. An operator's sessions
+// (the single token of --token-file) count one by one, as before.
+func TestATenantsSessionsShareOneFairShare(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DeadlineS = 1
+	ts := newTenantServerConfig(t, cfg)
+	create := func(token string) *Session {
+		code, body := ts.as(token, "POST", "/v1/sessions", map[string]any{"user_prompt": "t"})
+		if code != 201 {
+			t.Fatalf("create: %d %s", code, body)
+		}
+		sess, err := ts.store.Get(decode[map[string]string](t, body)["id"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	a1, a2, fresh, b := create(agentA), create(agentA), create(agentA), create(agentB)
+	op1, op2 := create(operator), create(operator)
+	if k := ts.srv.shareKey(a1); k != ts.srv.shareKey(fresh) || k == ts.srv.shareKey(b) {
+		t.Errorf("share keys: a %q, a's fresh %q, b %q", k, ts.srv.shareKey(fresh), ts.srv.shareKey(b))
+	}
+	if ts.srv.shareKey(op1) == ts.srv.shareKey(op2) {
+		t.Errorf("an operator's sessions share the key %q", ts.srv.shareKey(op1))
+	}
+	now := time.Now()
+	for i := 0; i < 10; i++ {
+		ts.srv.batcher.shares.charge(now, ts.srv.shareKey(b), 0.3)
+	}
+	ts.srv.batcher.shares.charge(now, ts.srv.shareKey(a1), 1.5) // each within the share, together past it
+	ts.srv.batcher.shares.charge(now, ts.srv.shareKey(a2), 1.5)
+	code, body := ts.as(agentA, "POST", "/v1/sessions/"+fresh.ID+"/assess", assessBody("read_file", `{}`, nil))
+	if e := decode[ErrorBody](t, body).Error; code != 429 || e.Code != "over_share" || !strings.Contains(e.Message, "this tenant's sessions used more than serve.max_session_share (0.25)") {
+		t.Errorf("a's fresh session: %d %s", code, body)
+	}
+	if code, body := ts.as(agentB, "POST", "/v1/sessions/"+b.ID+"/assess", assessBody("read_file", `{}`, nil)); code != 200 {
+		t.Errorf("b's session: %d %s", code, body)
 	}
 }

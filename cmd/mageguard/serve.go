@@ -62,7 +62,8 @@ rollout.endpoint, ...). The rollout section says how it is prompted (the
 mage variant), the serve section how it is served: batch_size, max_wait_ms,
 queue_size (a full queue answers 429), deadline_s, threshold (block on the
 score), max_body_bytes, max_prompt_tokens, max_sessions, max_state_bytes,
-session_idle_s, max_session_share, greedy. /healthz answers 200 once the
+max_sessions_per_tenant, max_state_bytes_per_tenant, session_idle_s,
+max_session_share, greedy. /healthz answers 200 once the
 model is loaded.
 Ctrl-C or SIGTERM stops accepting requests, finishes the batch that runs,
 and exits. docs/serving.md has a curl session and a Go client.
