@@ -17,7 +17,7 @@ import (
 	"github.com/mageguard/mageguard/internal/heapstat"
 )
 
-// benchConfig is the bench-size model of the issue and of
+// benchConfig is the bench-size model of docs/performance.md and of
 // scripts/bench_torch.py: hidden 256, 4 layers, vocab 8192, 4 query / 2 kv
 // heads of 64, MLP 768, tied embeddings (5.25M parameters).
 func benchConfig() *Config {

@@ -11,7 +11,7 @@ import (
 
 // TestResumeChecksTheCheckpointBeforeAllocating: `train --resume` on a
 // checkpoint whose optimizer.safetensors declares shape [2³², 2³²] (the
-// issue's reproduction: it panicked in reflect), whose moments do not fit
+// shape that once panicked in reflect), whose moments do not fit
 // the model, or whose trainer_state.json is damaged, is an error naming
 // the file, and nothing is trained.
 func TestResumeChecksTheCheckpointBeforeAllocating(t *testing.T) {
