@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash fuzz parquet-flip learn learn-gamma
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e fuzz parquet-flip learn learn-gamma
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -108,6 +108,32 @@ serve-load:
 # half-updated, and the agents' retries (by step index) store nothing twice.
 serve-crash:
 	MAGEGUARD_SERVE_CRASH=1 $(GO) test -count=1 -v -timeout 15m -run '^TestServeCrash$$' ./cmd/mageguard
+
+# The abuse test of `mageguard serve` (not part of `make test`): a normal
+# session of SERVE_ABUSE_STEPS steps alone, then beside a hostile session
+# sending long actions and messages as fast as it is answered; the normal
+# session must keep its decisions and its median and mean latency within
+# 2x of running alone. Figures in $(SERVE_ABUSE_OUT).
+SERVE_ABUSE_STEPS ?= 24
+SERVE_ABUSE_OUT   ?= runs/serve-abuse.json
+serve-abuse:
+	mkdir -p $(dir $(SERVE_ABUSE_OUT))
+	MAGEGUARD_SERVE_ABUSE=$(abspath $(SERVE_ABUSE_OUT)) MAGEGUARD_SERVE_ABUSE_STEPS=$(SERVE_ABUSE_STEPS) \
+	  $(GO) test -count=1 -v -timeout 15m -run '^TestServeAbuse$$' ./cmd/mageguard
+
+# `mageguard mcp` with real MCP clients and servers (not part of `make test`:
+# it installs npm packages into a temporary folder, so it needs the npm
+# registry): the official conformance suite against server-everything and
+# the Go SDK's conformance server, alone and through the gateway; the
+# TypeScript SDK client through the gateway in front of server-filesystem,
+# where a write an injected instruction asks for is blocked (and forwarded
+# with --monitor); the latency the guard adds per tool call (tiny checkpoint,
+# CPU). See docs/mcp.md. MCP_E2E_CALLS calls are timed each way.
+MCP_E2E_OUT   ?= runs/mcp-e2e
+MCP_E2E_CALLS ?= 60
+mcp-e2e:
+	MCP_E2E_CALLS=$(MCP_E2E_CALLS) scripts/mcp-e2e.sh $(MCP_E2E_OUT)
+
 # Go's native fuzzing of every parser of outside input, one target at a
 # time, each for FUZZTIME (their seed corpora also run in `make test`).
 # FUZZ=FuzzParquet runs one target; FUZZPARALLEL sets the fuzzing workers.
@@ -125,14 +151,17 @@ FUZZ_TARGETS := \
 	./model/safetensors:FuzzSafetensors \
 	./model:FuzzParseConfig \
 	./config:FuzzLoad \
-	./rollout:FuzzParseToolCall \
-	./rollout:FuzzEscapeDelimiters \
+	./rollout/prompt:FuzzParseToolCall \
+	./rollout/prompt:FuzzEscapeDelimiters \
 	./model/tokenizer:FuzzEncodeUntrusted \
 	./model/tokenizer:FuzzSplit \
 	./model/tokenizer:FuzzParse \
+	./model/tokenizer:FuzzLoadWithin \
 	./eval:FuzzDecodeDecisions \
 	./eval:FuzzReadReport \
-	./internal/strictjson:FuzzCheck
+	./internal/strictjson:FuzzCheck \
+	./internal/strictjson:FuzzObject \
+	./serve:FuzzParseRequest
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

@@ -4,7 +4,7 @@
 // end of each row), and batched decoding with the KV cache. It is what
 // `mageguard model bench` runs and what the GPU check (scripts/gpu-check.sh)
 // times on a GPU, where no Go toolchain is at hand; on the pure-Go backend
-// it also records the peak Go heap (HeapSampler), which is what
+// it also records the peak Go heap (heapstat.Sampler), which is what
 // `mageguard plan`'s formulas are checked against.
 package bench
 
@@ -17,6 +17,7 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/internal/heapstat"
 	"github.com/mageguard/mageguard/model"
 )
 
@@ -60,7 +61,7 @@ type TrainResult struct {
 	Loss            float64    `json:"loss"` // of the last step (finite: the step really ran)
 	// The Go heap (pure-Go backend: the tensors' memory): live bytes after
 	// the warm-up step with its state allocated, and the peaks of the
-	// object bytes and of the live bytes (HeapSampler) during the timed
+	// object bytes and of the live bytes (heapstat.Sampler) during the timed
 	// steps. Zero unless TrainOptions.Heap.
 	HeapBaseBytes     uint64 `json:"heap_base_bytes,omitempty"`
 	HeapPeakBytes     uint64 `json:"heap_peak_bytes,omitempty"`
@@ -120,9 +121,9 @@ func TrainStep(m *model.Model, cfg grpo.Config, s TrainShape, opts TrainOptions)
 		return nil, fmt.Errorf("bench: warm-up step: %w", err)
 	}
 	res := &TrainResult{Shape: s, Steps: opts.Steps, FLOPs: TrainFLOPs(m.Config(), s)}
-	var heap HeapSampler
+	var heap heapstat.Sampler
 	if opts.Heap {
-		res.HeapBaseBytes = LiveHeapBytes()
+		res.HeapBaseBytes = heapstat.LiveBytes()
 		heap.Start()
 	}
 	t0 := time.Now()

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/internal/heapstat"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/plan"
 )
@@ -136,7 +137,7 @@ func measurePlanCase(t *testing.T, pc planCase, sequential bool) planMeasure {
 		t.Fatal(err)
 	}
 	defer b.Finalize()
-	start := LiveHeapBytes()
+	start := heapstat.LiveBytes()
 	arch := model.DefaultTinyConfig()
 	pc.arch(&arch)
 	arch.BOSTokenID, arch.EOSTokenIDs = 0, []int{1}

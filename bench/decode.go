@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/heapstat"
 	"github.com/mageguard/mageguard/model"
 )
 
@@ -80,7 +81,7 @@ func Decode(m *model.Model, s DecodeShape, seed uint64, heap bool) (*DecodeResul
 	if res.PrefillSeconds, err = gen(1); err != nil {
 		return nil, fmt.Errorf("bench: decode: %w", err)
 	}
-	var h HeapSampler
+	var h heapstat.Sampler
 	if heap {
 		h.Start()
 	}

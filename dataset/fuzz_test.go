@@ -11,7 +11,7 @@ import (
 
 // FuzzDecodeJSON: any line either decodes into a valid trajectory or is a
 // *FieldError; a decoded one written back decodes to the same trajectory.
-// The seeds hold the issue's cases (a label given twice, invalid UTF-8 in
+// The seeds hold the hardened cases (a label given twice, invalid UTF-8 in
 // an observation and in the arguments).
 func FuzzDecodeJSON(f *testing.F) {
 	f.Add([]byte(good))
@@ -45,7 +45,7 @@ func FuzzDecodeJSON(f *testing.F) {
 
 // FuzzParquet: any file either reads or is an *Error naming it — never a
 // panic, a runaway allocation or a hang. The seeds are a small valid file
-// and, as in the issue, copies with a byte of the footer changed.
+// and copies with a byte of the footer changed.
 func FuzzParquet(f *testing.F) {
 	trajs, err := ReadAll(sample)
 	if err != nil {

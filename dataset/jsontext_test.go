@@ -10,7 +10,7 @@ import (
 
 // TestJSONThatWouldBeSilentlyChangedIsRefused: what encoding/json lets
 // through without a word — a key given twice (the last value would win,
-// the issue's `"label": 1, "label": 0`), invalid UTF-8 (it would become
+// as in `"label": 1, "label": 0`), invalid UTF-8 (it would become
 // U+FFFD in a string, and stay raw inside the arguments), an escaped lone
 // surrogate — is an error naming the line and the field.
 func TestJSONThatWouldBeSilentlyChangedIsRefused(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 // miniParquet writes the bundled training split as Parquet, byte for byte
 // what `mageguard data subset data/agentdojo-mini/train.jsonl --out
-// t.parquet` writes (the file of the issue's reproductions).
+// t.parquet` writes (the file of the reproductions in docs/reliability.md).
 func miniParquet(t testing.TB) (string, []byte) {
 	t.Helper()
 	all, err := ReadAll("../data/agentdojo-mini/train.jsonl")
@@ -46,17 +46,17 @@ func writeFlipped(t testing.TB, path string, data []byte, i int, v byte) {
 	}
 }
 
-// TestTheIssuesCorruptParquetFiles: byte 51192 set to 0xff (in the page
+// TestCorruptPageIndexOrCodecNeverCrashes: byte 51192 set to 0xff (in the page
 // index, which panicked with "slice bounds out of range") and byte 50514
 // set to 14 (a column chunk's codec changed from ZSTD to LZ4_RAW, whose
 // decoder doubled its buffer until "fatal error: out of memory") give a
 // result or an error naming the file, never a crash.
-func TestTheIssuesCorruptParquetFiles(t *testing.T) {
+func TestCorruptPageIndexOrCodecNeverCrashes(t *testing.T) {
 	_, data := miniParquet(t)
 	// The binary's file is 51331 bytes; a test binary's is shorter only in
 	// the footer's last field (created_by names no build), after both bytes.
 	if len(data) < 51300 || data[50514] != 12 || data[51192] != 239 {
-		t.Fatalf("the writer's output changed (%d bytes, byte 50514 = %d, byte 51192 = %d): update the issue's offsets", len(data), data[50514], data[51192])
+		t.Fatalf("the writer's output changed (%d bytes, byte 50514 = %d, byte 51192 = %d): update the offsets", len(data), data[50514], data[51192])
 	}
 	p := filepath.Join(t.TempDir(), "flipped.parquet")
 
@@ -74,7 +74,7 @@ func TestTheIssuesCorruptParquetFiles(t *testing.T) {
 }
 
 // TestParquetColumnsAreReadWithTheirOwnTypes: a label column written as
-// INT64 (the issue's 2³² read as label 0), an optional column where the
+// INT64 (2³², which was read as label 0), an optional column where the
 // schema has a required one (nulls would read as ""), and an unknown column
 // are refused, naming the column.
 func TestParquetColumnsAreReadWithTheirOwnTypes(t *testing.T) {

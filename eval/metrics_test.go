@@ -254,7 +254,7 @@ func TestComputeVotes(t *testing.T) {
 }
 
 // TestReportFollowsFromFile: decisions written to decisions.jsonl and read
-// back give the same report, with exactly the top-level keys.
+// back give the same report, with exactly the documented top-level keys.
 func TestReportFollowsFromFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
 	ds := handMade()

@@ -85,9 +85,8 @@ func TestBlockedAttention(t *testing.T) {
 // attention's logits within 1e-5 of their scale; generation from those prompts keeps its
 // log-probs (prefill and decoding) within 1e-5 of the full forward.
 func TestBlockedForward(t *testing.T) {
-	defer func(n int64) { forwardBlockBytes = n }(forwardBlockBytes)
-	forwardBlockBytes = 0 // blocks at every size
 	m := newTestModel(t, testConfig(), 31)
+	m.forwardBlockBytes = 1 // blocks at every size
 	rng := rand.New(rand.NewPCG(9, 9))
 	seqs := randomSeqs(rng, m.cfg.VocabSize, 150, 97)
 	logits := func(block int) []float32 {

@@ -13,9 +13,11 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+
+	"github.com/mageguard/mageguard/internal/heapstat"
 )
 
-// benchConfig is the bench-size model of the issue and of
+// benchConfig is the bench-size model of docs/performance.md and of
 // scripts/bench_torch.py: hidden 256, 4 layers, vocab 8192, 4 query / 2 kv
 // heads of 64, MLP 768, tied embeddings (5.25M parameters).
 func benchConfig() *Config {
@@ -35,14 +37,17 @@ var (
 // newBenchModel is the bench model on the test backend or, with
 // MODEL_BENCH_SIMPLEGO_OPS=1, on a backend that keeps simplego's own matrix
 // product and elementwise ops (BackendConfig.SimpleGoOps): the figures
-// before this package's executors, from the same binary.
+// before this package's executors, from the same binary; with
+// MODEL_BENCH_OPS_SEQUENTIAL=1, on one that runs a graph's ops one at a time
+// in program order (BackendConfig.OpsSequential).
 func newBenchModel(b *testing.B) *Model {
-	if os.Getenv("MODEL_BENCH_SIMPLEGO_OPS") != "1" {
+	simplegoOps, sequential := os.Getenv("MODEL_BENCH_SIMPLEGO_OPS") == "1", os.Getenv("MODEL_BENCH_OPS_SEQUENTIAL") == "1"
+	if !simplegoOps && !sequential {
 		return newTestModel(b, benchConfig(), 1)
 	}
 	plainBenchOnce.Do(func() { // once: simplego's message must not split a benchmark's output line
 		cfg := DefaultBackendConfig()
-		cfg.SimpleGoOps = true
+		cfg.SimpleGoOps, cfg.OpsSequential = simplegoOps, sequential
 		cfg.ProcessSettings().Apply() // as testBackend does
 		plainBenchBackend, plainBenchErr = NewBackend(cfg)
 	})
@@ -100,6 +105,7 @@ func BenchmarkForward(b *testing.B) {
 			b.Fatal(err)
 		}
 		res[0].FinalizeAll()
+		cpu.lap()
 	}
 	cpu.stop()
 	b.ReportMetric(float64(benchBatch*benchSeq*b.N)/b.Elapsed().Seconds(), "tokens/s")
@@ -125,18 +131,29 @@ func benchmarkTrainStep(b *testing.B, block int) {
 		opt.UpdateGraph(ctx, tok.Graph(), loss)
 		return loss
 	})
-	if _, err := e.Exec(tokens, mask, target); err != nil { // compile (and first step) outside the timing
-		b.Fatal(err)
-	}
-	cpu := startCPU(b)
-	for i := 0; i < b.N; i++ {
+	step := func() {
 		if _, err := e.Exec(tokens, mask, target); err != nil {
 			b.Fatal(err)
 		}
 	}
+	step() // compile (and first step) outside the timing
+	cpu := startCPU(b)
+	for i := 0; i < b.N; i++ {
+		step()
+		cpu.lap()
+	}
 	cpu.stop()
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/step")
 	b.ReportMetric(float64(benchBatch*benchSeq*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	reportPeakHeap(b, step)
+}
+
+// reportPeakHeap runs fn once more, untimed, with the garbage collector made eager, and
+// reports the peak of the Go heap meanwhile (metric "peak-heap-MB": the weights, the optimizer
+// state and what one step holds; on the pure-Go backend every tensor is a Go slice).
+func reportPeakHeap(b *testing.B, fn func()) {
+	b.StopTimer()
+	b.ReportMetric(float64(heapstat.Peak(fn))/1e6, "peak-heap-MB")
 }
 
 // benchSharedPrefix is how many of the benchSeq tokens of every row the
@@ -206,17 +223,20 @@ func benchmarkDecode(b *testing.B, batch int) {
 		prompts[i] = randomSeqs(rng, 8192, benchPrompt)[0]
 	}
 	opts := GenerateOptions{MaxNewTokens: benchNewTokens} // greedy, no stop: every row makes benchNewTokens
-	if _, err := m.Generate(prompts, opts); err != nil {  // compile outside the timing
-		b.Fatal(err)
-	}
-	cpu := startCPU(b)
-	for i := 0; i < b.N; i++ {
+	generate := func() {
 		if _, err := m.Generate(prompts, opts); err != nil {
 			b.Fatal(err)
 		}
 	}
+	generate() // compile outside the timing
+	cpu := startCPU(b)
+	for i := 0; i < b.N; i++ {
+		generate()
+		cpu.lap()
+	}
 	cpu.stop()
 	b.ReportMetric(float64(batch*benchNewTokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	reportPeakHeap(b, generate)
 }
 
 // benchmarkGeneratePrefix: 8 prompts of 448 shared + 64 own tokens (a
@@ -264,17 +284,37 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cpuTimer reports CPU seconds per op (metric "cpu-s/op") next to the wall time.
+// cpuTimer reports CPU seconds per op (metric "cpu-s/op") next to the wall
+// time, and the wall time of the fastest op (metric "best-s/op", when the
+// loop calls lap after each op): scripts/bench_torch.py compares it with
+// PyTorch's best of its runs.
 type cpuTimer struct {
 	b     *testing.B
 	start time.Duration
+	last  time.Time
+	best  time.Duration
 }
 
-func startCPU(b *testing.B) *cpuTimer { b.ResetTimer(); return &cpuTimer{b, cpuTime()} }
+func startCPU(b *testing.B) *cpuTimer {
+	b.ResetTimer()
+	return &cpuTimer{b: b, start: cpuTime(), last: time.Now()}
+}
+
+// lap ends one timed op.
+func (c *cpuTimer) lap() {
+	now := time.Now()
+	if d := now.Sub(c.last); c.best == 0 || d < c.best {
+		c.best = d
+	}
+	c.last = now
+}
 
 func (c *cpuTimer) stop() float64 {
 	s := (cpuTime() - c.start).Seconds() / float64(c.b.N)
 	c.b.ReportMetric(s, "cpu-s/op")
+	if c.best > 0 {
+		c.b.ReportMetric(c.best.Seconds(), "best-s/op")
+	}
 	return s
 }
 

@@ -6,7 +6,7 @@ import (
 
 // FuzzParseConfig: any config.json either parses into an architecture
 // within every bound — whose parameter count does not overflow — or is an
-// error. The seeds hold the issue's num_hidden_layers of 10⁹.
+// error. The seeds hold a num_hidden_layers of 10⁹.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"model_type": "qwen3", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "bos_token_id": 1, "eos_token_id": [2]}`))
 	f.Add([]byte(`{"model_type": "qwen3", "num_hidden_layers": 1000000000}`))

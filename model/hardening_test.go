@@ -90,7 +90,7 @@ func TestNonFiniteWeightsAreRefusedAtLoad(t *testing.T) {
 	}
 }
 
-// TestConfigKeysOutOfRangeAreRefused: the issue's config.json with
+// TestConfigKeysOutOfRangeAreRefused: a config.json with
 // num_hidden_layers 1000000000 (which grew `model score` to 12 GB before
 // any check) and every other architecture key beyond its bound are
 // refused by LoadConfig, naming the key, before anything is allocated.

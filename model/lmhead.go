@@ -26,7 +26,6 @@ package model
 import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
 
@@ -138,73 +137,66 @@ func (m *Model) headLogProbs(ctx *context.Context, h, targets *Node, temperature
 	g := h.Graph()
 	w := m.lmWeight(ctx, g) // [V, H]
 	N := h.Shape().Dimensions[0]
-	hs, ws := StopGradient(h), StopGradient(w)
 	invT := inverseTemperature(g, temperature)
 
-	// Forward: the running statistics over the chunks, then log p = z_t − lse.
+	// Forward: the running statistics over the chunks, then log p = z_t − lse. The value is
+	// read through StopGradient (N values; stopping h and W instead would copy the weight).
 	var st headStats
 	for _, c := range m.chunks() {
-		st = st.add(chunkLogits(after(hs, st.max), ws, c[0], c[1], invT), withEntropy)
+		st = st.add(chunkLogits(after(h, st.max), w, c[0], c[1], invT), withEntropy)
 	}
-	lse := st.lse()                                               // [N]
-	value := Sub(targetLogits(hs, ws, targets, temperature), lse) // [N]
+	lse := st.lse()                                             // [N]
+	value := Sub(targetLogits(h, w, targets, temperature), lse) // [N]
 	if withEntropy {
-		entropy = Sub(lse, Div(st.zsum, st.sum))
+		entropy = StopGradient(Sub(lse, Div(st.zsum, st.sum)))
 	}
 
-	// The gradient: x packs h and W; the identity on x hands the upstream
-	// gradient g of log p (which reaches it through probe, as g_n on every
-	// column of row n) to headBackward, whose [dh; dW] flows back to h and W
-	// through Concatenate. probe − StopGradient(probe) adds 0 to the value.
-	// A frozen head weight (a LoRA adapter's base) gets no gradient: x is h.
-	frozen := m.frozenHead(ctx)
-	x := h // [N, H]
-	if !frozen {
-		x = Concatenate([]*Node{h, w}, 0) // [N+V, H]
-	}
-	lseStop := StopGradient(lse)
-	xi := IdentityWithCustomGradient(x, func(_, v *Node) *Node {
-		up := toF32(Slice(v, AxisRange(0, N), AxisRange(0, 1))) // [N, 1]: g_n (sliced first: v is [N+V, H])
-		dh, dw := m.headBackward(hs, ws, targets, lseStop, Reshape(up, N), temperature, !frozen)
-		if frozen {
-			return dh
+	// The gradient: h and W reach the value through identities with custom gradients. h's
+	// enters as probe − StopGradient(probe), which adds 0 and hands h's identity the upstream
+	// gradient g_n on every column of row n (probe sums each row); its gradient function
+	// computes dh and dW at once (headBackward). W's enters as a scalar 0 (zeroOf) and its
+	// gradient function returns the dW that h's computed: GoMLX's Gradient visits nodes from
+	// the last built to the first, and h's identity is built after W's.
+	var dw *Node
+	wi := IdentityWithCustomGradient(w, func(_, _ *Node) *Node {
+		if dw == nil {
+			panic("model: LM head: the gradient of the head weight was asked before the hidden states' (GoMLX's Gradient visits nodes from the last to the first)")
 		}
-		return Concatenate([]*Node{dh, dw}, 0)
+		return dw
 	})
-	rows := Iota(g, shapes.Make(dtypes.Int32, N, 1), 0)
-	probe := toF32(Gather(ReduceSum(xi, -1), rows)) // [N]
-	logp = Add(StopGradient(value), Sub(probe, StopGradient(probe)))
+	hi := IdentityWithCustomGradient(h, func(_, v *Node) *Node {
+		up := toF32(Reshape(Slice(v, AxisRange(), AxisRange(0, 1)), N)) // [N]: g_n, on every column of v
+		var dh *Node
+		dh, dw = m.headBackward(h, w, targets, lse, up, temperature)
+		return dh
+	})
+	probe := ReduceSum(toF32(hi), -1) // [N]
+	logp = Add(StopGradient(value), Sub(probe, Sub(StopGradient(probe), zeroOf(wi))))
 	return logp, entropy
 }
 
 // headBackward returns the gradients of Σ_n up_n · log p_n with respect to
-// h [N, H] and W [V, H] (DESIGN of this file), in their dtypes, recomputing
+// h [N, H] and W [V, H] (this file's equations), in their dtypes, recomputing
 // each chunk's probabilities exp(z − lse) from h and W:
 //
 //	dz_c = −up ⊙ p_c / T,  dh = Σ_c dz_c · W_c + up ⊙ W[t] / T,  dW_c = dz_cᵀ · h,  dW[t_n] += up_n h_n / T
-func (m *Model) headBackward(h, w, targets, lse, up *Node, temperature float64, withW bool) (dh, dw *Node) {
+func (m *Model) headBackward(h, w, targets, lse, up *Node, temperature float64) (dh, dw *Node) {
 	N := h.Shape().Dimensions[0]
 	dt := h.DType()
-	scale := -1 / temperature
 	upT := Reshape(MulScalar(up, 1/temperature), N, 1) // [N, 1]: up / T
 	// The target term: +up_n/T at (n, t_n).
 	wt := Gather(w, ExpandDims(targets, -1))   // [N, H]
 	dh = toF32(Mul(wt, ConvertDType(upT, dt))) // [N, H]
 	var dws []*Node
-	var dep *Node
+	dep := up // nothing of the backward starts before the gradient arrives
 	for _, c := range m.chunks() {
 		z := chunkLogits(after(h, dep), w, c[0], c[1], inverseTemperature(h.Graph(), temperature)) // [N, C]
 		p := Exp(Sub(z, ExpandDims(lse, -1)))                                                      // [N, C]
-		dz := ConvertDType(MulScalar(Mul(p, ExpandDims(up, -1)), scale), dt)                       // [N, C]
+		dz := ConvertDType(Mul(p, Neg(upT)), dt)                                                   // [N, C]: −up ⊙ p / T
 		wc := Slice(w, AxisRange(c[0], c[1]))                                                      // [C, H]
 		dh = Add(dh, toF32(DotGeneral(dz, []int{1}, nil, wc, []int{0}, nil)))                      // [N, H]
-		if withW {
-			dws = append(dws, DotGeneral(dz, []int{0}, nil, h, []int{0}, nil)) // [C, H]
-		}
+		dws = append(dws, DotGeneral(dz, []int{0}, nil, h, []int{0}, nil))                         // [C, H]
 		dep = dh
-	}
-	if !withW { // the head weight is frozen: only dh
-		return ConvertDType(dh, dt), nil
 	}
 	dw = dws[0]
 	if len(dws) > 1 {
@@ -214,17 +206,6 @@ func (m *Model) headBackward(h, w, targets, lse, up *Node, temperature float64, 
 	hu := Mul(h, ConvertDType(upT, dt)) // [N, H]
 	dw = ScatterSum(dw, ExpandDims(targets, -1), hu, false, false)
 	return ConvertDType(dh, dt), dw
-}
-
-// frozenHead reports whether the head weight is a variable of ctx that is not trainable (the
-// frozen base of a LoRA adapter): its gradient is then not computed.
-func (m *Model) frozenHead(ctx *context.Context) bool {
-	name := "lm_head.weight"
-	if m.cfg.TieWordEmbeddings {
-		name = "model.embed_tokens.weight"
-	}
-	v := ctx.GetVariableByScopeAndName(varPath(name))
-	return v != nil && !v.Trainable
 }
 
 // headLogits returns the float32 logits · invT [N, V] of h [N, H] and their

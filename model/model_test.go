@@ -86,11 +86,10 @@ func fullLogProbs(t *testing.T, m *Model, seq []int, temperature float64) [][]fl
 func TestKVCacheMatchesFullForward(t *testing.T) {
 	cfg := testConfig()
 	cfg.VocabSize = 6000 // batch 4 × 6000 logits: more than one block of the vocabulary
-	defer func(n int64) { generationChunkBytes = n }(generationChunkBytes)
-	generationChunkBytes = 0 // chunks at every batch size
 	for _, chunk := range []int{0, 1000} {
 		m := newTestModel(t, cfg, 1)
 		m.SetLMHeadChunk(chunk)
+		m.generationChunkBytes = 1 // chunks at every batch size
 		testKVCache(t, m, chunk)
 	}
 }

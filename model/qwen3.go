@@ -22,7 +22,7 @@
 // partial rotary embeddings, sliding-window attention, activations other than
 // SiLU and attention dropout.
 //
-// Choices forced by GoMLX's pure-Go backend (see GOMLX-NOTES.md), all exact:
+// Choices forced by GoMLX's pure-Go backend (docs/design.md#backends), all exact:
 // RMSNorm is x / Sqrt(mean(x²) + eps) (Rsqrt has no gradient there); RoPE's
 // rotate-half is a product with a fixed ±1 permutation matrix (the gradient of
 // Slice needs Pad, which is missing); the KV cache is written with
@@ -70,6 +70,10 @@ type Model struct {
 
 	lmHeadChunk    int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
 	attentionBlock int // query rows per block of training graphs' attention (attention.go); 0 = plain
+	// Size limits (bytes; 0 = the default) above which forward-only graphs run the attention in
+	// blocks (attention.go) and generation computes its logits over the LM head's chunks
+	// (kvcache.go). Tests lower them to run those paths on small inputs.
+	forwardBlockBytes, generationChunkBytes int64
 
 	lora *adapter // the LoRA adapter on the linear projections (lora.go); nil = none
 
@@ -179,8 +183,8 @@ func (m *Model) applyRope(x, cos, sin *Node) *Node {
 type kvHook func(layer int, k, v *Node) (*Node, *Node)
 
 // decoderLayer runs layer li on x [B, T, H] with RoPE tables cos, sin
-// [B, T, 1, D] and additive attention bias [B, T, S] (0 = may attend).
-func (m *Model) decoderLayer(ctx *context.Context, li int, x, cos, sin, bias *Node, kv kvHook) *Node {
+// [B, T, 1, D] and the attention bias [B, T, S] (attention.go).
+func (m *Model) decoderLayer(ctx *context.Context, li int, x, cos, sin *Node, bias attnBias, kv kvHook) *Node {
 	c := &m.cfg
 	B, T := x.Shape().Dimensions[0], x.Shape().Dimensions[1]
 	nq, nkv, D := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
@@ -198,10 +202,10 @@ func (m *Model) decoderLayer(ctx *context.Context, li int, x, cos, sin, bias *No
 	k, v = kv(li, k, v)                                                                                // [B, S, nkv, D]
 
 	// GQA: query head j = g·rep + r reads kv head g; softmax(q·kᵀ/√D + bias)·v (attention.go).
-	q5 := Reshape(q, B, T, nkv, rep, D)                             // [B, T, nkv, rep, D]
-	att := m.attention(ctx.IsTraining(g), q5, k, v, bias)           // [B, nkv, T, rep, D]
-	att = Reshape(TransposeAllAxes(att, 0, 2, 1, 3, 4), B, T, nq*D) // [B, T, nq·D]
-	x = Add(x, m.linear(ctx, att, p+"self_attn.o_proj"))            // [B, T, H]
+	q5 := Reshape(q, B, T, nkv, rep, D)                   // [B, T, nkv, rep, D]
+	att := m.attention(ctx.IsTraining(g), q5, k, v, bias) // [B, T, nkv, rep, D]
+	att = Reshape(att, B, T, nq*D)                        // [B, T, nq·D]
+	x = Add(x, m.linear(ctx, att, p+"self_attn.o_proj"))  // [B, T, H]
 
 	// MLP block: x = x + down(silu(gate(h)) ⊙ up(h)), h = RMSNorm(x).
 	h = rmsNorm(x, m.weight(ctx, g, p+"post_attention_layernorm.weight"), c.RMSNormEps) // [B, T, H]
@@ -213,7 +217,7 @@ func (m *Model) decoderLayer(ctx *context.Context, li int, x, cos, sin, bias *No
 
 // forward runs the decoder on tokens [B, T] at positions [B, T] with
 // attention bias [B, T, S] and returns the final-normed hidden states [B, T, H].
-func (m *Model) forward(ctx *context.Context, tokens, positions, bias *Node, kv kvHook) *Node {
+func (m *Model) forward(ctx *context.Context, tokens, positions *Node, bias attnBias, kv kvHook) *Node {
 	g := tokens.Graph()
 	B, T := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
 	ids := Reshape(ConvertDType(tokens, dtypes.Int32), B, T, 1)
@@ -238,14 +242,14 @@ func (m *Model) lmWeight(ctx *context.Context, g *Graph) *Node {
 	return m.weight(ctx, g, "lm_head.weight")
 }
 
-// causalBias is the additive attention bias [B, L, L] of a right-padded
-// batch: position t may attend to positions s ≤ t that are tokens (mask [B, L]).
-func causalBias(mask *Node) *Node {
+// causalBias is the attention bias [B, L, L] of a right-padded batch:
+// position t may attend to positions s ≤ t that are tokens (mask [B, L]).
+func causalBias(mask *Node) attnBias {
 	g := mask.Graph()
 	B, L := mask.Shape().Dimensions[0], mask.Shape().Dimensions[1]
 	causal := Reshape(LowerTriangular(g, L), 1, L, L)     // [1, L, L]: s ≤ t
 	allowed := LogicalAnd(causal, Reshape(mask, B, 1, L)) // [B, L, L]
-	return Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue))
+	return attnBias{bias: Where(allowed, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue)), causal: true}
 }
 
 // asBoolMask turns a 0/1 (any integer or float) or bool mask into bool.
@@ -397,7 +401,7 @@ func (m *Model) TokenLogProbsShared(ctx *context.Context, prefix, prefixMask, to
 // afterPrefix returns, for rows [B, L] (mask [B, L] bool) that follow a shared prefix of n
 // tokens (pmask [1, P] bool, its first n true), the rows' positions n, n+1, … [B, L] and their
 // attention bias [B, L, P+L]: the prefix's n tokens, then causally their own.
-func afterPrefix(pmask, mask *Node) (positions, bias *Node) {
+func afterPrefix(pmask, mask *Node) (positions *Node, bias attnBias) {
 	g := mask.Graph()
 	P := pmask.Shape().Dimensions[1]
 	B, L := mask.Shape().Dimensions[0], mask.Shape().Dimensions[1]
@@ -405,7 +409,8 @@ func afterPrefix(pmask, mask *Node) (positions, bias *Node) {
 	positions = Add(positionsOf(g, B, L), Reshape(n, 1, 1))                                         // [B, L]
 	prefixBias := Where(pmask, ScalarZero(g, dtypes.Float32), Scalar(g, dtypes.Float32, maskValue)) // [1, P]
 	prefixBias = BroadcastToDims(Reshape(prefixBias, 1, 1, P), B, L, P)                             // [B, L, P]
-	return positions, Concatenate([]*Node{prefixBias, causalBias(mask)}, -1)                        // [B, L, P+L]
+	own := causalBias(mask).bias                                                                    // [B, L, L]
+	return positions, attnBias{bias: Concatenate([]*Node{prefixBias, own}, -1), causal: true}       // [B, L, P+L]
 }
 
 // withPrefixKV puts the prefix's keys or values [1, P, nkv, D], broadcast to the rows, before

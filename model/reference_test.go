@@ -131,8 +131,6 @@ func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob 
 // with the LM head over the whole vocabulary (512) and over chunks of 100
 // (the last one 12 rows): scores and greedy generation.
 func TestReferenceCases(t *testing.T) {
-	defer func(n int64) { generationChunkBytes = n }(generationChunkBytes)
-	generationChunkBytes = 0 // generation's head over the chunks too
 	for _, name := range referenceCases {
 		for _, chunk := range []int{0, 100} {
 			t.Run(fmt.Sprintf("%s/lm_head_chunk=%d", name, chunk), func(t *testing.T) {
@@ -142,6 +140,7 @@ func TestReferenceCases(t *testing.T) {
 					t.Fatal(err)
 				}
 				m.SetLMHeadChunk(chunk)
+				m.generationChunkBytes = 1 // generation's head over the chunks too
 				in, err := ReadScoreInput(filepath.Join(dir, "inputs.json"))
 				if err != nil {
 					t.Fatal(err)

@@ -117,10 +117,18 @@ func (s *Settings) TokenizerDir() string {
 }
 
 // LoadTokenizer loads the tokenizer of these settings (TokenizerDir) and
-// returns it with the directory it was read from.
+// returns it with the directory it was read from. With a checkpoint
+// (model.path with a config.json), every id of the tokenizer must be
+// within its vocab_size, checked before the tokenizer is built.
 func (s *Settings) LoadTokenizer() (*tokenizer.Tokenizer, string, error) {
 	dir := s.TokenizerDir()
-	tok, err := tokenizer.Load(dir)
+	var bound tokenizer.IDBound
+	if s.Path != "" {
+		if c, err := LoadConfig(s.Path); err == nil { // a bad config.json is LoadModel's to report
+			bound = tokenizer.IDBound{VocabSize: c.VocabSize, DeclaredBy: "vocab_size of " + filepath.Join(s.Path, "config.json")}
+		}
+	}
+	tok, err := tokenizer.LoadWithin(dir, bound)
 	if err != nil {
 		return nil, "", fmt.Errorf("model.tokenizer: %w", err)
 	}

@@ -94,8 +94,8 @@ func layerBackward(in Inputs, sh Shapes) int64 {
 }
 
 // lmHead is the LM head's working set at its peak, in the backward. Over
-// vocabulary chunks of C rows (lmhead.go): the head weight's stop-gradient
-// copy and the chunks' weight gradients ([V, H] each, model.dtype, until
+// vocabulary chunks of C rows (lmhead.go): the copy of the head weight that its
+// custom-gradient identity makes and the chunks' weight gradients ([V, H] each, model.dtype, until
 // they are concatenated), with one chunk's [targets × C] float32 logits.
 // Without chunks: the [targets × V] logits' exponentials, the gradient
 // scattered at the targets and the log-sum-exp's broadcast gradient, in

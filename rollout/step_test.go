@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"encoding/json"
+	"errors"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -188,5 +190,118 @@ func TestStepRefusesBadInput(t *testing.T) {
 	}
 	if _, _, err := jo.Step([]StepInput{{First: true, Action: a}}, generate.Sampling{Greedy: true}); err == nil || !strings.Contains(err.Error(), "mage variant") {
 		t.Errorf("judge-only Step: error %v", err)
+	}
+}
+
+// TestStepElidesAsRun: a session whose user request, user message, action
+// arguments (a long string, and an array of 30,000 numbers) and
+// observation are all long gets from Step exactly the prompts Run builds
+// for the same trajectory (one elision for both), each bounded, with the
+// same elisions counted; before, Step elided only the observation.
+func TestStepElidesAsRun(t *testing.T) {
+	tok := guardtest.Tokenizer(t)
+	numbers := make([]int, 30_000)
+	for i := range numbers {
+		numbers[i] = i * 7
+	}
+	many, _ := json.Marshal(map[string]any{"ids": numbers})
+	long, _ := json.Marshal(map[string]string{"to": "mallory@evil.com", "body": guardtest.Words(60_000, 2)})
+	tr := guardtest.BankTrajectory()
+	tr.UserPrompt = guardtest.Words(60_000, 3)
+	tr.Turns[0].Observation = guardtest.Words(60_000, 5)
+	tr.Turns[1].Action = dataset.Action{Name: "send_email", Arguments: long}
+	tr.Turns[1].User = str(guardtest.Words(60_000, 4))
+	tr.Turns[2].Action = dataset.Action{Name: "delete", Arguments: many}
+
+	gen := hashed(tok)
+	g, err := NewGuard(DefaultConfig(), tok, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains, runStats, err := g.Run([]*Episode{{Traj: tr, Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepped := stepThrough(t, g, []*dataset.Trajectory{tr})[0]
+	for k, want := range chains[0].Turns {
+		got := stepped[k]
+		if !slices.Equal(got.Memory.Prompt, want.Memory.Prompt) || !slices.Equal(got.Judge.Prompt, want.Judge.Prompt) {
+			t.Errorf("turn %d: the prompts of Step and Run differ", k)
+		}
+		if n := max(len(got.Memory.Prompt), len(got.Judge.Prompt)); n > 5000 {
+			t.Errorf("turn %d: a prompt of %d tokens", k, n)
+		}
+	}
+	// Run elides each text once per trajectory; Step elides a previous
+	// action again with its observation, at the next step. Counted apart
+	// from that, the same texts were elided.
+	var stepStats Stats
+	for k := range stepped {
+		in := StepInput{UserPrompt: tr.UserPrompt, First: k == 0, Action: tr.Turns[k].Action}
+		if k > 0 {
+			in.Previous, in.Observation = &tr.Turns[k-1].Action, tr.Turns[k-1].Observation
+		}
+		if u := tr.Turns[k].User; u != nil {
+			in.UserMessages = []string{*u}
+		}
+		p, err := g.PrepareStep(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stepStats.Add(p.prepared.stats)
+	}
+	if runStats.ElidedUsers != 2 || stepStats.ElidedUsers != 2 || runStats.ElidedObs != 1 || stepStats.ElidedObs != 1 ||
+		runStats.ElidedArguments != 1 || runStats.ElidedActions != 1 || stepStats.ElidedArguments != 2 || stepStats.ElidedActions != 1 {
+		t.Errorf("elisions: run %+v, step %+v", runStats, stepStats)
+	}
+}
+
+// TestAStepTooLongFailsAlone: with MaxPromptTokens, a step whose memory
+// prompt is too long (many user messages) is refused by PrepareStep and,
+// given to Step unprepared beside a normal step, fails alone: the normal
+// step's turn is the one it gets alone.
+func TestAStepTooLongFailsAlone(t *testing.T) {
+	tok := guardtest.Tokenizer(t)
+	gen := hashed(tok)
+	g, err := NewGuard(DefaultConfig(), tok, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	normal := StepInput{UserPrompt: "Pay the bill", First: true, Action: guardtest.Action("read_file", `{"file_path":"bill.txt"}`), MaxPromptTokens: 4000}
+	long := normal
+	for i := 0; i < 8; i++ {
+		long.UserMessages = append(long.UserMessages, guardtest.Words(4000, uint64(i)))
+	}
+	_, err = g.PrepareStep(long)
+	var tooLong *PromptTooLongError
+	if !errors.As(err, &tooLong) || tooLong.Role != MemoryRole || tooLong.Max != 4000 || tooLong.Tokens <= 4000 {
+		t.Fatalf("PrepareStep: %v", err)
+	}
+	if !strings.Contains(err.Error(), "the memory prompt has ") || !strings.Contains(err.Error(), "more than the 4000 allowed") {
+		t.Errorf("error %q", err)
+	}
+	alone, _, err := g.Step([]StepInput{normal}, generate.Sampling{Greedy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns, _, err := g.Step([]StepInput{long, normal}, generate.Sampling{Greedy: true})
+	var rows *StepErrors
+	if !errors.As(err, &rows) || !errors.As(rows.Errs[0], &tooLong) || rows.Errs[1] != nil {
+		t.Fatalf("Step: %v", err)
+	}
+	if turns[1].Decision != alone[0].Decision || turns[1].MemoryOut != alone[0].MemoryOut || !slices.Equal(turns[1].Judge.Prompt, alone[0].Judge.Prompt) {
+		t.Errorf("the normal step beside the long one: %+v, alone %+v", turns[1], alone[0])
+	}
+	// A prepared step runs as the unprepared one, and may run again.
+	p, err := g.PrepareStep(normal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		again, _, err := g.Step([]StepInput{p}, generate.Sampling{Greedy: true})
+		if err != nil || again[0].MemoryOut != alone[0].MemoryOut || !slices.Equal(again[0].Memory.Prompt, alone[0].Memory.Prompt) ||
+			again[0].Score != alone[0].Score {
+			t.Fatalf("prepared: %+v %v", again, err)
+		}
 	}
 }

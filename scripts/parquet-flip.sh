@@ -11,7 +11,7 @@
 #   JOBS=2 VALUES="ff 00" scripts/parquet-flip.sh 4
 #   FOOTER_STRIDE=100 scripts/parquet-flip.sh 5000   # a quick smoke run
 #
-# The file is the issue's: `mageguard data subset
+# The file is `mageguard data subset
 # data/agentdojo-mini/train.jsonl`. Each position is set to each value of
 # VALUES (hex; default "ff"), and to its own value XOR 0x01 when VALUES is
 # "xor" (a single bit flipped). Results: bin/parquet-flip/results.txt (one

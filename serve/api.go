@@ -78,12 +78,13 @@ func badField(field, code, format string, args ...any) *APIError {
 	return &APIError{Status: 400, Code: code, Field: field, Message: fmt.Sprintf("%s: ", field) + fmt.Sprintf(format, args...)}
 }
 
-// strictObject reads one JSON object from data (strictjson.Object: no key
-// twice at any depth, only the allowed keys, nothing after it) and returns
-// its members' raw values; a refusal is a 400 naming the field by its path
-// ("body" for the body as a whole).
+// strictObject reads one JSON object from data (strictjson.ObjectText: no
+// key twice at any depth, only the allowed keys, nothing after it, no
+// invalid UTF-8 or escaped lone surrogate in any key or string) and
+// returns its members' raw values; a refusal is a 400 naming the field by
+// its path ("body" for the body as a whole).
 func strictObject(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
-	m, err := strictjson.Object(data, path, allowed...)
+	m, err := strictjson.ObjectText(data, path, allowed...)
 	var e *strictjson.ObjectError
 	if errors.As(err, &e) {
 		field := e.Path
@@ -103,6 +104,7 @@ var objectErrorCodes = map[strictjson.Kind]string{
 	strictjson.Duplicate: "duplicate_key",
 	strictjson.Unknown:   "unknown_field",
 	strictjson.TooDeep:   "invalid_value",
+	strictjson.BadText:   "invalid_value",
 }
 
 // jsonString decodes a JSON string value.
@@ -156,7 +158,7 @@ func ParseCreate(data []byte) (*CreateRequest, error) {
 				return nil, err
 			}
 			if seen[tool.Name] {
-				return nil, badField("tools["+strconv.Itoa(i)+"].name", "duplicate_tool", "tool %q declared twice", tool.Name)
+				return nil, badField("tools["+strconv.Itoa(i)+"].name", "duplicate_tool", "tool %q declared twice", ShortText(tool.Name))
 			}
 			seen[tool.Name] = true
 			req.Tools = append(req.Tools, tool)

@@ -2,8 +2,12 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,9 +18,19 @@ import (
 )
 
 // Stepper runs one step of the guard loop for many sessions at once
-// (*rollout.Guard).
+// (*rollout.Guard). An error that is a *rollout.StepErrors fails only the
+// steps it names.
 type Stepper interface {
 	Step(inputs []rollout.StepInput, s generate.Sampling) ([]rollout.Turn, rollout.Stats, error)
+}
+
+// Preparer is a Stepper that can do a step's text work as it arrives
+// (*rollout.Guard: PrepareStep elides its texts, renders its memory prompt
+// and checks its prompts against StepInput.MaxPromptTokens), so that a
+// step too long is refused alone before it reaches a batch, and the batch
+// does none of that work.
+type Preparer interface {
+	PrepareStep(in rollout.StepInput) (rollout.StepInput, error)
 }
 
 // batcher decides the steps of many sessions in shared generation batches.
@@ -35,9 +49,13 @@ type batcher struct {
 	log     *slog.Logger
 	now     func() time.Time
 
-	guard   atomic.Pointer[stepperBox] // nil until setGuard
-	queue   chan *job
-	batchNo uint64 // batches run; seeds sampled decoding
+	shares *shares // the sessions' recent use of the guard (fairshare.go)
+	// shareKey is what a session's use is counted under: its id, or its
+	// tenant's for an agent's (Server.shareKey); nil: its id.
+	shareKey func(*Session) string
+	guard    atomic.Pointer[stepperBox] // nil until setGuard
+	queue    chan *job
+	batchNo  uint64 // batches run; seeds sampled decoding
 
 	stop, done chan struct{}
 	once       sync.Once
@@ -56,6 +74,7 @@ const (
 // job is one step waiting for, or in, a generation batch.
 type job struct {
 	id       string
+	share    string // what its use of the guard is counted under (batcher.shareKey)
 	in       rollout.StepInput
 	req      *AssessRequest
 	step     int // the step's index in the session
@@ -72,7 +91,7 @@ type outcome struct {
 
 func newBatcher(cfg Config, rc rollout.Config, store *Store, m *metrics, log *slog.Logger, now func() time.Time) *batcher {
 	return &batcher{
-		cfg: cfg, rollout: rc, store: store, metrics: m, log: log, now: now,
+		cfg: cfg, rollout: rc, store: store, metrics: m, log: log, now: now, shares: newShares(cfg.MaxSessionShare),
 		queue: make(chan *job, cfg.QueueSize),
 		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
@@ -122,12 +141,25 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 		return nil, &APIError{Status: 503, Code: "loading", Message: "the model is loading"}
 	}
 	in := rollout.StepInput{UserPrompt: sess.UserPrompt, First: sess.StepCount == 0, Memory: sess.Memory,
-		Previous: sess.LastAction, UserMessages: req.UserMessages, Action: req.Action}
+		Previous: sess.LastAction, UserMessages: req.UserMessages, Action: req.Action, MaxPromptTokens: b.cfg.MaxPromptTokens}
 	if req.Observation != nil {
 		in.Observation = *req.Observation
 	}
-	j := &job{id: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
+	if p, ok := b.guard.Load().Stepper.(Preparer); ok {
+		var err error
+		if in, err = p.PrepareStep(in); err != nil {
+			b.metrics.notApplied("too_long")
+			return nil, stepError(err)
+		}
+	}
+	j := &job{id: id, share: id, in: in, req: req, step: sess.StepCount, arrived: arrived,
 		deadline: arrived.Add(b.cfg.deadline()), done: make(chan outcome, 1)}
+	if b.shareKey != nil {
+		j.share = b.shareKey(sess)
+	}
+	if err := b.pace(ctx, j); err != nil {
+		return nil, err
+	}
 	select {
 	case b.queue <- j:
 	default:
@@ -151,6 +183,52 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 	return o.resp, nil
 }
 
+// pace holds a job of a session above its share of the guard
+// (serve.max_session_share) until it is within it: a 429 with Retry-After
+// when that would pass the job's deadline, a 503 when the client goes
+// away or the server stops meanwhile.
+func (b *batcher) pace(ctx context.Context, j *job) error {
+	now := b.now()
+	w := b.shares.wait(now, j.share)
+	if w <= 0 {
+		return nil
+	}
+	if now.Add(w).After(j.deadline) {
+		b.metrics.notApplied("over_share")
+		who := "this session"
+		if j.share != j.id {
+			who = "this tenant's sessions"
+		}
+		return &APIError{Status: 429, Code: "over_share", retryAfter: strconv.Itoa(int(math.Ceil(w.Seconds()))),
+			Message: fmt.Sprintf("%s used more than serve.max_session_share (%g) of the guard lately; retry in %.0f s", who, b.cfg.MaxSessionShare, math.Ceil(w.Seconds()))}
+	}
+	b.metrics.paced()
+	timer := time.NewTimer(w)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		b.metrics.notApplied("deadline")
+		return deadlineError("client_gone")
+	case <-b.stop:
+		return &APIError{Status: 503, Code: "shutting_down", Message: "the server is shutting down; the step was not applied"}
+	}
+}
+
+// charge counts a batch's seconds to its jobs' sessions, split by their
+// prompts' lengths.
+func (b *batcher) charge(jobs []*job, seconds float64) {
+	total := 0
+	for _, j := range jobs {
+		total += max(j.in.PromptTokens(), 1)
+	}
+	now := b.now()
+	for _, j := range jobs {
+		b.shares.charge(now, j.share, seconds*float64(max(j.in.PromptTokens(), 1))/float64(total))
+	}
+}
+
 // abandon gives up a job whose submitter can wait no longer. A job still
 // queued is dropped (never applied); one the worker has taken is waited
 // for: the worker either applies it and answers, or, past its deadline,
@@ -161,6 +239,17 @@ func (b *batcher) abandon(j *job, why string) outcome {
 		return outcome{err: deadlineError(why)}
 	}
 	return <-j.done
+}
+
+// stepError is the answer to a step that failed alone: 413 for a prompt
+// too long, else 500.
+func stepError(err error) *APIError {
+	var tooLong *rollout.PromptTooLongError
+	if errors.As(err, &tooLong) {
+		return &APIError{Status: 413, Code: "prompt_too_long",
+			Message: fmt.Sprintf("the step's %s prompt has %d tokens after elision, more than serve.max_prompt_tokens (%d); the step was not applied (send fewer or shorter user messages)", tooLong.Role, tooLong.Tokens, tooLong.Max)}
+	}
+	return &APIError{Status: 500, Code: "generation_failed", Message: "the guard's generation failed; the step was not applied"}
 }
 
 func deadlineError(why string) *APIError {
@@ -246,34 +335,78 @@ func (b *batcher) run(batch []*job) {
 	if len(jobs) == 0 {
 		return
 	}
-	inputs := make([]rollout.StepInput, len(jobs))
-	for i, j := range jobs {
-		inputs[i] = j.in
-	}
 	b.batchNo++
 	sampling := generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}
 	if !b.cfg.Greedy {
 		sampling = generate.Sampling{Temperature: b.rollout.Temperature, TopK: b.rollout.TopK, TopP: b.rollout.TopP, Seed: b.cfg.Seed + b.batchNo*0x9e3779b97f4a7c15}
 	}
 	start := time.Now()
-	turns, stats, err := b.guard.Load().Step(inputs, sampling)
+	turns, errs, stats := b.step(jobs, sampling)
 	elapsed := time.Since(start)
-	if err == nil && len(turns) != len(jobs) {
-		err = fmt.Errorf("the guard returned %d steps for %d", len(turns), len(jobs))
-	}
-	if err != nil {
-		b.log.Error("generation failed", "steps", len(jobs), "error", err.Error())
-		for _, j := range jobs {
+	b.charge(jobs, elapsed.Seconds())
+	var ok []*job
+	var okTurns []rollout.Turn
+	for i, j := range jobs {
+		if errs[i] != nil {
+			b.log.Error("step failed", "session", j.id, "error", errs[i].Error())
 			b.metrics.notApplied("error")
-			b.answer(j, outcome{err: &APIError{Status: 500, Code: "generation_failed", Message: "the guard's generation failed; the step was not applied"}})
+			b.answer(j, outcome{err: stepError(errs[i])})
+			continue
 		}
-		return
+		ok = append(ok, j)
+		okTurns = append(okTurns, turns[i])
 	}
 	b.metrics.batch(len(jobs), elapsed.Seconds(), stats.PromptTokens, stats.NewTokens, stats.MemoryFailures, stats.JudgeFailures)
-	if stored := b.commit(jobs, turns); stored > 0 {
+	if len(ok) == 0 {
+		return
+	}
+	if stored := b.commit(ok, okTurns); stored > 0 {
 		b.log.Info("batch", "steps", len(jobs), "stored", stored, "ms", elapsed.Milliseconds(),
 			"prompt_tokens", stats.PromptTokens, "generated_tokens", stats.NewTokens)
 	}
+}
+
+// step runs the jobs' inputs through the guard and returns each one's
+// turn or error. A step that fails alone (*rollout.StepErrors) fails
+// without the others; when the whole call fails, each half runs again on
+// its own, down to the steps that still fail, so that one bad step never
+// fails the steps beside it. A part whose steps are all past their
+// deadline is not run again (their answers would be 503 anyway), which
+// bounds the retries when every call fails (a generator down). The Stats
+// count each step once, from the call that decided its outcome: a call
+// that failed as a whole and runs again half by half counts nothing
+// itself (its elisions and tokens would otherwise be counted again by
+// each half).
+func (b *batcher) step(jobs []*job, s generate.Sampling) ([]rollout.Turn, []error, rollout.Stats) {
+	inputs := make([]rollout.StepInput, len(jobs))
+	for i, j := range jobs {
+		inputs[i] = j.in
+	}
+	turns, stats, err := b.guard.Load().Step(inputs, s)
+	errs := make([]error, len(jobs))
+	var rows *rollout.StepErrors
+	switch {
+	case err == nil && len(turns) != len(jobs):
+		err = fmt.Errorf("the guard returned %d steps for %d", len(turns), len(jobs))
+	case errors.As(err, &rows) && len(rows.Errs) == len(jobs) && len(turns) == len(jobs):
+		return turns, rows.Errs, stats
+	}
+	if err == nil {
+		return turns, errs, stats
+	}
+	b.log.Error("generation failed", "steps", len(jobs), "error", err.Error())
+	now := b.now()
+	if len(jobs) == 1 || !slices.ContainsFunc(jobs, func(j *job) bool { return now.Before(j.deadline) }) {
+		for i := range errs {
+			errs[i] = err
+		}
+		return make([]rollout.Turn, len(jobs)), errs, stats
+	}
+	half := len(jobs) / 2
+	lt, le, ls := b.step(jobs[:half], s)
+	rt, re, rs := b.step(jobs[half:], s)
+	ls.Add(rs)
+	return append(lt, rt...), append(le, re...), ls
 }
 
 // commit stores the decided steps of jobs (turns[i] is jobs[i]'s) that are
@@ -304,6 +437,10 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 		case err != nil:
 			b.metrics.notApplied("error")
 			b.answer(j, outcome{err: &APIError{Status: 500, Code: "store_failed", Message: "the step could not be stored; it was not applied"}})
+		case errors.As(errs[i], new(*LimitError)):
+			b.metrics.notApplied("state_full")
+			ae, _ := isAPIError(storeError(errs[i])) // 507 state_full
+			b.answer(j, outcome{err: ae})
 		case errs[i] != nil:
 			b.metrics.notApplied("error")
 			b.answer(j, outcome{err: &APIError{Status: 409, Code: "session_changed", Message: "the session changed or was deleted meanwhile; the step was not applied"}})

@@ -1,12 +1,17 @@
 package serve
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 )
 
 // TestBatchesAcrossSessions: steps of sessions that arrive while a batch
@@ -150,5 +155,42 @@ func TestFormatViolationFallsBackToBlock(t *testing.T) {
 	a := decode[AssessResponse](t, body)
 	if a.Decision != DecisionBlock || a.Score != 1 || a.Rationale != "format violation: rejected by default" {
 		t.Errorf("%+v", a)
+	}
+}
+
+// failsTogether is a Stepper whose call fails when it holds more than one
+// step, after counting what it did (as rollout.Guard.Step returns the
+// stats of a call that failed): each step counts one call, 10 prompt
+// tokens, one elided observation.
+type failsTogether struct{}
+
+func (failsTogether) Step(inputs []rollout.StepInput, _ generate.Sampling) ([]rollout.Turn, rollout.Stats, error) {
+	n := len(inputs)
+	stats := rollout.Stats{Calls: n, PromptTokens: 10 * n, ElidedObs: n}
+	if n > 1 {
+		return nil, stats, errors.New("the batch failed")
+	}
+	return make([]rollout.Turn, n), stats, nil
+}
+
+// TestRetriedHalvesCountEachStepOnce: when a batch's call fails as a whole
+// and its halves run again, down to single steps, the batch's Stats count
+// each step once, from the call that decided it (before, the failed
+// calls' counts were added to their halves': 8 steps counted 4 times).
+func TestRetriedHalvesCountEachStepOnce(t *testing.T) {
+	ts := newTestServer(t, DefaultConfig(), false)
+	ts.srv.SetGuard(failsTogether{})
+	var jobs []*job
+	for range 8 {
+		jobs = append(jobs, &job{deadline: time.Now().Add(time.Minute)})
+	}
+	_, errs, stats := ts.srv.batcher.step(jobs, generate.Sampling{Greedy: true})
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("step %d: %v", i, err)
+		}
+	}
+	if want := (rollout.Stats{Calls: 8, PromptTokens: 80, ElidedObs: 8}); stats != want {
+		t.Errorf("stats %+v, want %+v", stats, want)
 	}
 }

@@ -8,6 +8,7 @@
 // The API (openapi.yaml, docs/serving.md):
 //
 //	POST   /v1/sessions              {"user_prompt", "tools"?}            → 201 {"id"}
+//	GET    /v1/sessions              → 200 {"sessions"}: the caller's (an operator: all)
 //	POST   /v1/sessions/{id}/assess  {"action", "observation"?, "user_messages"?, "step"?}
 //	                                 → 200 {"decision": "allow"|"block", "score", "rationale", …}
 //	POST   /v1/sessions/{id}/resume  → 200 the session (after a block)
@@ -31,23 +32,48 @@ type Config struct {
 	DeadlineS    float64 `yaml:"deadline_s"`     // a step not decided within this many seconds of its arrival is answered 503 and not applied
 	Threshold    float64 `yaml:"threshold"`      // > 0: block when score >= threshold instead of on the judge's decision (0 = off)
 	MaxBodyBytes int64   `yaml:"max_body_bytes"` // largest request body; a larger one is answered 413
-	Greedy       bool    `yaml:"greedy"`         // argmax decoding; false samples at rollout.temperature, top_k, top_p
-	Seed         uint64  `yaml:"seed"`           // seeds sampled decoding (greedy: false)
+	// MaxPromptTokens bounds a step's memory and judge prompts after
+	// elision; a step with a longer one is answered 413 before it joins a
+	// batch (or, for the judge's, alone in its batch).
+	MaxPromptTokens int   `yaml:"max_prompt_tokens"`
+	MaxSessions     int   `yaml:"max_sessions"`    // sessions stored at most; one more is answered 429
+	MaxStateBytes   int64 `yaml:"max_state_bytes"` // bytes of sessions and steps stored at most; past it, creates and steps are answered 507
+	// MaxSessionsPerTenant and MaxStateBytesPerTenant are MaxSessions and
+	// MaxStateBytes for the sessions of one owner (a token's name): 429 and
+	// 507 past them (0 = no such limit).
+	MaxSessionsPerTenant   int     `yaml:"max_sessions_per_tenant"`
+	MaxStateBytesPerTenant int64   `yaml:"max_state_bytes_per_tenant"`
+	SessionIdleS           float64 `yaml:"session_idle_s"` // > 0: a session with no create, step or resume for this many seconds is deleted (0 = never)
+	// MaxSessionShare is the most of the guard's time (over the last ~10
+	// s) one session — or one agent's sessions together — may take while
+	// others use it too; above it, its next step waits (fairshare.go). 1 =
+	// no limit.
+	MaxSessionShare float64 `yaml:"max_session_share"`
+	Greedy          bool    `yaml:"greedy"` // argmax decoding; false samples at rollout.temperature, top_k, top_p
+	Seed            uint64  `yaml:"seed"`   // seeds sampled decoding (greedy: false)
 }
 
 // DefaultConfig returns the defaults: batches of up to 32 steps gathered
 // for at most 5 ms, 256 steps queued, a minute's deadline, blocking on the
-// judge's decision, 1 MiB bodies, greedy decoding.
+// judge's decision, 1 MiB bodies, prompts of 8,192 tokens, 10,000
+// sessions and 1 GiB stored (no limit per tenant), no idle expiry, a
+// quarter of the guard's time per session (or agent) while others wait,
+// greedy decoding.
 func DefaultConfig() Config {
 	return Config{
-		BatchSize:    32,
-		MaxWaitMS:    5,
-		QueueSize:    256,
-		DeadlineS:    60,
-		Threshold:    0,
-		MaxBodyBytes: 1 << 20,
-		Greedy:       true,
-		Seed:         1,
+		BatchSize:       32,
+		MaxWaitMS:       5,
+		QueueSize:       256,
+		DeadlineS:       60,
+		Threshold:       0,
+		MaxBodyBytes:    1 << 20,
+		MaxPromptTokens: 8192,
+		MaxSessions:     10000,
+		MaxStateBytes:   1 << 30,
+		SessionIdleS:    0,
+		MaxSessionShare: 0.25,
+		Greedy:          true,
+		Seed:            1,
 	}
 }
 
@@ -66,12 +92,30 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("threshold must be in [0, 1] (0 = block on the judge's decision), got %g", c.Threshold)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("max_body_bytes must be >= 1024, got %d", c.MaxBodyBytes)
+	case c.MaxPromptTokens < 256:
+		return fmt.Errorf("max_prompt_tokens must be >= 256, got %d", c.MaxPromptTokens)
+	case c.MaxSessions < 1:
+		return fmt.Errorf("max_sessions must be >= 1, got %d", c.MaxSessions)
+	case c.MaxStateBytes < 1<<20:
+		return fmt.Errorf("max_state_bytes must be >= 1048576, got %d", c.MaxStateBytes)
+	case c.MaxSessionsPerTenant < 0:
+		return fmt.Errorf("max_sessions_per_tenant must be >= 0 (0 = no limit), got %d", c.MaxSessionsPerTenant)
+	case c.MaxStateBytesPerTenant != 0 && c.MaxStateBytesPerTenant < 1<<20:
+		return fmt.Errorf("max_state_bytes_per_tenant must be 0 (no limit) or >= 1048576, got %d", c.MaxStateBytesPerTenant)
+	case !(c.SessionIdleS >= 0) || math.IsInf(c.SessionIdleS, 0):
+		return fmt.Errorf("session_idle_s must be >= 0 (0 = never), got %g", c.SessionIdleS)
+	case !(c.MaxSessionShare > 0 && c.MaxSessionShare <= 1):
+		return fmt.Errorf("max_session_share must be in (0, 1] (1 = no limit), got %g", c.MaxSessionShare)
 	}
 	return nil
 }
 
 func (c *Config) maxWait() time.Duration {
 	return time.Duration(c.MaxWaitMS * float64(time.Millisecond))
+}
+
+func (c *Config) idle() time.Duration {
+	return time.Duration(c.SessionIdleS * float64(time.Second))
 }
 
 func (c *Config) deadline() time.Duration {

@@ -70,9 +70,20 @@ func sessionID(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// storeError is the answer to a store's error: 404 for no session, 503
+// for a damaged database, 429 or 507 for a limit, else the error (500).
 func storeError(err error) error {
-	if errors.Is(err, ErrNotFound) {
+	var damage *DamageError
+	var limit *LimitError
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return errNoSession
+	case errors.As(err, &damage):
+		return &APIError{Status: 503, Code: "store_damaged", Message: "the sessions database is damaged; the server serves nothing until an operator checks it"}
+	case errors.As(err, &limit) && (limit.Key == "max_sessions" || limit.Key == "max_sessions_per_tenant"):
+		return &APIError{Status: 429, Code: "too_many_sessions", Message: limit.Error() + "; delete finished sessions (DELETE /v1/sessions/{id})"}
+	case errors.As(err, &limit):
+		return &APIError{Status: 507, Code: "state_full", Message: limit.Error() + "; delete finished sessions (DELETE /v1/sessions/{id})"}
 	}
 	return err
 }
@@ -110,6 +121,10 @@ type sessionRoute[T any] struct {
 	parse func(body []byte) (T, error) // parses the body; nil: the route reads none
 	claim bool                         // the route may change the session: hold its claim until the handler returns
 	steps bool                         // read the session's steps too
+	// operator: the route is an operator's alone (resume): another
+	// principal's request is 403 operator_only, after the visibility
+	// check (another tenant's session stays 404) and before the claim.
+	operator bool
 }
 
 // sessionCall is a request on one session, past the preamble.
@@ -125,15 +140,24 @@ type sessionCall[T any] struct {
 // the path's session id (404 unless of our form); the body, read within
 // serve.max_body_bytes and parsed; the session's claim (409 while another
 // request of it is in progress); and the session read from the store (404
-// unknown_session). Its refusals are returned to wrap, which writes them.
-// The one place to check whether the caller may use the session is here,
-// after it is read.
+// unknown_session). A session the caller may not see (tenants.go) is 404
+// before anything else, then an agent on an operator's route is 403. Its
+// refusals are returned to wrap, which writes
+// them.
 func onSession[T any](s *Server, route sessionRoute[T], h func(w http.ResponseWriter, r *http.Request, c *sessionCall[T]) (int, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) (int, error) {
 		c := &sessionCall[T]{arrived: s.now()}
 		var err error
 		if c.id, err = sessionID(r); err != nil {
 			return 0, err
+		}
+		if err := s.visible(r.Context(), c.id); err != nil {
+			return 0, err
+		}
+		if route.operator {
+			if err := principalOf(r.Context()).mayResume(); err != nil {
+				return 0, err
+			}
 		}
 		if route.parse != nil {
 			data, err := s.readBody(w, r)
@@ -163,6 +187,10 @@ func onSession[T any](s *Server, route sessionRoute[T], h func(w http.ResponseWr
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) (int, error) {
+	if err := s.store.Damaged(); err != nil {
+		writeJSON(w, 503, map[string]string{"status": "damaged", "error": err.Error()})
+		return 503, nil
+	}
 	if !s.Ready() {
 		writeJSON(w, 503, map[string]string{"status": "loading"})
 		return 503, nil
@@ -180,16 +208,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	id, err := newID()
+	id, err := s.CreateSession(principalOf(r.Context()).Name, req)
 	if err != nil {
 		return 0, err
 	}
-	sess := &Session{ID: id, UserPrompt: req.UserPrompt, Tools: req.Tools, CreatedAt: s.now().UTC(),
-		Status: StatusActive, Resumes: []time.Time{}}
-	if err := s.store.Create(sess); err != nil {
-		return 0, err
-	}
-	s.metrics.sessionCreated()
 	w.Header().Set("Location", "/v1/sessions/"+id)
 	writeJSON(w, 201, map[string]string{"id": id})
 	return 201, nil
@@ -205,7 +227,7 @@ func parseEmpty(data []byte) (noBody, error) { return noBody{}, ParseEmpty(data)
 var (
 	getRoute    = sessionRoute[noBody]{steps: true}
 	removeRoute = sessionRoute[noBody]{claim: true}
-	resumeRoute = sessionRoute[noBody]{parse: parseEmpty, claim: true}
+	resumeRoute = sessionRoute[noBody]{parse: parseEmpty, claim: true, operator: true}
 	assessRoute = sessionRoute[*AssessRequest]{parse: ParseAssess, claim: true}
 )
 
@@ -223,10 +245,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, c *sessionCall[n
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *sessionCall[noBody]) (int, error) {
-	if c.sess.Status != StatusBlocked {
-		return 0, &APIError{Status: 409, Code: "not_blocked", Message: "the session is not blocked"}
-	}
-	if _, err := s.store.Resume(c.id, s.now()); err != nil {
+	if err := s.resumeSession(c.id, c.sess); err != nil {
 		return 0, err
 	}
 	sess, steps, err := s.store.GetWithSteps(c.id)
@@ -235,6 +254,18 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *sessionCall[n
 	}
 	writeJSON(w, 200, SessionView{Session: sess, Steps: steps})
 	return 200, nil
+}
+
+// resumeSession sets session id, as read under its claim (sess), active
+// again: 409 not_blocked unless it is blocked.
+func (s *Server) resumeSession(id string, sess *Session) error {
+	if sess.Status != StatusBlocked {
+		return &APIError{Status: 409, Code: "not_blocked", Message: "the session is not blocked"}
+	}
+	if _, err := s.store.Resume(id, s.now()); err != nil {
+		return storeError(err)
+	}
+	return nil
 }
 
 func (s *Server) assess(w http.ResponseWriter, r *http.Request, c *sessionCall[*AssessRequest]) (int, error) {
@@ -259,11 +290,11 @@ func (s *Server) assessStep(ctx context.Context, id string, sess *Session, req *
 		}
 		st, err := s.store.GetStep(id, *req.Step)
 		if err != nil {
-			return nil, err
+			return nil, storeError(err)
 		}
-		if st.Action.Name != req.Action.Name || !bytes.Equal(st.Action.Arguments, req.Action.Arguments) {
+		if field := differs(st, req); field != "" {
 			return nil, &APIError{Status: 409, Code: "step_conflict", Field: "step",
-				Message: fmt.Sprintf("step: %d was answered for another action", *req.Step)}
+				Message: fmt.Sprintf("step: %d was answered for another request (its %s differs from this one's); a retry must send the same body", *req.Step, field)}
 		}
 		return answerOf(st), nil
 	}
@@ -271,10 +302,35 @@ func (s *Server) assessStep(ctx context.Context, id string, sess *Session, req *
 		return nil, &APIError{Status: 409, Code: "session_blocked", Message: "the session is blocked: a step was blocked, and it stays so until POST /v1/sessions/{id}/resume"}
 	}
 	if len(sess.Tools) > 0 && !slices.ContainsFunc(sess.Tools, func(t Tool) bool { return t.Name == req.Action.Name }) {
-		return nil, badField("action.name", "unknown_tool", "%s is not among the session's tools", strconv.Quote(req.Action.Name))
+		return nil, badField("action.name", "unknown_tool", "%s is not among the session's tools", strconv.Quote(ShortText(req.Action.Name)))
 	}
 	if sess.StepCount == 0 && req.Observation != nil {
 		return nil, badField("observation", "invalid_value", "the session's first step has no previous action to observe")
 	}
+	if u := s.store.Usage(); u.Bytes >= s.cfg.MaxStateBytes {
+		return nil, storeError(&LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: s.cfg.MaxStateBytes})
+	}
+	if max := s.cfg.MaxStateBytesPerTenant; max > 0 {
+		if u := s.store.UsageOf(sess.Owner); u.Bytes >= max {
+			return nil, storeError(&LimitError{Key: "max_state_bytes_per_tenant", Tenant: sess.Owner, Have: u.Bytes, Max: max})
+		}
+	}
 	return s.batcher.decide(ctx, id, sess, req, arrived)
+}
+
+// differs names the first field in which a retried step's request differs
+// from the stored step's ("" when none): the action's name or arguments,
+// the observation, or the user messages.
+func differs(st *Step, req *AssessRequest) string {
+	switch {
+	case st.Action.Name != req.Action.Name:
+		return "action.name"
+	case !bytes.Equal(st.Action.Arguments, req.Action.Arguments):
+		return "action.arguments"
+	case (st.Observation == nil) != (req.Observation == nil) || (st.Observation != nil && *st.Observation != *req.Observation):
+		return "observation"
+	case !slices.Equal(st.UserMessages, nonNil(req.UserMessages)):
+		return "user_messages"
+	}
+	return ""
 }

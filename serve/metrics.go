@@ -51,10 +51,13 @@ type metrics struct {
 	tokens     map[string]uint64     // "prompt" | "generated" → guard tokens
 	steps      map[string]uint64     // "allow" | "block" → steps answered
 	violations map[string]uint64     // "memory" | "judge" → format violations
-	rejected   map[string]uint64     // why a step was not applied → count ("queue_full", "deadline", "error")
+	rejected   map[string]uint64     // why a step was not applied → count ("queue_full", "deadline", "too_long", "over_share", "error")
 	created    uint64                // sessions created
+	expired    uint64                // sessions deleted for serve.session_idle_s
+	pacedSteps uint64                // steps held back for serve.max_session_share
 	queueDepth func() int            // steps waiting for a batch now
-	gauges     map[string]func() float64
+	usage      func() Usage          // what the store holds now (nil: not reported)
+	damaged    func() bool           // the store is damaged
 }
 
 func newMetrics(queueDepth func() int) *metrics {
@@ -106,6 +109,18 @@ func (m *metrics) notApplied(reason string) {
 	m.mu.Unlock()
 }
 
+func (m *metrics) paced() {
+	m.mu.Lock()
+	m.pacedSteps++
+	m.mu.Unlock()
+}
+
+func (m *metrics) sessionsExpired(n int) {
+	m.mu.Lock()
+	m.expired += uint64(n)
+	m.mu.Unlock()
+}
+
 func (m *metrics) sessionCreated() {
 	m.mu.Lock()
 	m.created++
@@ -152,7 +167,7 @@ func (m *metrics) write(w io.Writer) error {
 		{"mageguard_tokens_total", "Guard tokens processed: prompt and generated, both roles.", "kind", m.tokens, []string{"prompt", "generated"}},
 		{"mageguard_steps_total", "Steps answered, by decision.", "decision", m.steps, []string{DecisionAllow, DecisionBlock}},
 		{"mageguard_format_violations_total", "Guard calls whose output was not a valid tool call (the fallback applied), by role.", "role", m.violations, []string{"memory", "judge"}},
-		{"mageguard_steps_not_applied_total", "Assess requests answered without running or storing a step, by reason.", "reason", m.rejected, []string{"queue_full", "deadline", "error"}},
+		{"mageguard_steps_not_applied_total", "Assess requests answered without running or storing a step, by reason.", "reason", m.rejected, []string{"queue_full", "deadline", "too_long", "over_share", "state_full", "error"}},
 	}
 	for _, c := range counters {
 		family(c.name, "counter", c.help)
@@ -162,6 +177,25 @@ func (m *metrics) write(w io.Writer) error {
 	}
 	family("mageguard_sessions_created_total", "counter", "Sessions created since the server started.")
 	fmt.Fprintf(&b, "mageguard_sessions_created_total %d\n", m.created)
+	family("mageguard_steps_paced_total", "counter", "Steps held back before the queue because their session took more than serve.max_session_share of the guard.")
+	fmt.Fprintf(&b, "mageguard_steps_paced_total %d\n", m.pacedSteps)
+	family("mageguard_sessions_expired_total", "counter", "Sessions deleted after serve.session_idle_s without a step.")
+	fmt.Fprintf(&b, "mageguard_sessions_expired_total %d\n", m.expired)
+	if m.usage != nil {
+		u := m.usage()
+		family("mageguard_sessions", "gauge", "Sessions stored (serve.max_sessions bounds them).")
+		fmt.Fprintf(&b, "mageguard_sessions %d\n", u.Sessions)
+		family("mageguard_state_bytes", "gauge", "Bytes of sessions and steps stored (serve.max_state_bytes bounds them).")
+		fmt.Fprintf(&b, "mageguard_state_bytes %d\n", u.Bytes)
+	}
+	if m.damaged != nil {
+		v := 0
+		if m.damaged() {
+			v = 1
+		}
+		family("mageguard_store_damaged", "gauge", "1 when the sessions database was found damaged while serving (the server then serves nothing).")
+		fmt.Fprintf(&b, "mageguard_store_damaged %d\n", v)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

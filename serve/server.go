@@ -7,8 +7,6 @@ package serve
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -17,7 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
@@ -34,10 +32,13 @@ type Options struct {
 	Config  Config         // the serve section
 	Rollout rollout.Config // temperature, top_k, top_p of sampled decoding (serve.greedy: false)
 	Store   *Store         // the sessions database
-	// Token is the bearer token every /v1/ request must carry; "" turns
-	// authentication off (the command allows that only on loopback).
-	Token string
-	Log   *slog.Logger // request and batch logs (nil: discarded)
+	// Token is the bearer token every /v1/ request must carry, one
+	// operator's (OperatorToken); Tokens, when set, are the tokens of
+	// several principals instead. Neither turns authentication off (the
+	// command allows that only on loopback).
+	Token  string
+	Tokens *Tokens
+	Log    *slog.Logger // request and batch logs (nil: discarded)
 }
 
 // Server is the guard service. Build it with New, hand it the guard with
@@ -45,14 +46,16 @@ type Options struct {
 type Server struct {
 	cfg     Config
 	store   *Store
-	token   [sha256.Size]byte
-	auth    bool
+	tokens  *Tokens // nil: no authentication
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics
 	batcher *batcher // decides the assessed steps
 	claims  claims   // sessions with a request in progress
 	now     func() time.Time
+
+	stopJanitor, janitorDone chan struct{} // the idle sessions' janitor (serve.session_idle_s)
+	closeOnce                sync.Once
 }
 
 // handlerFunc is a route's handler: it returns the status it wrote, or an
@@ -73,12 +76,21 @@ func New(opts Options) (*Server, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{cfg: opts.Config, store: opts.Store, log: log, now: time.Now}
-	if opts.Token != "" {
-		s.auth, s.token = true, sha256.Sum256([]byte(opts.Token))
+	s.tokens = opts.Tokens
+	if s.tokens == nil && opts.Token != "" {
+		s.tokens = OperatorToken(opts.Token)
 	}
 	s.metrics = newMetrics(func() int { return s.batcher.queued() })
+	s.metrics.usage = s.store.Usage
+	s.metrics.damaged = func() bool { return s.store.Damaged() != nil }
+	s.store.SetLimits(Limits{MaxSessions: opts.Config.MaxSessions, MaxBytes: opts.Config.MaxStateBytes,
+		MaxSessionsPerTenant: opts.Config.MaxSessionsPerTenant, MaxBytesPerTenant: opts.Config.MaxStateBytesPerTenant})
 	s.batcher = newBatcher(opts.Config, opts.Rollout, opts.Store, s.metrics, log, s.now)
+	s.batcher.shareKey = s.shareKey
 	s.routes()
+	s.stopJanitor = make(chan struct{})
+	s.janitorDone = make(chan struct{})
+	go s.janitor()
 	return s, nil
 }
 
@@ -91,7 +103,65 @@ func (s *Server) Ready() bool { return s.batcher.ready() }
 // Close stops the worker after the batch it runs and answers the steps
 // still queued with 503 (not applied). Call it after the HTTP server's
 // Shutdown; the store stays open.
-func (s *Server) Close() { s.batcher.close() }
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.stopJanitor)
+		<-s.janitorDone
+	})
+	s.batcher.close()
+}
+
+// janitor deletes the sessions idle for serve.session_idle_s (nothing when
+// it is 0), checking every tenth of that (at least every second, at most
+// every minute), until Close. A session with a request in progress is
+// left alone.
+func (s *Server) janitor() {
+	defer close(s.janitorDone)
+	idle := s.cfg.idle()
+	if idle <= 0 {
+		<-s.stopJanitor
+		return
+	}
+	tick := time.NewTicker(min(max(idle/10, time.Second), time.Minute))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopJanitor:
+			return
+		case <-tick.C:
+			s.expireIdle()
+		}
+	}
+}
+
+// expireIdle deletes the sessions idle for serve.session_idle_s.
+func (s *Server) expireIdle() {
+	before := s.now().Add(-s.cfg.idle())
+	ids, err := s.store.Idle(before)
+	if err != nil {
+		s.log.Error("idle sessions", "error", err.Error())
+		return
+	}
+	n := 0
+	for _, id := range ids {
+		if s.claims.claim(id) != nil {
+			continue // in use
+		}
+		deleted, err := s.store.DeleteIdle(id, before)
+		s.claims.release(id)
+		if err != nil {
+			s.log.Error("idle sessions", "error", err.Error())
+			return
+		}
+		if deleted {
+			n++
+		}
+	}
+	if n > 0 {
+		s.metrics.sessionsExpired(n)
+		s.log.Info("expired idle sessions", "sessions", n, "idle_s", s.cfg.SessionIdleS)
+	}
+}
 
 // Handler returns the HTTP handler of the API.
 func (s *Server) Handler() http.Handler { return s.mux }
@@ -105,6 +175,7 @@ func (s *Server) routes() {
 		s.mux.Handle(pattern, s.wrap(pattern, false, h))
 	}
 	v1("POST /v1/sessions", s.create)
+	v1("GET /v1/sessions", s.list)
 	v1("POST /v1/sessions/{id}/assess", onSession(s, assessRoute, s.assess))
 	v1("POST /v1/sessions/{id}/resume", onSession(s, resumeRoute, s.resume))
 	v1("GET /v1/sessions/{id}", onSession(s, getRoute, s.get))
@@ -137,11 +208,11 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		var status int
 		var err error
-		if auth && !s.authorized(r) {
+		if p, ok := s.principal(r); auth && !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mageguard"`)
 			err = &APIError{Status: 401, Code: "unauthorized", Message: "missing or wrong bearer token (Authorization: Bearer TOKEN)"}
 		} else {
-			status, err = h(w, r)
+			status, err = h(w, r.WithContext(withPrincipal(r.Context(), p)))
 		}
 		if err != nil {
 			ae, ok := isAPIError(err)
@@ -168,18 +239,13 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 	})
 }
 
-// authorized checks the bearer token in constant time.
-func (s *Server) authorized(r *http.Request) bool {
-	if !s.auth {
-		return true
+// principal returns the principal of a request's bearer token (compared
+// in constant time, tenants.go); without authentication, an operator.
+func (s *Server) principal(r *http.Request) (Principal, bool) {
+	if s.tokens == nil {
+		return Principal{Role: RoleOperator}, true
 	}
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+	return s.tokens.Lookup(BearerToken(r))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -10,12 +10,17 @@ package serve
 // the file, so a second server on the same --state fails at once.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -42,9 +47,11 @@ type Tool struct {
 // Session is one agent task's guard state as stored.
 type Session struct {
 	ID            string          `json:"id"`
+	Owner         string          `json:"owner"` // the name of the token that created it ("" without authentication)
 	UserPrompt    string          `json:"user_prompt"`
 	Tools         []Tool          `json:"tools"`
 	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`     // the last create, step or resume: what serve.session_idle_s counts from
 	Status        string          `json:"status"`         // StatusActive or StatusBlocked
 	Memory        string          `json:"memory"`         // m_t after the last step ("" before the first)
 	MemoryVersion int             `json:"memory_version"` // memory updates so far: one per step
@@ -73,10 +80,19 @@ type Step struct {
 	DecidedAt     time.Time      `json:"decided_at"`
 }
 
-// Store is the sessions database.
+// Store is the sessions database. Every call runs inside a guard
+// (storeguard.go): a panic or a memory fault of the database code (a
+// damaged file) becomes an error, marks the store damaged and makes every
+// later call fail at once.
 type Store struct {
 	db   *bolt.DB
 	path string
+
+	mu      sync.Mutex // held across every write, so that usage follows the commits exactly
+	usage   Usage
+	tenants map[string]Usage // what each owner's sessions hold (owners with none left out)
+	limits  Limits
+	damage  atomic.Pointer[error] // the first damage found; nil while healthy
 }
 
 var (
@@ -90,21 +106,53 @@ var (
 	ErrConflict = errors.New("the session changed meanwhile")
 )
 
+// StoreOptions say how OpenStoreWith opens the database.
+type StoreOptions struct {
+	LockWait time.Duration // a second process on the same file fails after this long
+	// Init lets an empty (0-byte) sessions.db be replaced by a new
+	// database. Without it such a file is refused: it is where a database
+	// was, and every session it held is gone.
+	Init bool
+}
+
 // OpenStore opens (creating if needed) DIR/sessions.db. A second process
 // on the same file fails within lockWait.
 func OpenStore(dir string, lockWait time.Duration) (*Store, error) {
+	return OpenStoreWith(dir, StoreOptions{LockWait: lockWait})
+}
+
+// OpenStoreWith opens (creating if needed) DIR/sessions.db after checking
+// it (CheckFile, then every page and value: checkDB): damage is an error
+// that names it, before anything is served.
+func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("serve: state directory: %w", err)
 	}
 	path := filepath.Join(dir, DBFile)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
+	if err := CheckFile(path); errors.Is(err, errEmptyFile) && opts.Init {
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("serve: --init: %w", err)
+		}
+	} else if errors.Is(err, errEmptyFile) {
+		return nil, err
+	} else if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s := &Store{path: path}
+	var db *bolt.DB
+	err := s.safely(func() error {
+		var err error
+		db, err = openBolt(path, bolt.Options{Timeout: opts.LockWait})
+		return err
+	})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("serve: %s is locked by another process (another mageguard serve on the same --state?)", path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("serve: open %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	s.db = db
+	err = s.update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{sessionsBucket, stepsBucket} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -112,22 +160,59 @@ func OpenStore(dir string, lockWait time.Duration) (*Store, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("serve: init %s: %w", path, err)
+	if err == nil {
+		rep := s.check()
+		s.usage, s.tenants = Usage{Sessions: rep.Sessions, Bytes: rep.Bytes}, rep.tenants
+		if rep.Problems > 0 {
+			err = &DamageError{Path: path, Problem: strings.Join(rep.Damaged[:min(3, len(rep.Damaged))], "; ")}
+		}
 	}
-	return &Store{db: db, path: path}, nil
+	if err != nil {
+		s.Close()
+		if errors.As(err, new(*DamageError)) {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		return nil, fmt.Errorf("serve: %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// SetLimits sets the bounds Create enforces.
+func (s *Store) SetLimits(l Limits) {
+	s.mu.Lock()
+	s.limits = l
+	s.mu.Unlock()
+}
 
-// Create stores a new session; its id must be new.
+// Usage returns what the store holds.
+func (s *Store) Usage() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usage
+}
+
+// UsageOf returns what the sessions of one owner (a tenant) hold.
+func (s *Store) UsageOf(owner string) Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tenants[owner]
+}
+
+// Create stores a new session; its id must be new. Past a limit it
+// returns a *LimitError.
 func (s *Store) Create(sess *Session) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	data, err := json.Marshal(sess)
+	if err != nil {
+		return err
+	}
+	size := int64(len(sess.ID) + len(data))
+	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+		if err := u.admit(s.limits, sess.Owner, 1, size); err != nil {
+			return err
+		}
 		b := tx.Bucket(sessionsBucket)
 		if b.Get([]byte(sess.ID)) != nil {
 			return fmt.Errorf("session id %s exists", sess.ID)
@@ -135,16 +220,17 @@ func (s *Store) Create(sess *Session) error {
 		if _, err := tx.Bucket(stepsBucket).CreateBucket([]byte(sess.ID)); err != nil {
 			return err
 		}
-		return putJSON(b, []byte(sess.ID), sess)
+		u.add(sess.Owner, 1, size)
+		return b.Put([]byte(sess.ID), data)
 	})
 }
 
 // Get returns a session (ErrNotFound when there is none).
 func (s *Store) Get(id string) (*Session, error) {
 	var sess *Session
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		sess, err = getSession(tx, id)
+		sess, _, err = getSession(tx, id)
 		return err
 	})
 	return sess, err
@@ -155,13 +241,17 @@ func (s *Store) Get(id string) (*Session, error) {
 func (s *Store) GetWithSteps(id string) (*Session, []Step, error) {
 	var sess *Session
 	var steps []Step
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		if sess, err = getSession(tx, id); err != nil {
+		if sess, _, err = getSession(tx, id); err != nil {
 			return err
 		}
 		steps = []Step{}
-		return tx.Bucket(stepsBucket).Bucket([]byte(id)).ForEach(func(k, v []byte) error {
+		b := stepsOf(tx, id)
+		if b == nil {
+			return fmt.Errorf("session %s has no bucket of steps", id)
+		}
+		return b.ForEach(func(k, v []byte) error {
 			var st Step
 			if err := json.Unmarshal(v, &st); err != nil {
 				return fmt.Errorf("session %s step %d: %w", id, binary.BigEndian.Uint64(k), err)
@@ -176,11 +266,15 @@ func (s *Store) GetWithSteps(id string) (*Session, []Step, error) {
 // GetStep returns step n of a session.
 func (s *Store) GetStep(id string, n int) (*Step, error) {
 	var st *Step
-	err := s.db.View(func(tx *bolt.Tx) error {
-		if _, err := getSession(tx, id); err != nil {
+	err := s.view(func(tx *bolt.Tx) error {
+		if _, _, err := getSession(tx, id); err != nil {
 			return err
 		}
-		v := tx.Bucket(stepsBucket).Bucket([]byte(id)).Get(stepKey(n))
+		b := stepsOf(tx, id)
+		if b == nil {
+			return fmt.Errorf("session %s has no bucket of steps", id)
+		}
+		v := b.Get(stepKey(n))
 		if v == nil {
 			return fmt.Errorf("session %s has no step %d", id, n)
 		}
@@ -199,18 +293,22 @@ type Commit struct {
 
 // CommitSteps stores the steps of a batch in one transaction (one fsync):
 // each step is appended to its session, which takes its memory, memory
-// version, step count, last action and, for a block, the blocked status.
-// A step whose session is gone or no longer has Step.Step steps is left
-// out, with ErrNotFound or ErrConflict at its index in the returned slice;
-// the others are stored. The error is the transaction's own.
+// version, step count, last action, the time of the step (UpdatedAt) and,
+// for a block, the blocked status. A step whose session is gone or no
+// longer has Step.Step steps is left out, with ErrNotFound or ErrConflict
+// at its index in the returned slice, and so is a step that would take the
+// stored bytes past Limits.MaxBytes or its session's owner's past
+// Limits.MaxBytesPerTenant, with a *LimitError (no step takes the store
+// past its limits); the others are stored. The error is the transaction's
+// own.
 func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 	errs := make([]error, len(cs))
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		for i := range errs {
 			errs[i] = nil
 		}
 		for i, c := range cs {
-			sess, err := getSession(tx, c.ID)
+			sess, old, err := getSession(tx, c.ID)
 			if err != nil {
 				errs[i] = err
 				continue
@@ -219,19 +317,39 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 				errs[i] = ErrConflict
 				continue
 			}
-			if err := putJSON(tx.Bucket(stepsBucket).Bucket([]byte(c.ID)), stepKey(c.Step.Step), &c.Step); err != nil {
-				return err
-			}
 			sess.Memory, sess.MemoryVersion = c.Step.Memory, c.Step.MemoryVersion
 			sess.StepCount = c.Step.Step + 1
 			action := c.Step.Action
 			sess.LastAction = &action
+			sess.UpdatedAt = c.Step.DecidedAt
 			if c.Step.Decision == DecisionBlock {
 				sess.Status = StatusBlocked
 			}
-			if err := putJSON(tx.Bucket(sessionsBucket), []byte(c.ID), sess); err != nil {
+			step, err := json.Marshal(&c.Step)
+			if err != nil {
 				return err
 			}
+			entry, err := json.Marshal(sess)
+			if err != nil {
+				return err
+			}
+			key := stepKey(c.Step.Step)
+			grow := int64(len(key) + len(step) + len(c.ID) + len(entry) - old)
+			if err := u.admit(s.limits, sess.Owner, 0, grow); err != nil {
+				errs[i] = err
+				continue
+			}
+			steps := stepsOf(tx, c.ID)
+			if steps == nil {
+				return fmt.Errorf("session %s has no bucket of steps", c.ID)
+			}
+			if err := steps.Put(key, step); err != nil {
+				return err
+			}
+			if err := tx.Bucket(sessionsBucket).Put([]byte(c.ID), entry); err != nil {
+				return err
+			}
+			u.add(sess.Owner, 0, grow)
 		}
 		return nil
 	})
@@ -241,9 +359,10 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 // Resume sets a blocked session active again and records when.
 func (s *Store) Resume(id string, at time.Time) (*Session, error) {
 	var sess *Session
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		var err error
-		if sess, err = getSession(tx, id); err != nil {
+		var old int
+		if sess, old, err = getSession(tx, id); err != nil {
 			return err
 		}
 		if sess.Status != StatusBlocked {
@@ -251,52 +370,141 @@ func (s *Store) Resume(id string, at time.Time) (*Session, error) {
 		}
 		sess.Status = StatusActive
 		sess.Resumes = append(sess.Resumes, at.UTC())
-		return putJSON(tx.Bucket(sessionsBucket), []byte(id), sess)
+		sess.UpdatedAt = at.UTC()
+		n, err := putJSON(tx.Bucket(sessionsBucket), []byte(id), sess)
+		u.add(sess.Owner, 0, int64(n-old))
+		return err
 	})
 	return sess, err
 }
 
 // Delete removes a session and its steps.
 func (s *Store) Delete(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		if _, err := getSession(tx, id); err != nil {
-			return err
-		}
-		if err := tx.Bucket(stepsBucket).DeleteBucket([]byte(id)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
-			return err
-		}
-		return tx.Bucket(sessionsBucket).Delete([]byte(id))
+	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+		return deleteSession(tx, id, u)
 	})
+}
+
+// Idle returns the ids of the sessions last created, stepped or resumed
+// before t.
+func (s *Store) Idle(before time.Time) ([]string, error) {
+	var ids []string
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
+			var at activity
+			if json.Unmarshal(v, &at) == nil && at.last().Before(before) {
+				ids = append(ids, string(k))
+			}
+			return nil
+		})
+	})
+	return ids, err
+}
+
+// DeleteIdle deletes session id if it is still idle since before, and
+// reports whether it did.
+func (s *Store) DeleteIdle(id string, before time.Time) (bool, error) {
+	deleted := false
+	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+		v := tx.Bucket(sessionsBucket).Get([]byte(id))
+		var at activity
+		if v == nil || json.Unmarshal(v, &at) != nil || !at.last().Before(before) {
+			return nil
+		}
+		deleted = true
+		return deleteSession(tx, id, u)
+	})
+	return deleted && err == nil, err
+}
+
+// activity is what Idle reads of a session.
+type activity struct {
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func (a activity) last() time.Time {
+	if a.UpdatedAt.After(a.CreatedAt) {
+		return a.UpdatedAt
+	}
+	return a.CreatedAt
+}
+
+// List returns every session, oldest first (ties by id), without steps.
+func (s *Store) List() ([]*Session, error) {
+	var out []*Session
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
+			sess := new(Session)
+			if err := json.Unmarshal(v, sess); err != nil {
+				return fmt.Errorf("session %s: %w", ShortText(string(k)), err)
+			}
+			out = append(out, sess)
+			return nil
+		})
+	})
+	slices.SortFunc(out, func(a, b *Session) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, err
 }
 
 // Count returns the number of sessions.
 func (s *Store) Count() (int, error) {
-	n := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
-		n = tx.Bucket(sessionsBucket).Stats().KeyN
-		return nil
-	})
-	return n, err
+	return s.Usage().Sessions, nil
 }
 
-func getSession(tx *bolt.Tx, id string) (*Session, error) {
-	v := tx.Bucket(sessionsBucket).Get([]byte(id))
-	if v == nil {
-		return nil, ErrNotFound
-	}
-	sess := new(Session)
-	if err := json.Unmarshal(v, sess); err != nil {
-		return nil, fmt.Errorf("session %s: %w", id, err)
-	}
-	return sess, nil
-}
-
-func putJSON(b *bolt.Bucket, key []byte, v any) error {
-	data, err := json.Marshal(v)
+// deleteSession removes a session and its steps, taking their bytes off u.
+func deleteSession(tx *bolt.Tx, id string, u *tally) error {
+	sess, old, err := getSession(tx, id)
 	if err != nil {
 		return err
 	}
-	return b.Put(key, data)
+	size := int64(old)
+	if steps := stepsOf(tx, id); steps != nil {
+		steps.ForEach(func(k, v []byte) error {
+			size += int64(len(k) + len(v))
+			return nil
+		})
+		if err := tx.Bucket(stepsBucket).DeleteBucket([]byte(id)); err != nil {
+			return err
+		}
+	}
+	if err := tx.Bucket(sessionsBucket).Delete([]byte(id)); err != nil {
+		return err
+	}
+	u.add(sess.Owner, -1, -size)
+	return nil
+}
+
+// getSession reads a session and the bytes its entry takes.
+func getSession(tx *bolt.Tx, id string) (*Session, int, error) {
+	v := tx.Bucket(sessionsBucket).Get([]byte(id))
+	if v == nil {
+		return nil, 0, ErrNotFound
+	}
+	sess := new(Session)
+	if err := json.Unmarshal(v, sess); err != nil {
+		return nil, 0, fmt.Errorf("session %s: %w", id, err)
+	}
+	return sess, len(id) + len(v), nil
+}
+
+// stepsOf is a session's bucket of steps (nil when it has none).
+func stepsOf(tx *bolt.Tx, id string) *bolt.Bucket {
+	return tx.Bucket(stepsBucket).Bucket([]byte(id))
+}
+
+// putJSON stores v as JSON under key and returns the bytes the entry takes.
+func putJSON(b *bolt.Bucket, key []byte, v any) (int, error) {
+	if b == nil {
+		return 0, errors.New("no such bucket")
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	return len(key) + len(data), b.Put(key, data)
 }
 
 // stepKey orders steps by index in the session's bucket.

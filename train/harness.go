@@ -45,6 +45,8 @@ type run struct {
 	best        bestTracker
 	started     time.Time
 	resumedFrom int // steps done before this process started
+
+	configChanges []ConfigChange // keys a resume changed (resumeconfig.go)
 }
 
 // loop sets the run up and runs its steps, with metrics, periodic evals,
@@ -99,7 +101,7 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 			}
 		}
 		r.progress(step, m)
-		if err := r.metrics.write(m); err != nil {
+		if err := r.metrics.write(r.annotate(step, m)); err != nil {
 			return res, err
 		}
 		r.writeCurves()
@@ -190,6 +192,8 @@ func (r *run) checkStart() (resumeDir string, start int, err error) {
 		start, resumeDir = 0, ""
 	} else if resumeDir == "" {
 		fmt.Fprintf(r.log, "resume: no checkpoint in %s yet, starting from step 0\n", o.Out)
+	} else if r.configChanges, err = resumeChanges(o.Out, o.ResolvedConfig, r.log); err != nil {
+		return "", 0, err
 	}
 	// Fail fast on what would otherwise fail only later in the run.
 	if o.Train.EvalEvery > 0 {

@@ -97,7 +97,7 @@ func TestTwoRunsIntoOneOutDoNotInterleave(t *testing.T) {
 }
 
 // TestStartRemovesWhatAKilledRunLeft: the temporary files and folders of a
-// run killed mid-write (the "..checkpoint-N.tmp.tmp-*" folders
+// run killed mid-write (the "..checkpoint-N.tmp.tmp-*" folders
 // among them) are removed when the next run prepares the folder, and a
 // checkpoint moved aside whose replacement never arrived is put back.
 func TestStartRemovesWhatAKilledRunLeft(t *testing.T) {

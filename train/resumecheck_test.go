@@ -11,7 +11,7 @@ import (
 
 // TestResumeChecksTheCheckpointBeforeAllocating: `train --resume` on a
 // checkpoint whose optimizer.safetensors declares shape [2³², 2³²] (the
-// issue's reproduction: it panicked in reflect), whose moments do not fit
+// shape that once panicked in reflect), whose moments do not fit
 // the model, or whose trainer_state.json is damaged, is an error naming
 // the file, and nothing is trained.
 func TestResumeChecksTheCheckpointBeforeAllocating(t *testing.T) {
@@ -32,10 +32,13 @@ func TestResumeChecksTheCheckpointBeforeAllocating(t *testing.T) {
 		}
 		pristine[name] = data
 	}
-	header := func(h string) []byte {
+	// sized is a safetensors file of header h and n bytes of data (its
+	// tensors must tile them exactly); header, of 64.
+	sized := func(h string, n int) []byte {
 		b := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
-		return append(append(b, h...), make([]byte, 64)...)
+		return append(append(b, h...), make([]byte, n)...)
 	}
+	header := func(h string) []byte { return sized(h, 64) }
 	cases := []struct {
 		name, file string
 		data       []byte
@@ -45,10 +48,10 @@ func TestResumeChecksTheCheckpointBeforeAllocating(t *testing.T) {
 			header(`{"exp_avg/model/norm/weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}`),
 			"needs more than the 64 bytes of data"},
 		{"moment of another shape", "optimizer.safetensors",
-			header(`{"exp_avg/model/norm/weight":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`),
+			sized(`{"exp_avg/model/norm/weight":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`, 16),
 			"tensor exp_avg/model/norm/weight has shape [4], the model's weight has [8]"},
 		{"not a moment", "optimizer.safetensors",
-			header(`{"exp_avg/model/nope/weight":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`),
+			sized(`{"exp_avg/model/nope/weight":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`, 16),
 			"not an AdamW moment"},
 		{"negative step count", "trainer_state.json", []byte(`{"step": 1, "optimizer_steps": -5, "seed": 1, "time": ""}`), "must not be negative"},
 		{"unknown key", "trainer_state.json", []byte(`{"step": 1, "optimizer_steps": 1, "seed": 1, "time": "", "steps": 9}`), "unknown field"},

@@ -24,6 +24,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
+	"github.com/mageguard/mageguard/internal/lock"
 )
 
 // evalFlags are eval's flags.
@@ -135,6 +136,13 @@ func (f *evalFlags) run(cmd *cobra.Command, args []string) error {
 	if f.out == "" {
 		return errors.New("eval: --out DIR is required")
 	}
+	// The lock train and sweep take: a second eval into the same folder is
+	// refused at once, before anything is read.
+	lk, err := lock.Acquire(f.out)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	defer lk.Release()
 	ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "eval")
 	defer stop()
 	report, err := evalCheckpoint(ctx, cfg, f.out, f.baseline, cmd.ErrOrStderr())

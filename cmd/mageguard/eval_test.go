@@ -14,6 +14,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/internal/lock"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/localgen"
@@ -205,7 +206,8 @@ func TestEvalCommandErrors(t *testing.T) {
 			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
 		}
 	}
-	if es, _ := os.ReadDir(dir); len(es) != 1 {
+	// bad.jsonl and the folder's lock file (eval takes it as train does).
+	if es, _ := os.ReadDir(dir); len(es) != 2 || es[0].Name() != lock.FileName {
 		t.Errorf("failed evals left files in the output folder: %v", es)
 	}
 }

@@ -33,7 +33,7 @@ Which command reads which sections:
   train           model, rollout, rewards, grpo, train, eval (train.eval_every)
   sft             model, rollout, grpo, train, sft, eval (train.eval_every)
   eval            model, rollout, eval
-  serve           model, rollout, serve
+  serve, mcp      model, rollout, serve
   sweep           all of them, for every point (sweep: the grid)
   model ...       model
   plan            model, rollout, grpo, train.max_turns
@@ -69,6 +69,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newEvalCmd(),
 		newSweepCmd(),
 		newServeCmd(),
+		newMCPCmd(),
 	)
 	return root
 }

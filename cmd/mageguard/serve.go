@@ -17,8 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
-	"github.com/mageguard/mageguard/rollout"
-	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -27,11 +25,12 @@ const tokenEnv = "MAGEGUARD_TOKEN"
 
 func newServeCmd() *cobra.Command {
 	var (
-		modelDir, addr, state, tokenFile, tlsCert, tlsKey string
-		insecure                                          bool
+		modelDir, addr, state, tlsCert, tlsKey, checkState string
+		initState                                          bool
+		auth                                               authFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --model DIR --state DIR [--addr 127.0.0.1:8080] [--token-file FILE] [--tls-cert FILE --tls-key FILE]",
+		Use:   "serve --model DIR --state DIR [--addr 127.0.0.1:8080] [--token-file FILE | --tokens-file FILE] [--tls-cert FILE --tls-key FILE] | serve --check-state DIR",
 		Short: "Serve the guard over HTTP: sessions with a persistent shadow memory, a decision before each tool call",
 		Long: `serve runs the guard loop online (Algorithm 1) for many agent sessions at
 once. An agent starts a session with the user's request, then asks before
@@ -41,6 +40,7 @@ one database file under --state (DIR/sessions.db): every answered step's
 memory and decision are stored before the answer is sent.
 
   POST   /v1/sessions              {"user_prompt": "...", "tools": [...]}      → 201 {"id"}
+  GET    /v1/sessions              the caller's sessions (an operator's: all)
   POST   /v1/sessions/{id}/assess  {"action": {"name", "arguments"}, "observation", "user_messages"}
                                    → 200 {"decision": "allow"|"block", "score", "rationale", ...}
   POST   /v1/sessions/{id}/resume  let a blocked session go on
@@ -48,23 +48,39 @@ memory and decision are stored before the answer is sent.
   GET    /healthz, /metrics, /openapi.yaml   (no token)
 
 Every /v1/ request needs "Authorization: Bearer TOKEN": the token is the
-content of --token-file (surrounding whitespace ignored) or $MAGEGUARD_TOKEN.
-Without one, serve refuses to start, unless --addr is a loopback address and
---insecure-no-auth is given. --tls-cert and --tls-key serve HTTPS.
+content of --token-file (surrounding whitespace ignored) or $MAGEGUARD_TOKEN,
+an operator's; or one of the tenants' of --tokens-file (YAML: tokens: [{name,
+role: agent|operator, sha256}]), where an agent sees and acts only on the
+sessions it created and an operator on any; only an operator resumes a
+blocked session (an agent may not, its own session included). Without a token, serve refuses
+to start, unless --addr is a loopback address and --insecure-no-auth is
+given. --tls-cert and --tls-key serve HTTPS.
 
 The guard is the checkpoint --model (model.path) on the model section's
 backend, or an OpenAI-compatible server (rollout.generator: openai,
 rollout.endpoint, ...). The rollout section says how it is prompted (the
 mage variant), the serve section how it is served: batch_size, max_wait_ms,
 queue_size (a full queue answers 429), deadline_s, threshold (block on the
-score), max_body_bytes, greedy. /healthz answers 200 once the model is
-loaded. Ctrl-C or SIGTERM stops accepting requests, finishes the batch that
-runs, and exits. docs/serving.md has a curl session and a Go client.`,
+score), max_body_bytes, max_prompt_tokens, max_sessions, max_state_bytes,
+max_sessions_per_tenant, max_state_bytes_per_tenant, session_idle_s,
+max_session_share, greedy. /healthz answers 200 once the
+model is loaded.
+Ctrl-C or SIGTERM stops accepting requests, finishes the batch that runs,
+and exits. docs/serving.md has a curl session and a Go client.
+
+The sessions database is checked before anything is served: a damaged one
+is an error naming the damage, and an empty file where it was is refused
+unless --init is given. --check-state DIR reports what of DIR/sessions.db
+is readable, changing nothing (docs/reliability.md says how to recover).`,
 		Example: `  openssl rand -hex 32 > token; chmod 600 token
   mageguard serve --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --state runs/serve --token-file token
-  mageguard serve --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --state runs/serve --addr 127.0.0.1:8080 --insecure-no-auth`,
+  mageguard serve --config configs/tiny.yaml --model runs/tiny/checkpoint-8 --state runs/serve --addr 127.0.0.1:8080 --insecure-no-auth
+  mageguard serve --check-state runs/serve`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if checkState != "" {
+				return runCheckState(checkState, cmd.OutOrStdout())
+			}
 			cfg, err := loadConfig()
 			if err != nil {
 				return err
@@ -84,24 +100,45 @@ runs, and exits. docs/serving.md has a curl session and a Go client.`,
 			if cfg.Rollout.Variant != "mage" {
 				return fmt.Errorf("serve: rollout.variant is %q: serve runs the mage guard (memory + judge)", cfg.Rollout.Variant)
 			}
-			token, err := serveToken(tokenFile, insecure, addr, cmd.ErrOrStderr())
+			tokens, err := auth.tokens("serve", addr, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "serve")
 			defer stop()
-			return runServe(ctx, cfg, addr, state, token, tlsCert, tlsKey, cmd.ErrOrStderr())
+			return runServe(ctx, cfg, addr, serveState{dir: state, init: initState}, tokens, tlsCert, tlsKey, cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&modelDir, "model", "", "checkpoint directory to serve (model.path)")
 	fl.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
 	fl.StringVar(&state, "state", "", "state directory: the sessions database (sessions.db) lives there")
-	fl.StringVar(&tokenFile, "token-file", "", "file holding the bearer token (else $"+tokenEnv+")")
 	fl.StringVar(&tlsCert, "tls-cert", "", "TLS certificate (PEM) to serve HTTPS")
 	fl.StringVar(&tlsKey, "tls-key", "", "TLS private key (PEM)")
-	fl.BoolVar(&insecure, "insecure-no-auth", false, "serve without a token (loopback addresses only)")
+	auth.register(cmd)
+	fl.BoolVar(&initState, "init", false, "start an empty sessions database where DIR/sessions.db is an empty file")
+	fl.StringVar(&checkState, "check-state", "", "report what of DIR/sessions.db is readable, change nothing, and exit (1 when damaged)")
 	return cmd
+}
+
+// runCheckState prints what of DIR/sessions.db is readable; a damaged
+// database is an error (exit status 1).
+func runCheckState(dir string, out io.Writer) error {
+	rep, err := serve.CheckState(dir, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(out, rep)
+	if rep.Problems > 0 {
+		return fmt.Errorf("serve: %s is damaged (%d problems); docs/reliability.md#the-sessions-database says how to recover", rep.Path, rep.Problems)
+	}
+	return nil
+}
+
+// serveState is the --state directory and whether --init was given.
+type serveState struct {
+	dir  string
+	init bool
 }
 
 // serveToken returns the bearer token: --token-file's content without
@@ -163,30 +200,21 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// deferredGenerator forwards to the generator set once the model is loaded
-// (the guard is built, and the port bound, before the slow load).
-type deferredGenerator struct{ generate.Generator }
-
 // runServe opens the store, binds addr, loads the guard's model (the API
 // answers meanwhile: /healthz 503), serves until ctx is cancelled, then
 // drains and closes.
-func runServe(ctx context.Context, cfg *config.Config, addr, state, token, tlsCert, tlsKey string, stderr io.Writer) error {
+func runServe(ctx context.Context, cfg *config.Config, addr string, state serveState, tokens *serve.Tokens, tlsCert, tlsKey string, stderr io.Writer) error {
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	store, err := serve.OpenStore(state, 2*time.Second)
+	store, err := serve.OpenStoreWith(state.dir, serve.StoreOptions{LockWait: 2 * time.Second, Init: state.init})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	tok, tokPath, err := cfg.Model.LoadTokenizer()
+	guard, err := newOnlineGuard(cfg, "serve")
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
-	gen := &deferredGenerator{}
-	guard, err := rollout.NewGuard(cfg.Rollout, tok, gen)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	srv, err := serve.New(serve.Options{Config: cfg.Serve, Rollout: cfg.Rollout, Store: store, Token: token, Log: logger})
+	srv, err := serve.New(serve.Options{Config: cfg.Serve, Rollout: cfg.Rollout, Store: store, Tokens: tokens, Log: logger})
 	if err != nil {
 		return err
 	}
@@ -220,13 +248,10 @@ func runServe(ctx context.Context, cfg *config.Config, addr, state, token, tlsCe
 	n, _ := store.Count()
 	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %d sessions)\n", scheme, ln.Addr(), store.Path(), n)
 
-	g, err := guardGenerator(cfg, tok, tokPath, guard.Stops(), stderr, "serve")
-	if err != nil {
+	if err := guard.load(srv, stderr); err != nil {
 		hs.Close()
 		return err
 	}
-	gen.Generator = g
-	srv.SetGuard(guard)
 	fmt.Fprintf(stderr, "serve: ready\n")
 
 	select {

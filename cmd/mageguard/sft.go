@@ -52,8 +52,9 @@ cross-entropy overall and per role, grad norm, lr, tokens), curves.png,
 checkpoint-STEP/ every train.save_every steps and at the end, and with
 train.eval_every > 0 eval-STEP/ and checkpoint-best/ (by train.best_metric).
 Ctrl-C saves a checkpoint of the last finished step; --resume continues
-from the newest checkpoint with the run's own --out/config.yaml. The
-checkpoint is what train --model starts GRPO from.`,
+from the newest checkpoint with the run's own --out/config.yaml (a
+change of a key that changes what the checkpoint is is refused, as by
+train --resume). The checkpoint is what train --model starts GRPO from.`,
 		Example: `  mageguard sft --config configs/synth-tiny.yaml --out runs/sft
   mageguard train --config configs/synth-tiny.yaml --model runs/sft/checkpoint-300 --out runs/grpo
   mageguard sft --config configs/synth-tiny.yaml --teacher synth-myopic --out runs/sft-myopic

@@ -57,7 +57,11 @@ checkpoint-best/ by train.best_metric when train.eval_every > 0.
 Ctrl-C saves a checkpoint of the last finished step and exits; --resume
 continues from the newest checkpoint in --out with the run's own
 --out/config.yaml (plus any --set and flags given now, e.g. --set
-train.steps=200 to train longer; --config is refused with --resume).`,
+train.steps=200 to train longer; --config is refused with --resume). A
+change of a key that changes what the checkpoint is (a model.* key other
+than how it runs, train.checkpoint_dtype, grpo.master_dtype) is refused,
+naming the key; other changes are logged and recorded as config_changed in
+the resumed run's first metrics.jsonl line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := f.config(cmd)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestSecondAcquireIsRefusedWithTheHoldersPID(t *testing.T) {
@@ -71,7 +72,12 @@ func TestHelperHolder(t *testing.T) {
 	}
 	helperLock = lk // reachable until killed: a collected *os.File is closed, which drops the flock
 	os.Stdout.WriteString("locked\n")
-	select {} // until killed
+	// Wait until killed, sleeping: with select {} and no timer pending, the
+	// runtime ended the process at once ("all goroutines are asleep -
+	// deadlock!"), which dropped the lock, often before the parent tried it.
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 // helperLock keeps TestHelperHolder's lock reachable while it waits.

@@ -10,8 +10,11 @@ package simplegofast
 // strided runs (a tight loop over the innermost run, an odometer over the
 // rest), reductions over a contiguous block of axes, and an exponential
 // (and the logistic function built on it) in AVX2 assembly (amd64;
-// elsewhere math.Exp). simplego_amd64.go installs them
-// as simplego's executors next to the matrix product.
+// elsewhere math.Exp). The innermost loops — arithmetic on runs, with a
+// scalar, sums and maxima — run eight values at a time in AVX2 assembly
+// (elementwise_amd64.s; the portable *Go versions elsewhere and for the last
+// values). simplego_amd64.go installs them as simplego's executors next to
+// the matrix product.
 
 import (
 	"math"
@@ -200,8 +203,8 @@ func binaryBroadcast(op binaryOp, out, a, b []float32, outDims, aDims, bDims []i
 	return true
 }
 
-// binaryVecRun is dst[i] = a[i] op b[i].
-func binaryVecRun(op binaryOp, dst, a, b []float32) {
+// binaryVecRunGo is the portable binaryVecRun: dst[i] = a[i] op b[i].
+func binaryVecRunGo(op binaryOp, dst, a, b []float32) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	switch op {
 	case opAdd:
@@ -223,8 +226,9 @@ func binaryVecRun(op binaryOp, dst, a, b []float32) {
 	}
 }
 
-// binaryScalarRun is dst[i] = x[i] op c, or c op x[i] when scalarLeft.
-func binaryScalarRun(op binaryOp, dst, x []float32, c float32, scalarLeft bool) {
+// binaryScalarRunGo is the portable binaryScalarRun: dst[i] = x[i] op c, or
+// c op x[i] when scalarLeft.
+func binaryScalarRunGo(op binaryOp, dst, x []float32, c float32, scalarLeft bool) {
 	x = x[:len(dst)]
 	switch {
 	case op == opAdd:
@@ -366,9 +370,7 @@ func reduceAxes(kind reduceKind, out, x []float32, dims, axes []int) bool {
 			for r := 1; r < R; r++ {
 				row := src[r*C : (r+1)*C]
 				if kind == reduceSum {
-					for c, v := range row {
-						dst[c] += v
-					}
+					binaryVecRun(opAdd, dst, dst, row)
 				} else {
 					for c, v := range row {
 						dst[c] = max(dst[c], v)
@@ -380,7 +382,8 @@ func reduceAxes(kind reduceKind, out, x []float32, dims, axes []int) bool {
 	return true
 }
 
-func sumRun(x []float32) float32 {
+// sumRunGo is the portable sumRun: Σ x[i], in four partial sums.
+func sumRunGo(x []float32) float32 {
 	var s0, s1, s2, s3 float32
 	i := 0
 	for ; i+4 <= len(x); i += 4 {
@@ -395,7 +398,8 @@ func sumRun(x []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-func maxRun(x []float32) float32 {
+// maxRunGo is the portable maxRun: max x[i] (NaN if any is NaN; -Inf for none).
+func maxRunGo(x []float32) float32 {
 	inf := float32(math.Inf(-1))
 	m0, m1, m2, m3 := inf, inf, inf, inf
 	i := 0
@@ -419,14 +423,10 @@ func expFloat32Go(dst, x []float32) {
 // logisticFloat32 is dst[i] = 1 / (1 + exp(-x[i])) (dst may be x), with
 // expFloat32: 1 above 87.3 (exp(-x) is 0 there), 0 below -88.7.
 func logisticFloat32(dst, x []float32) {
-	x = x[:len(dst)]
-	for i, v := range x {
-		dst[i] = -v
-	}
+	binaryScalarRun(opMul, dst, x[:len(dst)], -1, false)
 	expFloat32(dst, dst)
-	for i, e := range dst {
-		dst[i] = 1 / (1 + e)
-	}
+	binaryScalarRun(opAdd, dst, dst, 1, false)
+	binaryScalarRun(opDiv, dst, dst, 1, true)
 }
 
 // unaryParallel applies fn (one of the float32 unary ops above; dst may be

@@ -157,3 +157,61 @@ func TestReduceAxesRefuses(t *testing.T) {
 		t.Error("reduceAxes wrote before refusing")
 	}
 }
+
+// TestElementwiseLoops checks the elementwise loops (AVX2 where the CPU has
+// it) against their portable Go versions, exactly: every binary op on
+// vectors and with a scalar on either side, in place and not, and the sum
+// and maximum, at lengths around the blocks of 8 and 32; the maximum of a
+// run holding a NaN (in a whole block or in the tail) is NaN.
+func TestElementwiseLoops(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, n := range []int{0, 1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 257} {
+		a, b := randomFloats(rng, n), randomFloats(rng, n)
+		for i := range b {
+			b[i] += 2 // away from 0: the divisions
+		}
+		for op := opAdd; op <= opDiv; op++ {
+			want := make([]float32, n)
+			binaryVecRunGo(op, want, a, b)
+			got := make([]float32, n)
+			binaryVecRun(op, got, a, b)
+			inPlace := append([]float32(nil), a...)
+			binaryVecRun(op, inPlace, inPlace, b)
+			for i := range want {
+				if got[i] != want[i] || inPlace[i] != want[i] {
+					t.Fatalf("n=%d op %d: [%d] = %g (in place %g), want %g", n, op, i, got[i], inPlace[i], want[i])
+				}
+			}
+			for _, left := range []bool{false, true} {
+				const c = 1.75
+				binaryScalarRunGo(op, want, b, c, left)
+				binaryScalarRun(op, got, b, c, left)
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("n=%d op %d with a scalar (left %v): [%d] = %g, want %g", n, op, left, i, got[i], want[i])
+					}
+				}
+			}
+		}
+		var sum float64
+		for _, v := range a {
+			sum += float64(v)
+		}
+		if got := sumRun(a); math.Abs(float64(got)-sum) > 1e-5*float64(n+1) {
+			t.Errorf("n=%d: sum %g, want %g", n, got, sum)
+		}
+		if got, want := maxRun(a), maxRunGo(a); got != want {
+			t.Errorf("n=%d: max %g, want %g", n, got, want)
+		}
+		for _, at := range []int{0, n / 2, n - 1} {
+			if n == 0 {
+				break
+			}
+			x := append([]float32(nil), a...)
+			x[at] = float32(math.NaN())
+			if got := maxRun(x); !math.IsNaN(float64(got)) {
+				t.Errorf("n=%d, NaN at %d: max %g", n, at, got)
+			}
+		}
+	}
+}

@@ -5,15 +5,17 @@ package simplegofast
 // simplego (GoMLX v0.26) multiplies matrices with a scalar, bounds-checked Go
 // loop that runs at about 4.5 GFLOP/s per core on this project's machines; it
 // was 75–80% of a training step. This file holds a blocked matrix product in
-// the style of BLIS/GotoBLAS: a 6×16 register-blocked micro-kernel
-// multiplies 6 rows of the left operand by 16 of the right one, kc
+// the style of BLIS/GotoBLAS: a 6×32 register-blocked micro-kernel
+// multiplies 6 rows of the left operand by 32 of the right one, kc
 // contracting steps at a time, into the output; operands whose layout the
 // kernel cannot read where they lie are first copied into panels (groups of
-// 6 or 16 rows, the contracting axis running along each panel). On amd64 the micro-kernel is AVX2/FMA Go assembly
-// (matmul_amd64.s, ~60–75 GFLOP/s per core); matmul_amd64.go installs the
+// 6 or 32 rows, the contracting axis running along each panel). On amd64 the
+// micro-kernel is Go assembly (simplego_amd64.s): AVX-512 where the CPU has
+// it (~130 GFLOP/s per core on this project's 2.3 GHz machine), else two
+// AVX2/FMA 6×16 halves (~60–70 GFLOP/s); simplego_amd64.go installs the
 // product as simplego's DotGeneral executor when the CPU has AVX2 and FMA.
 // Elsewhere simplego keeps its own, and the portable micro-kernel
-// (kernel6x16Go) only serves the tests.
+// (kernel6x32Go) only serves the tests.
 //
 // The product is exact float32 arithmetic in another order of summation
 // (and with fused multiply-adds): results differ from simplego's in the last
@@ -21,19 +23,18 @@ package simplegofast
 
 import (
 	"math/bits"
-	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
 )
 
 // Blocking of the packed product: micro-tile mr × nr (the registers of the
-// micro-kernel), kc contracting steps per micro-kernel call (a 16 × kc panel
+// micro-kernel), kc contracting steps per micro-kernel call (a 32 × kc panel
 // of the right operand stays in L1), mc × nc output tiles per task (an
 // mc × kc block of the left operand stays in L2).
 const (
 	gemmMR = 6
-	gemmNR = 16
+	gemmNR = 32
 	gemmKC = 256
 	gemmMC = 96
 	gemmNC = 256
@@ -53,65 +54,6 @@ const fastMatmulMinCross = 16
 type dotParams struct {
 	lhsContracting, lhsBatch, rhsContracting, rhsBatch []int
 	batch, lhsCross, rhsCross, contracting             int
-}
-
-// readSimpleGoDotParams reads the parameters simplego keeps in the data field
-// of a DotGeneral node (v0.26: an unexported *dotGeneralNodeData), with
-// reflection, which may read unexported integer fields. ok is false when the
-// layout is not the expected one (another GoMLX version): the caller then
-// leaves the product to simplego.
-func readSimpleGoDotParams(node any) (p dotParams, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	v := reflect.ValueOf(node)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return p, false
-	}
-	v = v.Elem().FieldByName("data")
-	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
-		return p, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return p, false
-	}
-	v = v.Elem()
-	ints := func(name string) ([]int, bool) {
-		f := v.FieldByName(name)
-		if !f.IsValid() || f.Kind() != reflect.Slice {
-			return nil, false
-		}
-		out := make([]int, f.Len())
-		for i := range out {
-			out[i] = int(f.Index(i).Int())
-		}
-		return out, true
-	}
-	size := func(name string) (int, bool) {
-		f := v.FieldByName(name)
-		if !f.IsValid() || f.Kind() != reflect.Int {
-			return 0, false
-		}
-		return int(f.Int()), true
-	}
-	oks := make([]bool, 8)
-	p.lhsContracting, oks[0] = ints("lhsContractingAxes")
-	p.lhsBatch, oks[1] = ints("lhsBatchAxes")
-	p.rhsContracting, oks[2] = ints("rhsContractingAxes")
-	p.rhsBatch, oks[3] = ints("rhsBatchAxes")
-	p.batch, oks[4] = size("batchSize")
-	p.lhsCross, oks[5] = size("lhsCrossSize")
-	p.rhsCross, oks[6] = size("rhsCrossSize")
-	p.contracting, oks[7] = size("contractingSize")
-	for _, o := range oks {
-		if !o {
-			return p, false
-		}
-	}
-	return p, true
 }
 
 // operandView addresses element (b, i, p) — batch index, cross index,
@@ -276,21 +218,25 @@ func matmulNT(A, B operandView, batch, M, N, K int, out []float32) {
 // contiguous (iStride 1), without packing: row i of the output is
 // Σₚ A(b, i, p)·B(b, ·, p), one scaled row of B added per p.
 func axpyNT(A, B operandView, batch, M, N, K int, out []float32) {
-	parallelFor(batch, func(b int) {
+	parallelForWork(batch, batch*M*N*K, func(b int) {
 		outB := out[b*M*N : (b+1)*M*N]
 		clear(outB)
 		aBase, bBase := A.bOff[b], B.bOff[b]
 		for p := 0; p < K; p++ {
 			row := B.flat[bBase+B.pOff[p]+B.iOff[0]:][:N]
 			for i := 0; i < M; i++ {
-				a := A.flat[aBase+A.iOff[i]+A.pOff[p]]
-				dst := outB[i*N : (i+1)*N]
-				for j, x := range row {
-					dst[j] += a * x
-				}
+				axpy(outB[i*N:(i+1)*N], row, A.flat[aBase+A.iOff[i]+A.pOff[p]])
 			}
 		}
 	})
+}
+
+// axpyGo is the portable axpy: dst[j] += a·x[j].
+func axpyGo(dst, x []float32, a float32) {
+	x = x[:len(dst)]
+	for j, v := range x {
+		dst[j] += a * v
+	}
 }
 
 // gemmNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) for b < batch,
@@ -359,10 +305,10 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 						ap, aps = A.flat[A.bOff[b]+A.iOff[i]+A.pOff[p0]:], A.pStride
 					}
 					if i+gemmMR <= M && j+gemmNR <= N {
-						kernel6x16(k, ap, ars, aps, bp, gemmNR, outB[i*N+j:], N, add)
+						kernel6x32(k, ap, ars, aps, bp, gemmNR, outB[i*N+j:], N, add)
 						continue
 					}
-					kernel6x16(k, ap, ars, aps, bp, gemmNR, tmp[:], gemmNR, false)
+					kernel6x32(k, ap, ars, aps, bp, gemmNR, tmp[:], gemmNR, false)
 					for r := 0; r < min(gemmMR, M-i); r++ {
 						dst := outB[(i+r)*N+j:][:min(gemmNR, N-j)]
 						for c := range dst {
@@ -381,23 +327,31 @@ func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 
 // dotsNT computes what gemmNT does for operands whose contracting index is
 // contiguous (pStride 1) without packing them: each output element is the
-// dot product of a row of A and a row of B, four rows of B at a time. It
+// dot product of a row of A and a row of B, two rows of A against four of B
+// at a time. It
 // reads B once, which is what products with a few rows (decoding: M = the
 // batch, B = a weight or the KV cache) want.
 func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
-	const rowsPerTask = 256
+	rowsPerTask := dotsRowsPerTask(batch, N)
 	chunks := ceilDiv(N, rowsPerTask)
-	parallelFor(batch*chunks, func(t int) {
+	parallelForWork(batch*chunks, batch*M*N*K, func(t int) {
 		b, j0 := t/chunks, (t%chunks)*rowsPerTask
 		j1 := min(j0+rowsPerTask, N)
 		aBase, bBase := A.bOff[b], B.bOff[b]
 		outB := out[b*M*N : (b+1)*M*N]
 		row := func(o operandView, base, i int) []float32 { return o.flat[base+o.iOff[i]:][:K] }
 		var d [4]float32
+		var d2 [8]float32
 		j := j0
 		for ; j+4 <= j1; j += 4 {
 			b0, b1, b2, b3 := row(B, bBase, j), row(B, bBase, j+1), row(B, bBase, j+2), row(B, bBase, j+3)
-			for i := 0; i < M; i++ {
+			i := 0
+			for ; i+2 <= M; i += 2 { // two rows of A at a time: eight independent sums
+				dot2x4(row(A, aBase, i), row(A, aBase, i+1), b0, b1, b2, b3, &d2)
+				copy(outB[i*N+j:i*N+j+4], d2[:4])
+				copy(outB[(i+1)*N+j:(i+1)*N+j+4], d2[4:])
+			}
+			if i < M {
 				dot4(row(A, aBase, i), b0, b1, b2, b3, &d)
 				copy(outB[i*N+j:i*N+j+4], d[:])
 			}
@@ -412,6 +366,28 @@ func dotsNT(A, B operandView, batch, M, N, K int, out []float32) {
 	})
 }
 
+// dotsRowsPerTask is how many rows of B (a multiple of 4, at most 256) each
+// task of dotsNT takes: few enough that every core gets work (a decoding
+// step's products have one batch element and 128–768 rows: one task of 256
+// rows would leave the other cores idle), at least 16 so that a task
+// outweighs its scheduling.
+func dotsRowsPerTask(batch, N int) int {
+	tasks := 4 * runtime.GOMAXPROCS(0) // tasks wanted, a few per core to even out their ends
+	perBatch := ceilDiv(tasks, batch)
+	rows := ceilDiv(ceilDiv(N, perBatch), 4) * 4
+	return min(max(rows, 16), 256)
+}
+
+// dot2x4Go is the portable dot2x4: out[4i + r] = Σₚ a_i[p]·b_r[p] for
+// i < 2, r < 4, p < len(a0).
+func dot2x4Go(a0, a1, b0, b1, b2, b3 []float32, out *[8]float32) {
+	var d [4]float32
+	dot4Go(a0, b0, b1, b2, b3, &d)
+	copy(out[:4], d[:])
+	dot4Go(a1, b0, b1, b2, b3, &d)
+	copy(out[4:], d[:])
+}
+
 // dot4Go is the portable dot4: out[r] = Σₚ a[p]·b_r[p], p < len(a).
 func dot4Go(a, b0, b1, b2, b3 []float32, out *[4]float32) {
 	var s0, s1, s2, s3 float32
@@ -424,15 +400,22 @@ func dot4Go(a, b0, b1, b2, b3 []float32, out *[4]float32) {
 	*out = [4]float32{s0, s1, s2, s3}
 }
 
-// kernel6x16Go is the micro-kernel in portable Go: for r < 6, j < 16,
+// kernel6x32Go is the micro-kernel of the packed product in portable Go:
+// kernel6x16Go on columns 0–15 and 16–31.
+func kernel6x32Go(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
+	kernel6x16Go(k, a, ars, aps, b[16:], bps, c[16:], ldc, add)
+}
+
+// kernel6x16Go is a 6×16 micro-kernel in portable Go: for r < 6, j < 16,
 // c[r·ldc + j] (+)= Σₚ a[r·ars + p·aps]·b[p·bps + j], p < k (add false
 // overwrites c). A packed panel of a is ars = 1, aps = 6; rows of a with a
 // contiguous contracting axis are ars = row stride, aps = 1; b's 16 values
 // of one p are contiguous. It defines what the assembly kernel computes.
 func kernel6x16Go(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
-	var acc [gemmMR][gemmNR]float32
+	var acc [gemmMR][16]float32
 	for p := 0; p < k; p++ {
-		bp := b[p*bps:][:gemmNR]
+		bp := b[p*bps:][:16]
 		for r := range acc {
 			x := a[r*ars+p*aps]
 			for j, y := range bp {
@@ -441,7 +424,7 @@ func kernel6x16Go(k int, a []float32, ars, aps int, b []float32, bps int, c []fl
 		}
 	}
 	for r := range acc {
-		row := c[r*ldc:][:gemmNR]
+		row := c[r*ldc:][:16]
 		for j, x := range acc[r] {
 			if add {
 				row[j] += x
@@ -454,7 +437,29 @@ func kernel6x16Go(k int, a []float32, ars, aps int, b []float32, bps int, c []fl
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// parallelFor runs fn(0) … fn(n-1) on up to GOMAXPROCS goroutines.
+// minParallelWork is the multiply-adds below which a product runs on the
+// calling goroutine alone (a few microseconds of work: a decoding step's
+// small products, where starting and waiting for helpers costs more than it
+// saves, and much more on a busy machine).
+const minParallelWork = 1 << 18
+
+// parallelForWork is parallelFor for tasks that do work multiply-adds in
+// all: on the calling goroutine alone below minParallelWork.
+func parallelForWork(n, work int, fn func(i int)) {
+	if work < minParallelWork {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	parallelFor(n, fn)
+}
+
+// parallelFor runs fn(0) … fn(n-1) on up to GOMAXPROCS goroutines: the
+// caller's and helpers that take the next index as they get to it. The
+// caller works too, so on a busy machine, where a helper may start late, it
+// does not wait for one that has not started: a helper that finds every
+// index taken just ends.
 func parallelFor(n int, fn func(i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	if workers <= 1 {
@@ -464,16 +469,20 @@ func parallelFor(n int, fn func(i int)) {
 		return
 	}
 	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+			fn(i)
+		}
+	}
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
+	for w := 1; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i)
-			}
+			work()
 		}()
 	}
+	work()
 	wg.Wait()
 }
 

@@ -20,30 +20,39 @@ func randomFloats(rng *rand.Rand, n int) []float32 {
 	return out
 }
 
-// TestKernel6x16 checks the micro-kernel (assembly where the CPU has AVX2
-// and FMA) and the portable one against sums in float64, overwriting and accumulating, with
-// strided operands and an output row stride wider than the tile (the
-// columns beyond it stay untouched).
-func TestKernel6x16(t *testing.T) {
+// TestKernels checks the micro-kernels (6×32: AVX-512, or two AVX2 halves,
+// where the CPU has them; 6×16: AVX2) and the portable ones against sums in
+// float64, overwriting and accumulating, with strided operands and an
+// output row stride wider than the tile (the columns beyond it stay
+// untouched).
+func TestKernels(t *testing.T) {
+	type kernel func(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool)
 	rng := rand.New(rand.NewPCG(1, 2))
-	const ldc = 21
-	kernels := map[string]func(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool){
-		"kernel6x16": kernel6x16, "kernel6x16Go": kernel6x16Go,
-	}
-	for name, kernel := range kernels {
+	for _, kc := range []struct {
+		name  string
+		width int
+		fn    kernel
+	}{
+		{"kernel6x32", 32, kernel6x32},
+		{"kernel6x32 without AVX-512", 32, func(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+			kernel6x32On(false, k, a, ars, aps, b, bps, c, ldc, add)
+		}},
+		{"kernel6x32Go", 32, kernel6x32Go}, {"kernel6x16", 16, kernel6x16}, {"kernel6x16Go", 16, kernel6x16Go},
+	} {
+		ldc := kc.width + 5
 		for _, k := range []int{1, 3, 8, 256} {
 			for _, add := range []bool{false, true} {
-				// a: 6 rows of k at row stride k+3 (rows mode); b: p-major with stride 19.
-				const bps = gemmNR + 3
+				// a: 6 rows of k at row stride k+3 (rows mode); b: p-major with a stride 3 wider than the tile.
+				bps := kc.width + 3
 				ars := k + 3
 				a, b := randomFloats(rng, gemmMR*ars), randomFloats(rng, bps*k)
 				c := randomFloats(rng, gemmMR*ldc)
 				before := append([]float32(nil), c...)
-				kernel(k, a, ars, 1, b, bps, c, ldc, add)
+				kc.fn(k, a, ars, 1, b, bps, c, ldc, add)
 				for r := 0; r < gemmMR; r++ {
 					for j := 0; j < ldc; j++ {
 						want := float64(before[r*ldc+j])
-						if j < gemmNR {
+						if j < kc.width {
 							var s float64
 							for p := 0; p < k; p++ {
 								s += float64(a[r*ars+p]) * float64(b[p*bps+j])
@@ -55,7 +64,7 @@ func TestKernel6x16(t *testing.T) {
 							}
 						}
 						if got := float64(c[r*ldc+j]); math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
-							t.Fatalf("%s k=%d add=%v: c[%d][%d] = %g, want %g", name, k, add, r, j, got, want)
+							t.Fatalf("%s k=%d add=%v: c[%d][%d] = %g, want %g", kc.name, k, add, r, j, got, want)
 						}
 					}
 				}
@@ -117,6 +126,32 @@ func TestDot4(t *testing.T) {
 	}
 }
 
+// TestDot2x4 checks dot2x4 (assembly where the CPU has AVX2 and FMA) and
+// the portable dot2x4Go against sums in float64, for lengths around its
+// 8-wide steps.
+func TestDot2x4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 8))
+	for _, k := range []int{1, 7, 8, 9, 64, 100} {
+		as := [2][]float32{randomFloats(rng, k), randomFloats(rng, k)}
+		bs := [4][]float32{randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k), randomFloats(rng, k)}
+		for name, dot := range map[string]func(a0, a1, b0, b1, b2, b3 []float32, out *[8]float32){"dot2x4": dot2x4, "dot2x4Go": dot2x4Go} {
+			var got [8]float32
+			dot(as[0], as[1], bs[0], bs[1], bs[2], bs[3], &got)
+			for i := range as {
+				for r := range bs {
+					var want float64
+					for p := range as[i] {
+						want += float64(as[i][p]) * float64(bs[r][p])
+					}
+					if g := got[4*i+r]; math.Abs(float64(g)-want) > 1e-4*(1+math.Abs(want)) {
+						t.Errorf("%s k=%d row %d, %d: %g, want %g", name, k, i, r, g, want)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestMatmulNT checks the packed product and the small-product path against
 // a float64 triple loop over each case's operand views.
 func TestMatmulNT(t *testing.T) {
@@ -169,10 +204,10 @@ func TestOperandView(t *testing.T) {
 // own executor), and compares; on amd64 with AVX2 it also checks that the
 // packed product was installed and did the work.
 func TestFastDotGeneral(t *testing.T) {
+	fast, plain := testBackends(t) // installs
 	if runtime.GOARCH == "amd64" && haveFastKernel() && !Installed() {
 		t.Fatal("the CPU has AVX2 and FMA but the packed product was not installed")
 	}
-	fast, plain := testBackends(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, c := range fastDotGeneralCases {
 		t.Run(c.name, func(t *testing.T) {

@@ -21,7 +21,6 @@ package simplegofast
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"sync/atomic"
 	_ "unsafe" // go:linkname
@@ -36,6 +35,9 @@ import (
 // haveAVX2FMA: the CPU (and OS) run the assembly kernels.
 var haveAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
+// haveAVX512: the CPU (and OS) also run the AVX-512 micro-kernel.
+var haveAVX512 = haveAVX2FMA && cpu.X86.HasAVX512F
+
 func haveFastKernel() bool { return haveAVX2FMA }
 
 //go:noescape
@@ -48,8 +50,34 @@ func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []floa
 		kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
 		return
 	}
-	_, _, _ = a[(gemmMR-1)*ars+(k-1)*aps], b[(k-1)*bps+gemmNR-1], c[(gemmMR-1)*ldc+gemmNR-1]
+	_, _, _ = a[(gemmMR-1)*ars+(k-1)*aps], b[(k-1)*bps+15], c[(gemmMR-1)*ldc+15]
 	kernel6x16AVX2(k, &a[0], ars, aps, &b[0], bps, &c[0], ldc, add)
+}
+
+//go:noescape
+func kernel6x32AVX512(k int, a *float32, ars, aps int, b *float32, bps int, c *float32, ldc int, add bool)
+
+// kernel6x32 is kernel6x32Go: in AVX-512 assembly when the CPU has it, else
+// as two AVX2 6×16 halves, else in Go. The slices are checked to hold what
+// the kernel reads and writes.
+func kernel6x32(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	kernel6x32On(haveAVX512, k, a, ars, aps, b, bps, c, ldc, add)
+}
+
+// kernel6x32On is kernel6x32 with AVX-512 used only when avx512 is true
+// (tests run the AVX2 halves on a CPU that has AVX-512).
+func kernel6x32On(avx512 bool, k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
+	if !haveAVX2FMA {
+		kernel6x32Go(k, a, ars, aps, b, bps, c, ldc, add)
+		return
+	}
+	_, _, _ = a[(gemmMR-1)*ars+(k-1)*aps], b[(k-1)*bps+gemmNR-1], c[(gemmMR-1)*ldc+gemmNR-1]
+	if avx512 && haveAVX512 {
+		kernel6x32AVX512(k, &a[0], ars, aps, &b[0], bps, &c[0], ldc, add)
+		return
+	}
+	kernel6x16AVX2(k, &a[0], ars, aps, &b[0], bps, &c[0], ldc, add)
+	kernel6x16AVX2(k, &a[0], ars, aps, &b[16], bps, &c[16], ldc, add)
 }
 
 //go:noescape
@@ -64,6 +92,45 @@ func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) {
 	k := len(a)
 	_, _, _, _ = b0[k-1], b1[k-1], b2[k-1], b3[k-1]
 	dot4AVX2(k, &a[0], &b0[0], &b1[0], &b2[0], &b3[0], &out[0])
+}
+
+//go:noescape
+func dot2x4AVX2(k int, a0, a1, b0, b1, b2, b3 *float32, out *[8]float32)
+
+// dot2x4 is dot2x4Go, in AVX2/FMA assembly when the CPU has it (whole blocks
+// of 8 contracting steps; the rest here).
+func dot2x4(a0, a1, b0, b1, b2, b3 []float32, out *[8]float32) {
+	k := len(a0)
+	k8 := k &^ 7
+	if !haveAVX2FMA || k8 == 0 {
+		dot2x4Go(a0, a1, b0, b1, b2, b3, out)
+		return
+	}
+	_, _, _, _, _ = a1[k-1], b0[k-1], b1[k-1], b2[k-1], b3[k-1]
+	dot2x4AVX2(k8, &a0[0], &a1[0], &b0[0], &b1[0], &b2[0], &b3[0], out)
+	if k8 < k {
+		var rest [8]float32
+		dot2x4Go(a0[k8:], a1[k8:k], b0[k8:k], b1[k8:k], b2[k8:k], b3[k8:k], &rest)
+		for i := range out {
+			out[i] += rest[i]
+		}
+	}
+}
+
+//go:noescape
+func axpyAVX2(dst, x *float32, a float32, n int)
+
+// axpy is axpyGo, in AVX2/FMA assembly when the CPU has it (whole blocks of
+// 8; the rest here).
+func axpy(dst, x []float32, a float32) {
+	n8 := len(dst) &^ 7
+	if !haveAVX2FMA || n8 == 0 {
+		axpyGo(dst, x, a)
+		return
+	}
+	x = x[:len(dst)]
+	axpyAVX2(&dst[0], &x[0], a, n8)
+	axpyGo(dst[n8:], x[n8:], a)
 }
 
 //go:noescape
@@ -188,70 +255,13 @@ func simplegoLayoutOK() (ok bool) {
 	if !isNode {
 		return false
 	}
-	inputs := reflectNodeInputs(node)
+	inputs, _ := nodeInputs(node)
 	if len(inputs) != 1 {
 		return false
 	}
 	p, ok := readSimpleGoDotParams(inputs[0])
 	return ok && p.batch == 2 && p.lhsCross == 3 && p.rhsCross == 7 && p.contracting == 5 &&
 		fmt.Sprint(p.lhsContracting, p.lhsBatch, p.rhsContracting, p.rhsBatch) == "[2] [0] [2] [0]"
-}
-
-// reflectNodeInputs returns the inputs of a simplego node (an unexported
-// field, read with reflection).
-func reflectNodeInputs(node *simplego.Node) []*simplego.Node {
-	f := reflect.ValueOf(node).Elem().FieldByName("inputs")
-	if !f.IsValid() || f.Kind() != reflect.Slice {
-		return nil
-	}
-	out := make([]*simplego.Node, f.Len())
-	for i := range out {
-		out[i] = (*simplego.Node)(f.Index(i).UnsafePointer())
-	}
-	return out
-}
-
-// nodeOutputDims returns the dimensions of a float32 node's output (its
-// unexported shape field); ok is false for other dtypes or layouts.
-func nodeOutputDims(node *simplego.Node) (dims []int, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	s := reflect.ValueOf(node).Elem().FieldByName("shape")
-	dt, d := s.FieldByName("DType"), s.FieldByName("Dimensions")
-	if !dt.IsValid() || !d.IsValid() || d.Kind() != reflect.Slice || dtypes.DType(dt.Int()) != dtypes.Float32 {
-		return nil, false
-	}
-	dims = make([]int, d.Len())
-	for i := range dims {
-		dims[i] = int(d.Index(i).Int())
-	}
-	return dims, true
-}
-
-// nodeIntsData returns a node's data field when it holds an []int (the axes
-// of reductions and broadcasts).
-func nodeIntsData(node *simplego.Node) (ints []int, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	v := reflect.ValueOf(node).Elem().FieldByName("data")
-	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
-		return nil, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Slice || v.Type().Elem().Kind() != reflect.Int {
-		return nil, false
-	}
-	ints = make([]int, v.Len())
-	for i := range ints {
-		ints[i] = int(v.Index(i).Int())
-	}
-	return ints, true
 }
 
 // float32Buffer returns a buffer's data and dimensions when it is float32.
@@ -415,40 +425,6 @@ func fastBroadcastInDim(backend *simplego.Backend, node *simplego.Node, inputs [
 	}
 	fastOpCalls.Add(1)
 	return out, nil
-}
-
-// sliceParams reads a Slice node's starts, limits and strides (simplego's unexported
-// *sliceNode in the node's data field, with reflection).
-func sliceParams(node *simplego.Node) (starts, limits, strides []int, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	v := reflect.ValueOf(node).Elem().FieldByName("data")
-	if !v.IsValid() || v.Kind() != reflect.Interface || v.IsNil() {
-		return nil, nil, nil, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return nil, nil, nil, false
-	}
-	v = v.Elem()
-	if v.Kind() != reflect.Struct || v.NumField() != 3 {
-		return nil, nil, nil, false
-	}
-	read := func(i int) []int {
-		f := v.Field(i)
-		if f.Kind() != reflect.Slice || f.Type().Elem().Kind() != reflect.Int {
-			panic("not []int")
-		}
-		out := make([]int, f.Len())
-		for j := range out {
-			out[j] = int(f.Index(j).Int())
-		}
-		return out
-	}
-	return read(0), read(1), read(2), true
 }
 
 // fastSlice is the executor of Slice for float32 operands with unit strides: the slice

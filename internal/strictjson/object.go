@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxDepth bounds how deep Object follows the values of an object's
@@ -25,6 +25,7 @@ const (
 	Unknown                   // a member's key is not among the allowed keys
 	TooDeep                   // a member's value is nested deeper than MaxDepth
 	Trailing                  // data after the object
+	BadText                   // ObjectText: a key or string holds invalid UTF-8 or an escaped lone surrogate
 )
 
 // ObjectError is what Object refuses, by the path of the value at fault.
@@ -56,107 +57,185 @@ func (e *ObjectError) Error() string {
 // accepted), a value nested deeper than MaxDepth, and anything after the
 // object. path names data inside the caller's document ("" for a whole
 // text, "tools[2]" for an element) and prefixes the members' paths in
-// errors, which are *ObjectError. Object checks structure only: the
-// members' values are the caller's to decode and check.
+// errors, which are *ObjectError; a key longer than MaxPathKey bytes is
+// cut there in a path. Object checks structure only: the members' values
+// are the caller's to decode and check. Its time and memory are linear in
+// len(data): paths are built only for an error.
 func Object(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
 	whole := func(kind Kind, format string, args ...any) error {
 		return &ObjectError{Path: path, Whole: true, Kind: kind, Problem: fmt.Sprintf(format, args...)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, whole(Syntax, "not valid JSON: %v", err)
+	if !json.Valid(data) {
+		var first json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&first); err != nil {
+			return nil, whole(Syntax, "not valid JSON: %v", err)
+		}
+		if first[0] != '{' {
+			return nil, whole(NotObject, "want a JSON object")
+		}
+		return nil, whole(Trailing, "data after the JSON object")
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
 		return nil, whole(NotObject, "want a JSON object")
 	}
 	members := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, whole(Syntax, "not valid JSON: %v", err)
-		}
-		key := tok.(string) // inside an object the decoder yields string keys
-		field := join(path, key)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, memberError(field, Syntax, "not valid JSON: %v", err)
-		}
+	root := &segment{key: path, root: true}
+	for i = skipSpace(data, i+1); data[i] != '}'; {
+		end := stringEnd(data, i)
+		key := keyOf(data[i:end])
+		at := &segment{up: root, key: key}
 		if _, dup := members[key]; dup {
-			return nil, memberError(field, Duplicate, "given twice")
+			return nil, memberError(at, Duplicate, "given twice")
 		}
 		if !slices.Contains(allowed, key) {
-			return nil, memberError(field, Unknown, "unknown field (allowed: %s)", strings.Join(allowed, ", "))
+			return nil, memberError(at, Unknown, "unknown field (allowed: %s)", strings.Join(allowed, ", "))
 		}
-		vdec := json.NewDecoder(bytes.NewReader(raw))
-		vdec.UseNumber()
-		if err := checkValue(vdec, field, 0); err != nil {
+		start := skipSpace(data, skipSpace(data, end)+1) // past the ':'
+		vend, err := checkValue(data, start, at, 0)
+		if err != nil {
 			return nil, err
 		}
-		members[key] = raw
-	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return nil, whole(Syntax, "not valid JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, whole(Trailing, "data after the JSON object")
+		members[key] = json.RawMessage(data[start:vend])
+		if i = skipSpace(data, vend); data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
 	}
 	return members, nil
 }
 
-func memberError(path string, kind Kind, format string, args ...any) error {
-	return &ObjectError{Path: path, Kind: kind, Problem: fmt.Sprintf(format, args...)}
-}
-
-// join names the member key of the object at path.
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// checkValue reads one JSON value from dec, refusing a key given twice in
-// any object inside it and nesting deeper than MaxDepth.
-func checkValue(dec *json.Decoder, path string, depth int) error {
-	if depth > MaxDepth {
-		return memberError(path, TooDeep, "nested deeper than %d levels", MaxDepth)
-	}
-	tok, err := dec.Token()
+// ObjectText is Object that also refuses invalid UTF-8 and escaped lone
+// surrogates in any key or string, at any depth (BadText): text that
+// encoding/json would make U+FFFD, or keep raw in a json.RawMessage and
+// write back out as invalid JSON. The text is checked by Check, once
+// Object has accepted the structure.
+func ObjectText(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
+	members, err := Object(data, path, allowed...)
 	if err != nil {
-		return memberError(path, Syntax, "not valid JSON: %v", err)
+		return nil, err
 	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil // a scalar
+	if where, problem, ok := Check(data); !ok { // Object refused any key given twice: this is text
+		if path != "" {
+			where = path + "." + where
+		}
+		return nil, &ObjectError{Path: where, Kind: BadText, Problem: problem}
 	}
-	switch d {
+	return members, nil
+}
+
+// MaxPathKey is the most bytes of a key that an error's path shows: a
+// longer key is cut there and marked "…", so that an error about a huge
+// key does not quote it.
+const MaxPathKey = 64
+
+// segment is one step of a path, built only when an error names it: a
+// key (or the caller's prefix, at the root) or an array index.
+type segment struct {
+	up    *segment
+	key   string
+	index int
+	elem  bool // an array element: index, not key
+	root  bool // the caller's prefix, shown as it is
+}
+
+// String names the value at s, e.g. "action.arguments.to[3]".
+func (s *segment) String() string {
+	var segs []*segment
+	for p := s; p != nil; p = p.up {
+		segs = append(segs, p)
+	}
+	var b strings.Builder
+	for i := len(segs) - 1; i >= 0; i-- {
+		p := segs[i]
+		switch {
+		case p.root:
+			b.WriteString(p.key)
+		case p.elem:
+			b.WriteString("[" + strconv.Itoa(p.index) + "]")
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(ShortKey(p.key))
+		}
+	}
+	return b.String()
+}
+
+// ShortKey is a key as a path shows it: valid UTF-8, and cut to
+// MaxPathKey bytes (marked "…") when longer.
+func ShortKey(key string) string {
+	if len(key) > MaxPathKey {
+		cut := MaxPathKey
+		for cut > 0 && !utf8.RuneStart(key[cut]) {
+			cut--
+		}
+		key = key[:cut] + "…"
+	}
+	return strings.ToValidUTF8(key, "\uFFFD")
+}
+
+func memberError(at *segment, kind Kind, format string, args ...any) error {
+	return &ObjectError{Path: at.String(), Kind: kind, Problem: fmt.Sprintf(format, args...)}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// checkValue checks the value starting at b[i] of a valid JSON text b (at
+// names it, depth is its nesting below the member) and returns the index
+// just after it. It refuses a key given twice in any object inside it and
+// nesting deeper than MaxDepth.
+func checkValue(b []byte, i int, at *segment, depth int) (int, error) {
+	if depth > MaxDepth {
+		return 0, memberError(at, TooDeep, "nested deeper than %d levels", MaxDepth)
+	}
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i), nil
 	case '{':
-		keys := map[string]bool{}
-		for dec.More() {
-			k, err := dec.Token()
+		var keys map[string]struct{}
+		child := segment{up: at}
+		for i = skipSpace(b, i+1); b[i] != '}'; {
+			end := stringEnd(b, i)
+			child.key = keyOf(b[i:end])
+			if keys == nil {
+				keys = map[string]struct{}{}
+			}
+			if _, dup := keys[child.key]; dup {
+				return 0, memberError(&child, Duplicate, "given twice")
+			}
+			keys[child.key] = struct{}{}
+			vend, err := checkValue(b, skipSpace(b, skipSpace(b, end)+1), &child, depth+1)
 			if err != nil {
-				return memberError(path, Syntax, "not valid JSON: %v", err)
+				return 0, err
 			}
-			key := k.(string)
-			if keys[key] {
-				return memberError(path+"."+key, Duplicate, "given twice")
-			}
-			keys[key] = true
-			if err := checkValue(dec, path+"."+key, depth+1); err != nil {
-				return err
+			if i = skipSpace(b, vend); b[i] == ',' {
+				i = skipSpace(b, i+1)
 			}
 		}
+		return i + 1, nil
 	case '[':
-		for i := 0; dec.More(); i++ {
-			if err := checkValue(dec, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
-				return err
+		child := segment{up: at, elem: true}
+		for i = skipSpace(b, i+1); b[i] != ']'; child.index++ {
+			vend, err := checkValue(b, i, &child, depth+1)
+			if err != nil {
+				return 0, err
+			}
+			if i = skipSpace(b, vend); b[i] == ',' {
+				i = skipSpace(b, i+1)
 			}
 		}
+		return i + 1, nil
 	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return memberError(path, Syntax, "not valid JSON: %v", err)
+	for i < len(b) && !strings.ContainsRune(" \t\n\r,]}", rune(b[i])) { // a number, true, false or null
+		i++
 	}
-	return nil
+	return i, nil
 }

@@ -103,7 +103,7 @@ func pathOf(stack []frame) string {
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(strings.ToValidUTF8(f.key, "\uFFFD"))
+			b.WriteString(ShortKey(f.key))
 		} else {
 			b.WriteString("[" + strconv.Itoa(f.index) + "]")
 		}

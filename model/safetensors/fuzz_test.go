@@ -14,7 +14,7 @@ import (
 
 // FuzzSafetensors: any file either opens, with every tensor then read in
 // full, or is an error — never a panic or an allocation the file's size
-// does not back. The seeds hold the header declaring shape
+// does not back. The seeds hold a header declaring shape
 // [2³², 2³²] and a tensor with a NaN.
 func FuzzSafetensors(f *testing.F) {
 	file := func(header string, data []byte) []byte {

@@ -21,7 +21,7 @@ func stHeaderFile(t *testing.T, header string, data int) string {
 	return p
 }
 
-// TestSafetensorsHeaderOverflowIsAnError: the optimizer.safetensors
+// TestSafetensorsHeaderOverflowIsAnError: an optimizer.safetensors
 // declaring shape [4294967296, 4294967296] (2⁶⁴ elements: the product wraps
 // to 0, which matched empty data_offsets) is refused as needing more bytes
 // than the file holds, as are the header's other ways to claim what the

@@ -114,6 +114,9 @@ func readHeader(path string, f *os.File) (*File, error) {
 		}
 		st.entries[name] = e
 	}
+	if err := checkContiguous(st.entries, size-st.dataStart); err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w", path, err)
+	}
 	return st, nil
 }
 

@@ -58,12 +58,44 @@ type addedTokenJSON struct {
 // fallback, and added tokens matched on the raw text (normalized: false)
 // without lstrip/rstrip/single_word. Anything else is an error, never a
 // silently different tokenization.
+//
+// Every id must be below MaxVocab; LoadWithin bounds them by a model's
+// vocabulary instead.
 func Load(path string) (*Tokenizer, error) {
+	return LoadWithin(path, IDBound{})
+}
+
+// MaxVocab is the most token ids a tokenizer may have: the bound the
+// model's configuration puts on vocab_size (2²²). A tokenizer's arrays are
+// sized by its largest id, so a larger one is refused before anything is
+// allocated.
+const MaxVocab = 1 << 22
+
+// IDBound bounds the ids of a tokenizer.json: every id must be below
+// VocabSize, the vocabulary of the model the tokenizer is for, which
+// DeclaredBy names in errors (e.g. "vocab_size of runs/x/config.json").
+// The zero IDBound is MaxVocab.
+type IDBound struct {
+	VocabSize  int
+	DeclaredBy string
+}
+
+func (b IDBound) limit() (int, string) {
+	if b.VocabSize <= 0 || b.VocabSize > MaxVocab {
+		return MaxVocab, fmt.Sprintf("the most a tokenizer may have (%d)", MaxVocab)
+	}
+	return b.VocabSize, fmt.Sprintf("the model's vocabulary (%d ids, the %s)", b.VocabSize, b.DeclaredBy)
+}
+
+// LoadWithin is Load with every id of the file bounded by b: an id outside
+// it is an error naming the file, the field and the token, found before
+// anything is sized by it (in time and memory linear in the file).
+func LoadWithin(path string, b IDBound) (*Tokenizer, error) {
 	data, file, err := readTokenizerFile(path)
 	if err != nil {
 		return nil, err
 	}
-	t, err := parse(data)
+	t, err := parseWithin(data, b)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %s: %w", file, err)
 	}
@@ -77,7 +109,10 @@ const maxTokenizerBytes = 256 << 20
 // parse builds a tokenizer from the text of a tokenizer.json: a key given
 // twice anywhere (a vocabulary entry, say) is an error, not the last one
 // silently winning.
-func parse(data []byte) (*Tokenizer, error) {
+func parse(data []byte) (*Tokenizer, error) { return parseWithin(data, IDBound{}) }
+
+// parseWithin is parse with the ids bounded by b.
+func parseWithin(data []byte, b IDBound) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, err
@@ -85,7 +120,35 @@ func parse(data []byte) (*Tokenizer, error) {
 	if where, problem, ok := strictjson.Check(data); !ok {
 		return nil, fmt.Errorf("%s: %s", where, problem)
 	}
-	return build(&f)
+	return build(&f, b)
+}
+
+// checkIDs refuses an id of f that is negative or not below b's limit,
+// naming the field and the token (of the vocabulary, the largest id out of
+// bounds; then of the added tokens, the first).
+func checkIDs(f *fileJSON, b IDBound) error {
+	limit, what := b.limit()
+	worst, worstTok := -1, ""
+	for tok, id := range f.Model.Vocab {
+		if id < 0 {
+			return fmt.Errorf("model.vocab %q: negative id %d", strictjson.ShortKey(tok), id)
+		}
+		if id >= limit && (id > worst || (id == worst && tok < worstTok)) {
+			worst, worstTok = id, tok
+		}
+	}
+	if worst >= 0 {
+		return fmt.Errorf("model.vocab %q: id %d is outside %s", strictjson.ShortKey(worstTok), worst, what)
+	}
+	for i, a := range f.AddedTokens {
+		if a.ID < 0 {
+			return fmt.Errorf("added_tokens[%d] %q: negative id %d", i, strictjson.ShortKey(a.Content), a.ID)
+		}
+		if a.ID >= limit {
+			return fmt.Errorf("added_tokens[%d] %q: id %d is outside %s", i, strictjson.ShortKey(a.Content), a.ID, what)
+		}
+	}
+	return nil
 }
 
 // readTokenizerFile returns the (decompressed) bytes of the tokenizer.json
@@ -136,7 +199,10 @@ func readTokenizerFile(path string) ([]byte, string, error) {
 
 // build checks that f describes a tokenizer we implement exactly and
 // assembles it.
-func build(f *fileJSON) (*Tokenizer, error) {
+func build(f *fileJSON, b IDBound) (*Tokenizer, error) {
+	if err := checkIDs(f, b); err != nil { // before anything is sized by an id
+		return nil, err
+	}
 	if err := checkSupported(f); err != nil {
 		return nil, err
 	}

@@ -147,7 +147,7 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	t, err := build(&f)
+	t, err := build(&f, IDBound{})
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

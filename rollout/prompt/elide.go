@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model/tokenizer"
@@ -46,10 +47,43 @@ func ElideText(tok *tokenizer.Tokenizer, text string, max int) (string, int) {
 	return h + fmt.Sprintf("\n[... %d tokens elided ...]\n", elided) + t, elided
 }
 
-// ElideObservation is ElideText for an observation (kept for callers that
-// name what they elide).
-func ElideObservation(tok *tokenizer.Tokenizer, obs string, max int) (string, int) {
-	return ElideText(tok, obs, max)
+// ElideBytes keeps a text of more than max bytes to its head and tail
+// around an explicit marker saying how many bytes were left out, all of it
+// within max bytes and cut between whole UTF-8 characters; it returns the
+// text and the bytes left out (0: unchanged). It bounds a text before it is
+// tokenized or stored at all (a tool result of any size that becomes an
+// observation); ElideText then bounds it in tokens for a prompt.
+func ElideBytes(text string, max int) (string, int) {
+	if len(text) <= max {
+		return text, 0
+	}
+	marker := func(n int) string { return fmt.Sprintf("\n[... %d bytes elided ...]\n", n) }
+	keep := max - len(marker(len(text))) // the marker of the longest count
+	if keep < 2 {
+		return "", len(text)
+	}
+	head := cutBack(text, keep/2)
+	tail := cutForward(text, len(text)-(keep-keep/2))
+	elided := tail - head
+	return text[:head] + marker(elided) + text[tail:], elided
+}
+
+// cutBack is the largest i <= n at which s splits between whole UTF-8
+// characters (a byte that does not continue a character).
+func cutBack(s string, n int) int {
+	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
+}
+
+// cutForward is the smallest i >= n at which s splits between whole UTF-8
+// characters.
+func cutForward(s string, n int) int {
+	for n < len(s) && !utf8.RuneStart(s[n]) {
+		n++
+	}
+	return n
 }
 
 // elidedArgumentsKey holds an action's arguments elided as a whole.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/internal/guardtest"
@@ -61,10 +62,10 @@ func TestAHugeActionOfSmallValuesIsElidedWhole(t *testing.T) {
 	}
 }
 
-func TestElideObservation(t *testing.T) {
+func TestElideText(t *testing.T) {
 	tok := guardtest.Tokenizer(t)
 	obs := strings.Repeat("alpha beta gamma delta ", 200) + "THE END"
-	text, elided := ElideObservation(tok, obs, 64)
+	text, elided := ElideText(tok, obs, 64)
 	n := len(tok.EncodeUntrusted(obs))
 	if elided != n-64 {
 		t.Fatalf("elided %d, want %d", elided, n-64)
@@ -72,7 +73,47 @@ func TestElideObservation(t *testing.T) {
 	if !strings.HasPrefix(text, "alpha beta") || !strings.HasSuffix(text, "THE END") || !strings.Contains(text, "tokens elided ...]") {
 		t.Fatalf("elided text %q", text)
 	}
-	if same, k := ElideObservation(tok, "short", 64); same != "short" || k != 0 {
+	if same, k := ElideText(tok, "short", 64); same != "short" || k != 0 {
 		t.Fatal("a short observation was changed")
+	}
+}
+
+// TestElideBytes: a text over the bound keeps its head and tail around a
+// marker counting the bytes left out, within the bound, cut between whole
+// characters (here 2-, 3- and 4-byte ones at every offset); a text within
+// it is unchanged.
+func TestElideBytes(t *testing.T) {
+	for _, c := range []struct {
+		name, text string
+		max        int
+	}{
+		{"ascii", "HEAD " + strings.Repeat("x", 100_000) + " TAIL", 1024},
+		{"2-byte", "HEAD " + strings.Repeat("é", 50_000) + " TAIL", 1024},
+		{"3-byte", "HEAD " + strings.Repeat("€", 50_000) + " TAIL", 1025},
+		{"4-byte", "HEAD " + strings.Repeat("😀", 50_000) + " TAIL", 1027},
+		{"just over", strings.Repeat("y", 1025), 1024},
+	} {
+		for shift := 0; shift < 4; shift++ {
+			text := strings.Repeat("a", shift) + c.text
+			got, n := ElideBytes(text, c.max)
+			marker := fmt.Sprintf("\n[... %d bytes elided ...]\n", n)
+			i := strings.Index(got, marker)
+			if len(got) > c.max || !utf8.ValidString(got) || n <= 0 || i < 0 {
+				t.Fatalf("%s+%d: %d bytes (max %d), %d elided, valid %v: %.80q", c.name, shift, len(got), c.max, n, utf8.ValidString(got), got)
+			}
+			head, tail := got[:i], got[i+len(marker):]
+			if !strings.HasPrefix(text, head) || !strings.HasSuffix(text, tail) || len(head)+n+len(tail) != len(text) {
+				t.Errorf("%s+%d: head %d + elided %d + tail %d bytes != %d", c.name, shift, len(head), n, len(tail), len(text))
+			}
+			if len(head) < c.max/3 || len(tail) < c.max/3 {
+				t.Errorf("%s+%d: head %d, tail %d bytes of %d", c.name, shift, len(head), len(tail), c.max)
+			}
+		}
+	}
+	if got, n := ElideBytes("short", 1024); got != "short" || n != 0 {
+		t.Errorf("a short text: %q, %d", got, n)
+	}
+	if got, n := ElideBytes(strings.Repeat("z", 1024), 1024); n != 0 || len(got) != 1024 {
+		t.Errorf("a text of exactly the bound: %d bytes, %d elided", len(got), n)
 	}
 }

@@ -1,7 +1,12 @@
-package bench
+// Package heapstat measures the Go heap: its size now and its peaks while
+// something runs. On GoMLX's pure-Go backend every tensor buffer is a Go
+// slice, so the heap is the backend's device memory; the benchmarks of
+// bench/ and model/ report their peaks with it.
+package heapstat
 
 import (
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 	"time"
@@ -15,7 +20,7 @@ const heapObjects = "/memory/classes/heap/objects:bytes"
 // garbage collection marked live.
 const heapLive = "/gc/heap/live:bytes"
 
-// HeapSampler records the peaks of the Go heap, read from runtime/metrics
+// Sampler records the peaks of the Go heap, read from runtime/metrics
 // every Every while it runs: the object bytes (live objects and dead ones
 // the garbage collector has not freed yet) and the bytes the last
 // collection marked live. On the pure-Go backend every tensor buffer is a
@@ -23,7 +28,7 @@ const heapLive = "/gc/heap/live:bytes"
 // percentage (debug.SetGCPercent) collections are frequent and the live
 // peak close to the true one. Unlike the process's RSS, neither counts
 // memory the runtime keeps after a collection.
-type HeapSampler struct {
+type Sampler struct {
 	Every time.Duration // sampling period (0 = 2 ms)
 
 	mu       sync.Mutex
@@ -33,28 +38,28 @@ type HeapSampler struct {
 	done     chan struct{}
 }
 
-// HeapBytes returns the Go heap's object bytes now.
-func HeapBytes() uint64 {
+// Bytes returns the Go heap's object bytes now.
+func Bytes() uint64 {
 	s := []metrics.Sample{{Name: heapObjects}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
 
-// LiveHeapBytes runs two garbage collections and returns the heap's object
+// LiveBytes runs two garbage collections and returns the heap's object
 // bytes after them: what is reachable now.
-func LiveHeapBytes() uint64 {
+func LiveBytes() uint64 {
 	runtime.GC()
 	runtime.GC()
-	return HeapBytes()
+	return Bytes()
 }
 
 // Start begins sampling in a goroutine; Stop ends it and returns the peak.
-func (h *HeapSampler) Start() {
+func (h *Sampler) Start() {
 	every := h.Every
 	if every <= 0 {
 		every = 2 * time.Millisecond
 	}
-	h.peak = HeapBytes()
+	h.peak = Bytes()
 	h.stop, h.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(h.done)
@@ -77,17 +82,31 @@ func (h *HeapSampler) Start() {
 }
 
 // Stop ends the sampling and returns the peak object bytes seen since Start.
-func (h *HeapSampler) Stop() uint64 {
+func (h *Sampler) Stop() uint64 {
 	close(h.stop)
 	<-h.done
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return max(h.peak, HeapBytes())
+	return max(h.peak, Bytes())
 }
 
 // LivePeak returns the peak of the live bytes seen between Start and Stop.
-func (h *HeapSampler) LivePeak() uint64 {
+func (h *Sampler) LivePeak() uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.peakLive
+}
+
+// Peak runs fn with the garbage collector made eager (GC percent 5, after a
+// collection), so that the heap holds what fn keeps rather than garbage, and
+// returns the peak of the heap's object bytes while it ran, sampled every
+// millisecond. The GC percent is restored afterwards.
+func Peak(fn func()) uint64 {
+	old := debug.SetGCPercent(5)
+	defer debug.SetGCPercent(old)
+	runtime.GC()
+	h := Sampler{Every: time.Millisecond}
+	h.Start()
+	fn()
+	return h.Stop()
 }

@@ -1,0 +1,98 @@
+package mcpgate
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mageguard/mageguard/serve"
+)
+
+// paddedInit is an initialize request of about n bytes (its _meta padded).
+func paddedInit(n int) string {
+	pad := max(n-len(initBody), 0)
+	return strings.Replace(initBody, `"params":{`, `"params":{"_meta":{"pad":"`+strings.Repeat("x", pad)+`"},`, 1)
+}
+
+// TestMCPMessagesFallUnderMaxBodyBytes: a client's message larger than
+// serve.max_body_bytes is refused whole: over HTTP /mcp answers 413 (the
+// SDK's own default was 4 MiB), over stdio the session ends with an error
+// (the SDK's default was 16 MiB a line). Smaller ones are served.
+func TestMCPMessagesFallUnderMaxBodyBytes(t *testing.T) {
+	cfg := serve.DefaultConfig()
+	cfg.MaxBodyBytes = 64 << 10
+	h := newHarnessConfig(t, Options{}, cfg)
+	srv := httptest.NewServer(h.gw.HTTPHandler(HTTPOptions{}))
+	defer srv.Close()
+	if code, body := rawRequest(t, "POST", srv.URL+"/mcp", paddedInit(100<<10), nil); code != 413 {
+		t.Errorf("a 100 KB message over HTTP: %d %s", code, body)
+	}
+	if code, body := rawRequest(t, "POST", srv.URL+"/mcp", paddedInit(32<<10), nil); code != 200 {
+		t.Errorf("a 32 KB message over HTTP: %d %s", code, body)
+	}
+
+	// Over stdio: a message within the bound is answered, a longer one
+	// ends the session.
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() { done <- h.gw.ServeStdio(ctx, inR, outW) }()
+	lines := bufio.NewReader(outR)
+	go io.WriteString(inW, paddedInit(32<<10)+"\n")
+	if line, err := lines.ReadString('\n'); err != nil || !strings.Contains(line, `"protocolVersion"`) {
+		t.Fatalf("a 32 KB message over stdio: %v %.200s", err, line)
+	}
+	go io.Copy(io.Discard, lines)
+	go io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized","params":{"_meta":{"pad":"`+strings.Repeat("x", 100<<10)+`"}}}`+"\n")
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "maximum line length") {
+			t.Errorf("the stdio session ended with %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a 100 KB message over stdio did not end the session")
+	}
+}
+
+// TestALongToolResultIsCutBeforeTheGuard: a tool result longer than
+// serve.max_body_bytes becomes the next observation cut to its head and
+// tail around a marker, within the bound, before the guard and the store
+// see it (before, the whole result was stored as the step's observation);
+// a result within the bound is kept whole.
+func TestALongToolResultIsCutBeforeTheGuard(t *testing.T) {
+	cfg := serve.DefaultConfig()
+	cfg.MaxBodyBytes = 64 << 10
+	h := newHarnessConfig(t, Options{Task: "Summarise big.txt"}, cfg)
+	big := "BIG-START " + strings.Repeat("lorem ipsum ", 30_000) + " BIG-END"
+	h.down.files["big.txt"] = big
+	ctx := context.Background()
+	c := h.connect(ctx)
+	for _, path := range []string{"big.txt", "notes.txt", "notes.txt"} {
+		res, err := c.call(ctx, "read_file", map[string]any{"path": path}, nil)
+		if err != nil || res.IsError {
+			t.Fatalf("read_file %s: %v %+v", path, err, res)
+		}
+		if path == "big.txt" && text(res) != big {
+			t.Fatalf("the client got %d bytes of the %d-byte result", len(text(res)), len(big))
+		}
+	}
+	recs := h.records()
+	_, steps, err := h.store.GetWithSteps(recs[0].Session)
+	if err != nil || len(steps) != 3 {
+		t.Fatalf("%d steps, %v", len(steps), err)
+	}
+	obs := *steps[1].Observation
+	if len(obs) > int(cfg.MaxBodyBytes) || !strings.HasPrefix(obs, "BIG-START lorem") || !strings.HasSuffix(obs, "ipsum  BIG-END") ||
+		!strings.Contains(obs, " bytes elided ...]") {
+		t.Errorf("the observation of the long result: %d bytes, %.80q … %.80q", len(obs), obs, obs[max(len(obs)-80, 0):])
+	}
+	if *steps[2].Observation != h.down.files["notes.txt"] {
+		t.Errorf("a short result observed as %q", *steps[2].Observation)
+	}
+}
