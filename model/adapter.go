@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -50,9 +51,27 @@ func AdapterOf(dir string) (base string, lora *LoRAConfig, err error) {
 	return base, &lc, nil
 }
 
-// loadAdapter loads the adapter checkpoint dir onto its base (LoadWith).
+// loadAdapter loads the adapter checkpoint dir onto its base (LoadWith). The adapter's
+// tensors are checked against the base's config.json before any weight is read.
 func loadAdapter(backend backends.Backend, dir string, opts LoadOptions) (*Model, error) {
 	base, lc, err := AdapterOf(dir)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAdapter(*lc, base)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := LoadConfig(base)
+	if err != nil {
+		return nil, fmt.Errorf("adapter %s: base %s: %w", dir, base, err)
+	}
+	f, err := safetensors.Open(filepath.Join(dir, checkpoint.AdapterWeightsFile))
+	if err != nil {
+		return nil, fmt.Errorf("adapter %s: %w", dir, err)
+	}
+	defer f.Close()
+	ts, err := adapterTensors(f, dir, base, cfg, a)
 	if err != nil {
 		return nil, err
 	}
@@ -60,61 +79,61 @@ func loadAdapter(backend backends.Backend, dir string, opts LoadOptions) (*Model
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: base %s: %w", dir, base, err)
 	}
-	a, err := newAdapter(*lc, base)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.readAdapter(dir, base, a); err != nil {
+	if err := m.readAdapter(f, dir, ts); err != nil {
 		return nil, err
 	}
 	m.attach(a)
 	return m, nil
 }
 
-// readAdapter reads adapter_model.safetensors of dir into a's variables, every tensor checked
-// against the base's shapes first: a missing, unexpected or misshaped tensor is an error naming
-// the adapter and its base.
-func (m *Model) readAdapter(dir, base string, a *adapter) error {
-	f, err := safetensors.Open(dir + "/" + checkpoint.AdapterWeightsFile)
-	if err != nil {
-		return fmt.Errorf("adapter %s: %w", dir, err)
-	}
-	defer f.Close()
+// adapterTensor is one tensor of an adapter file: its PEFT name, the module it adapts, which
+// matrix ("A" or "B") and its shape.
+type adapterTensor struct {
+	name, module, which string
+	shape               []int
+}
+
+// adapterTensors returns the tensors adapter_model.safetensors (f) of the adapter dir must hold
+// for a on a base of architecture cfg, in adapterSpecs's order (as AddAdapter creates the
+// variables: the trainer's order), after checking f's header against them: a missing,
+// unexpected or misshaped tensor is an error naming the adapter and its base.
+func adapterTensors(f *safetensors.File, dir, base string, cfg *Config, a *adapter) ([]adapterTensor, error) {
 	arch := fmt.Sprintf("%d layers, hidden %d, MLP %d, %d×%d query / %d KV heads",
-		m.cfg.NumHiddenLayers, m.cfg.HiddenSize, m.cfg.IntermediateSize, m.cfg.NumAttentionHeads, m.cfg.HeadDim, m.cfg.NumKeyValueHeads)
-	type want struct {
-		module, which string
-		shape         []int
-	}
-	wants := map[string]want{}
-	var names []string // in adapterSpecs's order, as AddAdapter creates the variables (the trainer's order)
-	for _, s := range adapterSpecs(&m.cfg, a.targets) {
-		for _, w := range []want{{s.module, "A", []int{a.cfg.Rank, s.in}}, {s.module, "B", []int{s.out, a.cfg.Rank}}} {
-			name := checkpoint.AdapterTensorName(s.module, w.which)
-			wants[name] = w
-			names = append(names, name)
+		cfg.NumHiddenLayers, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.HeadDim, cfg.NumKeyValueHeads)
+	var want []adapterTensor
+	byName := map[string]bool{}
+	for _, s := range adapterSpecs(cfg, a.targets) {
+		for _, w := range []adapterTensor{{module: s.module, which: "A", shape: []int{a.cfg.Rank, s.in}}, {module: s.module, which: "B", shape: []int{s.out, a.cfg.Rank}}} {
+			w.name = checkpoint.AdapterTensorName(s.module, w.which)
+			want = append(want, w)
+			byName[w.name] = true
 		}
 	}
 	for _, name := range f.Names() {
-		if _, ok := wants[name]; !ok {
-			return fmt.Errorf("adapter %s: tensor %s does not fit the base %s (%s): an adapter of another architecture, or of other target_modules",
+		if !byName[name] {
+			return nil, fmt.Errorf("adapter %s: tensor %s does not fit the base %s (%s): an adapter of another architecture, or of other target_modules",
 				dir, name, base, arch)
 		}
 	}
-	for _, name := range names {
-		e, ok := f.Entry(name)
+	for _, w := range want {
+		e, ok := f.Entry(w.name)
 		if !ok {
-			return fmt.Errorf("adapter %s: tensor %s is missing for the base %s (%s): an adapter of another architecture?", dir, name, base, arch)
+			return nil, fmt.Errorf("adapter %s: tensor %s is missing for the base %s (%s): an adapter of another architecture?", dir, w.name, base, arch)
 		}
-		if w := wants[name]; !slices.Equal(e.Shape, w.shape) {
-			return fmt.Errorf("adapter %s: tensor %s has shape %v, the base %s (%s) with rank %d wants %v: an adapter of another architecture",
-				dir, name, e.Shape, base, arch, a.cfg.Rank, w.shape)
+		if !slices.Equal(e.Shape, w.shape) {
+			return nil, fmt.Errorf("adapter %s: tensor %s has shape %v, the base %s (%s) with rank %d wants %v: an adapter of another architecture",
+				dir, w.name, e.Shape, base, arch, a.cfg.Rank, w.shape)
 		}
 	}
-	for _, name := range names {
-		w := wants[name]
+	return want, nil
+}
+
+// readAdapter reads the adapter's tensors (checked by adapterTensors) from f into the model's
+// adapter variables.
+func (m *Model) readAdapter(f *safetensors.File, dir string, ts []adapterTensor) error {
+	for _, w := range ts {
 		t := tensors.FromShape(shapes.Make(m.dtype, w.shape...))
-		if err := f.ReadInto(name, t); err != nil {
+		if err := f.ReadInto(w.name, t); err != nil {
 			return fmt.Errorf("adapter %s: %w", dir, err)
 		}
 		m.setAdapterWeight(w.module, w.which, t)

@@ -114,8 +114,9 @@ func TestAdapterCheckpointPEFTLayout(t *testing.T) {
 	}
 }
 
-// TestAdapterBaseRefused: an adapter whose base is missing, of another architecture, or an
-// adapter itself is refused with an error naming the adapter and the base.
+// TestAdapterBaseRefused: an adapter whose base is missing, of another architecture (found
+// from its config.json, before any weight is read), or an adapter itself is refused with an
+// error naming the adapter and the base.
 func TestAdapterBaseRefused(t *testing.T) {
 	dir := t.TempDir()
 	m := adapterOnDisk(t, dir)
@@ -147,12 +148,21 @@ func TestAdapterBaseRefused(t *testing.T) {
 	if err := newTestModel(t, shallow, 3).Save(filepath.Join(dir, "shallow"), SaveOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A base of another architecture is refused from its config.json, before its weights are
+	// read: this one has none.
+	if err := newTestModel(t, other, 3).Save(filepath.Join(dir, "wide-config-only"), SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "wide-config-only", "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		base string
 		want string
 	}{
 		{filepath.Join(dir, "missing"), "cannot be read"},
 		{filepath.Join(dir, "wide"), "another architecture"},
+		{filepath.Join(dir, "wide-config-only"), "another architecture"},
 		{filepath.Join(dir, "deep"), "another architecture"},
 		{filepath.Join(dir, "shallow"), "another architecture"},
 		{adir, "is an adapter too"},
