@@ -240,3 +240,23 @@ func TestInspectAdapter(t *testing.T) {
 		t.Fatalf("%+v, adapter %+v", info, a)
 	}
 }
+
+// TestAdapterTokenizerWithinItsBase: the tokenizer of an adapter directory is bounded by its
+// base's vocab_size before it is built, as a whole checkpoint's is by its own: Qwen3's tokenizer
+// (151,669 ids) beside an adapter on testConfig's 256-id base is refused naming the base's
+// config.json.
+func TestAdapterTokenizerWithinItsBase(t *testing.T) {
+	dir := t.TempDir()
+	m := adapterOnDisk(t, dir)
+	adir := filepath.Join(dir, "adapter")
+	if err := m.SaveAdapter(adir, SaveOptions{TokenizerDir: "../assets/qwen3"}); err != nil {
+		t.Fatal(err)
+	}
+	s := DefaultSettings()
+	s.Path = adir
+	base, _ := filepath.Abs(filepath.Join(dir, "base"))
+	_, _, err := s.LoadTokenizer()
+	if err == nil || !strings.Contains(err.Error(), "vocab_size of "+filepath.Join(base, "config.json")) {
+		t.Fatalf("error %v, want one naming the vocab_size of %s/config.json", err, base)
+	}
+}

@@ -118,14 +118,19 @@ func (s *Settings) TokenizerDir() string {
 
 // LoadTokenizer loads the tokenizer of these settings (TokenizerDir) and
 // returns it with the directory it was read from. With a checkpoint
-// (model.path with a config.json), every id of the tokenizer must be
-// within its vocab_size, checked before the tokenizer is built.
+// (model.path with a config.json, or an adapter checkpoint whose base has
+// one), every id of the tokenizer must be within its vocab_size, checked
+// before the tokenizer is built.
 func (s *Settings) LoadTokenizer() (*tokenizer.Tokenizer, string, error) {
 	dir := s.TokenizerDir()
 	var bound tokenizer.IDBound
 	if s.Path != "" {
-		if c, err := LoadConfig(s.Path); err == nil { // a bad config.json is LoadModel's to report
-			bound = tokenizer.IDBound{VocabSize: c.VocabSize, DeclaredBy: "vocab_size of " + filepath.Join(s.Path, "config.json")}
+		ckpt := s.Path
+		if base, _, err := AdapterOf(s.Path); err == nil {
+			ckpt = base
+		}
+		if c, err := LoadConfig(ckpt); err == nil { // a bad config.json is LoadModel's to report
+			bound = tokenizer.IDBound{VocabSize: c.VocabSize, DeclaredBy: "vocab_size of " + filepath.Join(ckpt, "config.json")}
 		}
 	}
 	tok, err := tokenizer.LoadWithin(dir, bound)
