@@ -260,3 +260,78 @@ func TestAdapterTokenizerWithinItsBase(t *testing.T) {
 		t.Fatalf("error %v, want one naming the vocab_size of %s/config.json", err, base)
 	}
 }
+
+// TestPrepareAdapter: model.lora against what --model loaded. Rank 0 trains what was loaded (a
+// whole model's weights, or an adapter checkpoint's adapter, continued); a rank on a whole
+// checkpoint adds a new adapter on it (B zero, its base the checkpoint's absolute path); a rank
+// on an adapter checkpoint must describe that adapter (targets in any order); a random model
+// (no model.path) cannot be a base.
+func TestPrepareAdapter(t *testing.T) {
+	dir := t.TempDir()
+	m := adapterOnDisk(t, dir)
+	adir := filepath.Join(dir, "adapter")
+	if err := m.SaveAdapter(adir, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := filepath.Abs(filepath.Join(dir, "base"))
+	reversed := slices.Clone(loraConfig(4).Targets)
+	slices.Reverse(reversed)
+	for _, c := range []struct {
+		name, path string
+		lora       LoRAConfig
+		wantRank   int // the adapter after PrepareAdapter; 0 = none
+		wantErr    string
+	}{
+		{"whole model, rank 0", filepath.Join(dir, "base"), LoRAConfig{}, 0, ""},
+		{"adapter, rank 0: continued", adir, LoRAConfig{}, 4, ""},
+		{"adapter, the same model.lora", adir, LoRAConfig{Rank: 4, Alpha: 16, Targets: reversed}, 4, ""},
+		{"adapter, another rank", adir, loraConfig(8), 0, "differs from the adapter of " + adir},
+		{"adapter, another alpha", adir, LoRAConfig{Rank: 4, Alpha: 32, Targets: reversed}, 0, "differs from the adapter"},
+		{"whole model, rank 8: a new adapter", filepath.Join(dir, "base"), loraConfig(8), 8, ""},
+		{"random model, rank 8", "", loraConfig(8), 0, "needs a base checkpoint"},
+	} {
+		s := DefaultSettings()
+		s.Path, s.LoRA, s.Config = c.path, c.lora, *testConfig() // a checkpoint's config.json wins
+		m, err := s.LoadModel(testBackend(t), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		err = s.PrepareAdapter(m)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: error %v, want %q", c.name, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		a := m.Adapter()
+		switch {
+		case c.wantRank == 0 && a != nil:
+			t.Errorf("%s: an adapter %s", c.name, a)
+		case c.wantRank == 0:
+		case a == nil || a.Rank != c.wantRank || m.AdapterBase() != base:
+			t.Errorf("%s: adapter %v on %q, want rank %d on %s", c.name, a, m.AdapterBase(), c.wantRank, base)
+		case c.path == adir:
+			_, b, err := m.adapterValues("model.layers.0.self_attn.q_proj")
+			if err != nil || allZeroF32(b) {
+				t.Errorf("%s: the checkpoint's B was not loaded (%v)", c.name, err)
+			}
+		default:
+			_, b, err := m.adapterValues("model.layers.0.self_attn.q_proj")
+			if err != nil || !allZeroF32(b) {
+				t.Errorf("%s: a new adapter's B is not zero (%v)", c.name, err)
+			}
+		}
+	}
+}
+
+func allZeroF32(a []float32) bool {
+	for _, x := range a {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
