@@ -42,8 +42,12 @@ func AdapterOf(dir string) (base string, lora *LoRAConfig, err error) {
 	}
 	base = cfg.BaseDir(dir)
 	if _, err := os.Stat(base); err != nil {
-		return "", nil, fmt.Errorf("adapter %s: its base model %s (base_model_name_or_path %q) cannot be read: %w",
-			dir, base, cfg.BaseModelNameOrPath, err)
+		hint := ""
+		if !filepath.IsAbs(cfg.BaseModelNameOrPath) {
+			hint = " (a relative base_model_name_or_path is read from the adapter directory; a Hugging Face hub name such as Qwen/Qwen3-4B must be downloaded and named by its directory)"
+		}
+		return "", nil, fmt.Errorf("adapter %s: its base model %s (base_model_name_or_path %q) cannot be read: %w%s",
+			dir, base, cfg.BaseModelNameOrPath, err, hint)
 	}
 	if checkpoint.IsAdapter(base) {
 		return "", nil, fmt.Errorf("adapter %s: its base %s is an adapter too: merge that one first (mageguard model merge)", dir, base)

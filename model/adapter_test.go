@@ -161,6 +161,7 @@ func TestAdapterBaseRefused(t *testing.T) {
 		want string
 	}{
 		{filepath.Join(dir, "missing"), "cannot be read"},
+		{"Qwen/Qwen3-4B", "a Hugging Face hub name"}, // PEFT writes the hub name it loaded
 		{filepath.Join(dir, "wide"), "another architecture"},
 		{filepath.Join(dir, "wide-config-only"), "another architecture"},
 		{filepath.Join(dir, "deep"), "another architecture"},
