@@ -177,7 +177,8 @@ func TestAdapterBaseRefused(t *testing.T) {
 }
 
 // TestReadAdapterConfig: adapter_config.json as PEFT writes it loads (extra keys at their
-// defaults, target_modules "all-linear"); what cannot be applied is refused naming the key.
+// defaults, target_modules "all-linear", an initialisation that leaves the base as it is);
+// what cannot be applied is refused naming the key.
 func TestReadAdapterConfig(t *testing.T) {
 	peft := `{"alpha_pattern": {}, "auto_mapping": null, "base_model_name_or_path": "/models/Qwen3-4B", "bias": "none",
 "fan_in_fan_out": false, "inference_mode": true, "init_lora_weights": true, "layers_pattern": null,
@@ -193,6 +194,13 @@ func TestReadAdapterConfig(t *testing.T) {
 		{`["q_proj"]`, "false", `"rank_pattern": {}` + "|" + `"rank_pattern": {"q_proj": 8}`, "rank_pattern"},
 		{`["q_proj"]`, "false", `"bias": "none"` + "|" + `"bias": "all"`, "bias"},
 		{`["q_proj"]`, "false", `"r": 16` + "|" + `"r": 16, "r": 8`, "given twice"},
+		{`["q_proj"]`, "false", `"init_lora_weights": true` + "|" + `"init_lora_weights": "gaussian"`, ""},
+		{`["q_proj"]`, "false", `"init_lora_weights": true` + "|" + `"init_lora_weights": false`, ""},
+		{`["q_proj"]`, "false", `"init_lora_weights": true` + "|" + `"init_lora_weights": "pissa"`, "init_lora_weights"},
+		{`["q_proj"]`, "false", `"init_lora_weights": true` + "|" + `"init_lora_weights": 3`, "init_lora_weights"},
+		{`["q_proj"]`, "false", `"use_dora": false` + "|" + `"use_dora": false, "lora_bias": false`, ""},
+		{`["q_proj"]`, "false", `"use_dora": false` + "|" + `"use_dora": false, "lora_bias": true`, "lora_bias"},
+		{`["q_proj"]`, "false", `"use_dora": false` + "|" + `"use_dora": false, "exclude_modules": ["v_proj"]`, "exclude_modules"},
 	} {
 		text := fmt.Sprintf(peft, c.targets, c.rslora)
 		if c.edit != "" {

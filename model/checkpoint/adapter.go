@@ -46,9 +46,12 @@ type AdapterConfig struct {
 	LoRADropout         float64 `json:"lora_dropout"`
 	FanInFanOut         bool    `json:"fan_in_fan_out"` // false: A and B in torch.nn.Linear's [out, in] layout
 	InferenceMode       bool    `json:"inference_mode"`
-	InitLoRAWeights     bool    `json:"init_lora_weights"` // true: A Kaiming-uniform, B zero
-	UseDoRA             bool    `json:"use_dora"`
-	ModulesToSave       []any   `json:"modules_to_save"` // always null here
+	// InitLoRAWeights is written true (A Kaiming-uniform, B zero); read, it is true, false or
+	// an initialisation that leaves the base as it is ("gaussian", "eva", "orthogonal": then
+	// false here), ReadAdapterConfig refusing those that change the base (PiSSA, OLoRA, …).
+	InitLoRAWeights bool  `json:"init_lora_weights"`
+	UseDoRA         bool  `json:"use_dora"`
+	ModulesToSave   []any `json:"modules_to_save"` // always null here
 }
 
 // Scale is s: LoRAAlpha / R, or LoRAAlpha / √R with UseRSLoRA.
@@ -100,8 +103,9 @@ func ReadAdapterConfig(dir string) (*AdapterConfig, error) {
 		return nil, fmt.Errorf("adapter %s: %w", path, err)
 	}
 	c := AdapterConfig{Bias: "none"}
-	targets := raw["target_modules"]
+	targets, init := raw["target_modules"], raw["init_lora_weights"]
 	delete(raw, "target_modules")
+	delete(raw, "init_lora_weights")
 	fields, err := json.Marshal(raw)
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: %w", path, err)
@@ -111,6 +115,9 @@ func ReadAdapterConfig(dir string) (*AdapterConfig, error) {
 	}
 	if c.TargetModules, err = readTargets(targets); err != nil {
 		return nil, fmt.Errorf("adapter %s: target_modules: %w", path, err)
+	}
+	if c.InitLoRAWeights, err = readInit(init); err != nil {
+		return nil, fmt.Errorf("adapter %s: init_lora_weights: %w", path, err)
 	}
 	if err := c.check(raw); err != nil {
 		return nil, fmt.Errorf("adapter %s: %w", path, err)
@@ -141,6 +148,29 @@ func readTargets(data json.RawMessage) ([]string, error) {
 	return list, nil
 }
 
+// readInit reads init_lora_weights: true (the default), false, or the name of an
+// initialisation. Only the initialisation of A and B differs between true, false, "gaussian",
+// "eva" and "orthogonal", so such an adapter applies to the base as it is (a name reads as
+// false); the others (PiSSA, OLoRA, CorDA, LoftQ, …) also change the base weights, so the
+// adapter fits only the base they made.
+func readInit(data json.RawMessage) (bool, error) {
+	if len(data) == 0 {
+		return true, nil
+	}
+	var b bool
+	if json.Unmarshal(data, &b) == nil {
+		return b, nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return false, fmt.Errorf("want true, false or an initialisation's name: %w", err)
+	}
+	if s == "gaussian" || s == "eva" || s == "orthogonal" {
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: an adapter initialised so changes its base's weights and applies only to the base that initialisation made (PEFT converts such an adapter to one on the original base when saving with path_initial_model_for_weight_conversion)", s)
+}
+
 // check refuses what an adapter of this package cannot be.
 func (c *AdapterConfig) check(raw map[string]json.RawMessage) error {
 	switch {
@@ -163,8 +193,10 @@ func (c *AdapterConfig) check(raw map[string]json.RawMessage) error {
 	case c.BaseModelNameOrPath == "":
 		return fmt.Errorf("base_model_name_or_path is empty: it must name the base checkpoint directory")
 	}
-	// Keys whose non-default values change the adapter's maths.
-	for _, key := range []string{"rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern", "target_parameters"} {
+	// Keys whose non-default values change the adapter's maths (false, null, {} and [] are
+	// their defaults).
+	for _, key := range []string{"rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern", "target_parameters",
+		"exclude_modules", "layer_replication", "lora_bias", "trainable_token_indices", "alora_invocation_tokens", "arrow_config"} {
 		v, ok := raw[key]
 		if !ok {
 			continue
@@ -176,6 +208,10 @@ func (c *AdapterConfig) check(raw map[string]json.RawMessage) error {
 		switch x := x.(type) {
 		case nil:
 			continue
+		case bool:
+			if !x {
+				continue
+			}
 		case map[string]any:
 			if len(x) == 0 {
 				continue
@@ -185,7 +221,7 @@ func (c *AdapterConfig) check(raw map[string]json.RawMessage) error {
 				continue
 			}
 		}
-		return fmt.Errorf("%s: %s is not supported (every targeted module of every layer gets rank r and alpha lora_alpha)", key, v)
+		return fmt.Errorf("%s: %s is not supported (every targeted module of every layer gets a plain LoRA of rank r and alpha lora_alpha)", key, v)
 	}
 	return nil
 }
