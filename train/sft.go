@@ -25,8 +25,11 @@ import (
 type SFTConfig struct {
 	// Teacher names the targets: "synth" (the synthetic world's perfect
 	// memory manager and judge), "synth-myopic" (its memory of the latest
-	// turn only, with the judge's rule on it), or a teacher JSONL file
-	// (FileTeacher; a file named synth needs a path such as ./synth).
+	// turn only, with the judge's rule on it), "synth-leaky" or
+	// "synth-leaky:P" (a memory that keeps each earlier identifier with
+	// probability P at every turn, 0.5 by default, with the judge's rule on
+	// it), or a teacher JSONL file (FileTeacher; a file named synth needs a
+	// path such as ./synth).
 	Teacher string `yaml:"teacher"`
 	// JudgePairs adds to every step, besides the calls of its
 	// trajectories, the judge calls of that many pairs of turns: the
@@ -56,7 +59,8 @@ type SFTConfig struct {
 	// call's prompt shows the memory the model wrote and its target is the
 	// teacher's call on that memory (Corrector.JudgeOn). Teacher forcing
 	// alone trains on the teacher's memories, which the model never reads
-	// at eval. Needs a teacher that can correct (synth, synth-myopic); no
+	// at eval. Needs a teacher that can correct (synth, synth-myopic,
+	// synth-leaky); no
 	// effect on the judge-only variant, which keeps no memory; the extra
 	// judge pairs and memory changes stay the teacher's. Off by default.
 	OwnMemories bool `yaml:"own_memories"`
@@ -68,7 +72,7 @@ func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: TeacherSynth} }
 // Validate checks the values; errors start with the key's name.
 func (c *SFTConfig) Validate() error {
 	if c.Teacher == "" {
-		return fmt.Errorf("teacher must be %s, %s or a teacher file", TeacherSynth, TeacherSynthMyopic)
+		return fmt.Errorf("teacher must be %s, %s, %s[:P] or a teacher file", TeacherSynth, TeacherSynthMyopic, TeacherSynthLeaky)
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
@@ -165,7 +169,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, teacher Teacher) (*Re
 		return nil, fmt.Errorf("sft.%w", err)
 	}
 	if _, ok := teacher.(Corrector); cfg.OwnMemories && !ok {
-		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", teacher, TeacherSynth, TeacherSynthMyopic)
+		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s, %s and %s can)", teacher, TeacherSynth, TeacherSynthMyopic, TeacherSynthLeaky)
 	}
 	r := &run{opts: opts, sft: &sftState{teacher: teacher, judgePairs: cfg.JudgePairs, memoryChanges: cfg.MemoryChanges, ownMemories: cfg.OwnMemories && opts.Rollout.Variant == "mage"}}
 	return r.loop(ctx)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -60,7 +61,11 @@ var ErrNotTaught = errors.New("no targets for this trajectory")
 const (
 	TeacherSynth       = "synth"        // the synthetic world's perfect memory manager and judge
 	TeacherSynthMyopic = "synth-myopic" // the synthetic world's myopic memory (the latest turn only) and the judge's rule on it
+	TeacherSynthLeaky  = "synth-leaky"  // a leaky memory (each earlier identifier kept with probability p at every turn) and the judge's rule on it; "synth-leaky:P" sets p
 )
+
+// DefaultLeakyKeep is the keep probability of TeacherSynthLeaky without ":P".
+const DefaultLeakyKeep = 0.5
 
 // SynthTeacher is the synthetic world's built-in teacher (dataset/synth):
 // the memory a memory manager following the world's rules keeps (the
@@ -68,7 +73,9 @@ const (
 // within BudgetChars, and the decision and rationale of the world's judge
 // rule (synth.Judge) on that memory. With the perfect memory that rule is
 // right on every action (synth.Decision); with the myopic one it misses
-// every attack of gap ≥ 2, a judge consistent with the memory it reads.
+// every attack of gap ≥ 2, a judge consistent with the memory it reads;
+// with a leaky one (synth.Teacher.Leaky) it catches an attack of gap g
+// with probability p^(g−1), and every miss is the memory's.
 type SynthTeacher struct {
 	synth.Teacher
 }
@@ -104,8 +111,11 @@ func (st SynthTeacher) JudgeOn(tr *dataset.Trajectory, t int, memory string) (de
 }
 
 func (st SynthTeacher) String() string {
-	if st.Myopic {
+	switch {
+	case st.Myopic:
 		return TeacherSynthMyopic
+	case st.Leaky:
+		return TeacherSynthLeaky + ":" + strconv.FormatFloat(st.Keep, 'g', -1, 64)
 	}
 	return TeacherSynth
 }
@@ -345,8 +355,10 @@ func turnList(turns map[int]Target) string {
 }
 
 // NewTeacher returns the teacher sft.teacher names: TeacherSynth,
-// TeacherSynthMyopic (with memories within budgetChars characters), or a
-// teacher file.
+// TeacherSynthMyopic, TeacherSynthLeaky with its keep probability
+// ("synth-leaky" keeps DefaultLeakyKeep, "synth-leaky:0.7" 0.7; the draws
+// seeded by 0, so the same train file gives the same targets), all with
+// memories within budgetChars characters, or a teacher file.
 func NewTeacher(spec string, budgetChars int) (Teacher, error) {
 	switch spec {
 	case TeacherSynth:
@@ -354,7 +366,18 @@ func NewTeacher(spec string, budgetChars int) (Teacher, error) {
 	case TeacherSynthMyopic:
 		return SynthTeacher{synth.Teacher{BudgetChars: budgetChars, Myopic: true}}, nil
 	case "":
-		return nil, errors.New("sft.teacher: empty (want synth, synth-myopic or a teacher file)")
+		return nil, errors.New("sft.teacher: empty (want synth, synth-myopic, synth-leaky[:P] or a teacher file)")
+	}
+	if rest, ok := strings.CutPrefix(spec, TeacherSynthLeaky); ok && (rest == "" || rest[0] == ':') {
+		keep := DefaultLeakyKeep
+		if rest != "" {
+			p, err := strconv.ParseFloat(rest[1:], 64)
+			if err != nil || !(p >= 0 && p <= 1) {
+				return nil, fmt.Errorf("sft.teacher: %q: want %s:P with P a keep probability in [0, 1]", spec, TeacherSynthLeaky)
+			}
+			keep = p
+		}
+		return SynthTeacher{synth.Teacher{BudgetChars: budgetChars, Leaky: true, Keep: keep}}, nil
 	}
 	return ReadTeacherFile(spec)
 }

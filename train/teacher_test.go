@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -143,5 +144,61 @@ func TestSynthTeachers(t *testing.T) {
 	}
 	if _, err := (SynthTeacher{}).Targets(&dataset.Trajectory{ID: "x", Source: "agentdojo", Turns: make([]dataset.Turn, 1)}, 0, 1); !errors.Is(err, ErrNotTaught) {
 		t.Errorf("a trajectory of another source: %v, want ErrNotTaught", err)
+	}
+}
+
+// TestNewTeacherLeaky: "synth-leaky" is the leaky synth teacher with the
+// default keep probability, "synth-leaky:P" with P; its targets are the
+// leaky memories with the judge's rule on them, the same on every call;
+// a bad P is an error naming the spec.
+func TestNewTeacherLeaky(t *testing.T) {
+	so := synth.DefaultOptions()
+	so.N, so.Seed = 60, 9
+	trajs, err := synth.Generate(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec string
+		keep float64
+	}{
+		{"synth-leaky", 0.5},
+		{"synth-leaky:0.7", 0.7},
+		{"synth-leaky:1", 1},
+	} {
+		tch, err := NewTeacher(tc.spec, 100)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.spec, err)
+		}
+		st, ok := tch.(SynthTeacher)
+		if !ok || !st.Leaky || st.Keep != tc.keep || st.BudgetChars != 100 {
+			t.Fatalf("%s: %#v, want a leaky synth teacher keeping %g", tc.spec, tch, tc.keep)
+		}
+		if want := "synth-leaky:" + strconv.FormatFloat(tc.keep, 'g', -1, 64); st.String() != want {
+			t.Errorf("%s: String() = %q, want %q", tc.spec, st.String(), want)
+		}
+		again, _ := NewTeacher(tc.spec, 100)
+		for _, tr := range trajs {
+			got, err := st.Targets(tr, 0, len(tr.Turns))
+			if err != nil {
+				t.Fatal(err)
+			}
+			twice, _ := again.Targets(tr, 0, len(tr.Turns))
+			mems, _ := synth.Teacher{BudgetChars: 100, Leaky: true, Keep: tc.keep}.Memories(tr, 0, len(tr.Turns))
+			for i, tg := range got {
+				d, why := synth.Judge(mems[i], tr.Turns[i].Action)
+				if tg.Memory != mems[i] || tg.Decision != d || tg.Rationale != why {
+					t.Fatalf("%s %s turn %d: %+v, want memory %q, %s %q", tc.spec, tr.ID, i, tg, mems[i], d, why)
+				}
+				if twice[i] != tg {
+					t.Fatalf("%s %s turn %d: %+v, then %+v", tc.spec, tr.ID, i, tg, twice[i])
+				}
+			}
+		}
+	}
+	for _, spec := range []string{"synth-leaky:", "synth-leaky:1.5", "synth-leaky:-0.1", "synth-leaky:half"} {
+		if _, err := NewTeacher(spec, 100); err == nil || !strings.Contains(err.Error(), spec) {
+			t.Errorf("%s: error %v, want one naming the spec", spec, err)
+		}
 	}
 }

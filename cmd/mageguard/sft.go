@@ -13,7 +13,7 @@ func newSFTCmd() *cobra.Command {
 	var data, modelDir, out, teacher string
 	var resume bool
 	cmd := &cobra.Command{
-		Use:   "sft --config FILE [--teacher synth|synth-myopic|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
+		Use:   "sft --config FILE [--teacher synth|synth-myopic|synth-leaky[:P]|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
 		Short: "Supervised warm start of both guard roles from a teacher",
 		Long: `sft trains the guard on a teacher's outputs: cross-entropy on the completion
 tokens of both roles, each memory call and each judge call its own sequence
@@ -39,7 +39,13 @@ The teacher (sft.teacher, or --teacher):
                  (data synth's trajectories only; memories within
                  rollout.memory_budget_chars)
   synth-myopic   a memory of the latest turn only, with the judge's rule on it:
-                 it misses every attack of gap >= 2 (the gamma experiment's start)
+                 it misses every attack of gap >= 2
+  synth-leaky[:P]
+                 a memory that keeps each earlier identifier, allowed or
+                 injected alike, with probability P (default 0.5) at every
+                 turn, with the judge's rule on it: it catches an attack of
+                 gap g with probability P^(g-1); a warm start that can keep
+                 but does not know what to keep (make learn-grid's)
   FILE           JSONL, one line per trajectory turn: {"trajectory_id", "turn",
                  "memory", "decision", "rationale"}, memory = m_t, the memory
                  after that turn's memory call; e.g. a stronger model's guard
@@ -88,7 +94,7 @@ checkpoint is what train --model starts GRPO from.`,
 	cmd.Flags().StringVar(&data, "data", "", "training trajectories (sets train.data)")
 	cmd.Flags().StringVar(&modelDir, "model", "", "starting checkpoint directory (sets model.path; default: a random model from model.*)")
 	cmd.Flags().StringVar(&out, "out", "runs/sft", "output directory")
-	cmd.Flags().StringVar(&teacher, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
+	cmd.Flags().StringVar(&teacher, "teacher", "", "synth, synth-myopic, synth-leaky[:P] or a teacher JSONL file (sets sft.teacher; default synth)")
 	cmd.Flags().BoolVar(&resume, "resume", false, "continue from the newest checkpoint in --out")
 	return cmd
 }

@@ -156,6 +156,19 @@ type Teacher struct {
 	// forgetting everything earlier. Without it the teacher is perfect: m_t
 	// is m_{t-1} updated with the call's events.
 	Myopic bool
+	// Leaky makes a memory that can keep but does not know what to keep:
+	// at every memory call after the window's first, each identifier of
+	// the previous memory, allowed or injected alike, is kept with
+	// probability Keep and dropped otherwise, before the call's events are
+	// added (Leak). An injected identifier then reaches the judge of an
+	// attack of gap g with probability Keep^(g−1). The draws are
+	// deterministic: a hash of Seed, the trajectory's id, the turn and the
+	// identifier (so the same trajectory gets the same memories, and Next
+	// drops what Memories drops). Keep = 1 is the perfect memory. Ignored
+	// when Myopic.
+	Leaky bool
+	Keep  float64
+	Seed  uint64
 }
 
 // ErrNotSynth is returned for a trajectory the teacher cannot read.
@@ -179,8 +192,11 @@ func (tc Teacher) Memories(tr *dataset.Trajectory, start, end int) ([]string, er
 	var m Memory
 	out := make([]string, 0, end-start)
 	for t := start; t < end; t++ {
-		if tc.Myopic {
+		switch {
+		case tc.Myopic:
 			m = Memory{}
+		case tc.Leaky && t > start:
+			m = tc.Leak(tr.ID, t, m)
 		}
 		text, err := tc.call(tr, start, t, &m)
 		if err != nil {
@@ -212,8 +228,9 @@ func (tc Teacher) call(tr *dataset.Trajectory, start, t int, m *Memory) (string,
 // Next returns what the memory call of turn t of the window that starts at
 // start should write when the memory it shows is prev (m_{t−1} as a memory
 // manager wrote it; "" at t = start): prev read leniently (ParseMemory),
-// each identifier once in the first role it is listed in, updated with the
-// call's events and fitted to the budget. A myopic teacher ignores prev. It
+// each identifier once in the first role it is listed in, thinned by a
+// leaky teacher (Leak), updated with the call's events and fitted to the
+// budget. A myopic teacher ignores prev. It
 // is the teacher's correction of a model's own memory chain: a supervised
 // warm start on the memories a model writes (sft.own_memories) trains each
 // call on what it should have written from what it was shown. From the
@@ -228,6 +245,9 @@ func (tc Teacher) Next(tr *dataset.Trajectory, start, t int, prev string) (strin
 	var m Memory
 	if !tc.Myopic && t > start {
 		m = ParseMemory(prev)
+		if tc.Leaky {
+			m = tc.Leak(tr.ID, t, m)
+		}
 	}
 	return tc.call(tr, start, t, &m)
 }
