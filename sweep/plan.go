@@ -50,6 +50,8 @@ type Plan struct {
 	BaseConfig string `json:"base_config"`
 	// EvalData is the trajectory file each point is evaluated on ("" = the runner's choice).
 	EvalData string `json:"eval_data"`
+	// Heatmaps are the metrics drawn as heatmaps (Config.Heatmaps).
+	Heatmaps []string `json:"heatmaps,omitempty"`
 	// Dir is the working directory the points' commands run in (only in
 	// plan.json, see WritePlan): relative paths resolve there.
 	Dir string `json:"dir,omitempty"`
@@ -80,7 +82,7 @@ func NewPlan(c Config) (*Plan, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("sweep.%w", err)
 	}
-	p := &Plan{BaseConfig: c.BaseConfig, EvalData: c.EvalData}
+	p := &Plan{BaseConfig: c.BaseConfig, EvalData: c.EvalData, Heatmaps: c.Heatmaps}
 	for _, a := range c.Grid {
 		p.Keys = append(p.Keys, a.Key)
 	}
