@@ -7,7 +7,8 @@
 # over γ × λ × seeds through `mageguard sweep` (configs/synth-grid.yaml),
 # each cell evaluated on the held-out file. Writes
 #   OUT/warm/                    the warm start (a checkpoint directory)
-#   OUT/g<γ>-l<λ>-s<seed>/guard/ each cell's final guard (e.g. OUT/g0.5-l0-s2/guard/)
+#   OUT/g<γ>-l<λ>-s<seed>/guard/ each cell's final guard (e.g. OUT/g0.5-l0-s2/guard/), and
+#                                its eval/: a link to its sweep point's folder
 #   OUT/guard.yaml               the configuration to evaluate any of them (and the warm start):
 #                                  mageguard eval --config OUT/guard.yaml --model OUT/<cell>/guard --data FILE --out DIR
 #   OUT/sweep/                   the sweep: a folder per point (training, rollouts.jsonl, the held-out
@@ -109,12 +110,13 @@ for g in $GAMMAS; do
 	for l in $LAMBDAS; do
 		dirs=()
 		for s in $SEEDS; do
-			point="$OUT/sweep/gamma=$g,lambda=$l,seed=$s"
+			point="gamma=$g,lambda=$l,seed=$s"
 			cell="$OUT/g$g-l$l-s$s"
 			rm -rf "$cell"
 			mkdir -p "$cell"
-			cp -r "$(last "$point")" "$cell/guard"
-			dirs+=("$point")
+			cp -r "$(last "$OUT/sweep/$point")" "$cell/guard"
+			ln -s "../sweep/$point" "$cell/eval" # the point's folder: training, rollouts, held-out eval
+			dirs+=("$cell/eval")
 		done
 		rows+=("γ $g, λ $l=$(IFS=,; echo "${dirs[*]}")")
 	done
