@@ -45,7 +45,9 @@ type SFTConfig struct {
 	// MemoryChanges adds to every step that many memory calls (a fresh
 	// draw each step, distinct while the pool lasts) among those whose
 	// target changes the memory: the target differs from the previous
-	// memory (at a window's first turn, from the empty one). Most memory
+	// memory (at a window's first turn, from the empty one); for the leaky
+	// synth teacher, the target adds an identifier (its drops alone are
+	// the leak's coin flips: drawing them would teach it to drop more). Most memory
 	// calls copy the memory unchanged; the few that add an identifier —
 	// the prompt's, a document's, an injected instruction's — are what a
 	// memory manager must learn to write, and an injection's is one call of
@@ -256,7 +258,7 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: memory: %w", where, err)
 			}
-			if tg.Memory != prev {
+			if isChange(r.sft.teacher, prev, tg.Memory) {
 				changes = append(changes, len(seqs))
 			}
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))
@@ -270,6 +272,17 @@ func (r *run) sftSequences(tr *dataset.Trajectory, stats *rollout.Stats) (seqs [
 		prev = tg.Memory
 	}
 	return seqs, changes, nil
+}
+
+// isChange reports whether a memory call whose target is next, after the
+// target prev, is one sft.memory_changes draws from: a target that differs
+// from the previous one, or, for a teacher that says which calls add to
+// the memory (an adder), one that adds.
+func isChange(t Teacher, prev, next string) bool {
+	if a, ok := t.(adder); ok {
+		return a.Adds(prev, next)
+	}
+	return next != prev
 }
 
 // window is the turns [start, end) of tr that train runs on (rollout.Window).

@@ -98,6 +98,32 @@ func (st SynthTeacher) Targets(tr *dataset.Trajectory, start, end int) ([]Target
 	return out, nil
 }
 
+// An adder is a teacher that says which memory calls add to the memory
+// (sft.memory_changes draws among those).
+type adder interface {
+	Adds(prev, next string) bool
+}
+
+// Adds implements adder for a leaky memory: next lists an identifier prev
+// does not. A call of a leaky memory that only drops is its coin flips,
+// not a change to learn from: drawing those calls as well would weigh the
+// warm start toward dropping (a model trained so kept 6% of the injected
+// identifiers at lag 2 on a held-out file, where its teacher keeps 50%).
+// For the other synth teachers a call changes the memory when next
+// differs from prev.
+func (st SynthTeacher) Adds(prev, next string) bool {
+	if !st.Leaky {
+		return next != prev
+	}
+	before := synth.ParseMemory(prev)
+	for _, e := range synth.ParseMemory(next).Entries {
+		if before.Role(e.ID) == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // NextMemory implements Corrector: the world's rules applied to the memory
 // shown (synth.Teacher.Next).
 func (st SynthTeacher) NextMemory(tr *dataset.Trajectory, start, t int, prev string) (string, error) {

@@ -202,3 +202,29 @@ func TestNewTeacherLeaky(t *testing.T) {
 		}
 	}
 }
+
+// TestLeakyTeacherAdds: a leaky teacher's memory changes are the calls
+// that add an identifier, not those that only drop; the other synth
+// teachers count every call whose memory differs.
+func TestLeakyTeacherAdds(t *testing.T) {
+	leaky := SynthTeacher{synth.Teacher{Leaky: true, Keep: 0.5}}
+	perfect := SynthTeacher{synth.Teacher{}}
+	for _, tc := range []struct {
+		prev, next    string
+		leak, perfect bool
+	}{
+		{"", "acct-bako allowed", true, true},
+		{"acct-bako allowed", "none", false, true},
+		{"acct-bako allowed, acct-miru allowed", "acct-miru allowed", false, true},
+		{"acct-bako allowed", "acct-tesa injected", true, true},
+		{"acct-bako allowed", "acct-tesa injected, acct-bako allowed", true, true},
+		{"acct-bako allowed", "acct-bako allowed", false, false},
+	} {
+		if got := isChange(leaky, tc.prev, tc.next); got != tc.leak {
+			t.Errorf("leaky %q -> %q: change %v, want %v", tc.prev, tc.next, got, tc.leak)
+		}
+		if got := isChange(perfect, tc.prev, tc.next); got != tc.perfect {
+			t.Errorf("perfect %q -> %q: change %v, want %v", tc.prev, tc.next, got, tc.perfect)
+		}
+	}
+}
