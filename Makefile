@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash fuzz parquet-flip learn learn-gamma learn-grid
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash fuzz parquet-flip learn learn-grid
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -73,14 +73,6 @@ acceptance-sweep: build
 LEARN_OUT ?= runs/learn
 learn: build
 	scripts/learn.sh $(LEARN_OUT)
-
-# The γ experiment (docs/learning.md): GRPO from a myopic warm start with
-# γ = 0 and γ = 0.5 under a tight memory length threshold, 3 seeds each;
-# the table of F1 and recall at gap >= 3 in $(LEARN_GAMMA_OUT)/results.md.
-# 33 min 51 s on a 2-core machine (measured as one command).
-LEARN_GAMMA_OUT ?= runs/learn-gamma
-learn-gamma: build
-	scripts/learn-gamma.sh $(LEARN_GAMMA_OUT)
 
 # Labels alone (docs/learning.md): synthetic data, copy pretraining, a leaky
 # warm start (SFT on a memory that keeps each earlier identifier with

@@ -1,4 +1,4 @@
-# Sourced by scripts/learn.sh and scripts/learn-gamma.sh (after OUT is set and
+# Sourced by scripts/learn.sh and scripts/learn-grid.sh (after OUT is set and
 # their output goes to their log): step prints a timed heading; beside and
 # await run jobs beside the main line. The pure-Go backend leaves part of a
 # 2-core machine idle, but only some pairs finish sooner side by side (two
