@@ -109,7 +109,11 @@ func (r *run) step(ctx context.Context, step int) (*Metrics, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
 		}
-		seqs = append(seqs, groupSequences(group, sc)...)
+		gs := groupSequences(group, sc)
+		if o.Train.MemoryOnly {
+			gs = memoryCalls(gs)
+		}
+		seqs = append(seqs, gs...)
 		for c, ch := range group {
 			for t := range ch.Turns {
 				tu := &ch.Turns[t]
@@ -218,6 +222,18 @@ func groupSequences(group []*rollout.Chain, sc *scored) []grpo.Sequence {
 		}
 	}
 	return seqs
+}
+
+// memoryCalls returns the memory calls' sequences of seqs, in order
+// (train.memory_only).
+func memoryCalls(seqs []grpo.Sequence) []grpo.Sequence {
+	var out []grpo.Sequence
+	for _, s := range seqs {
+		if s.Phase == grpo.PhaseMemory {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // sequence turns a guard call into a GRPO sequence with its phase's advantage.
