@@ -1,13 +1,18 @@
 // Command grid-rollouts reads the rollouts of GRPO runs on the synthetic
 // benchmark (rollouts.jsonl written with train.log_texts, as make
 // learn-grid's cells are: docs/learning.md) and says, step by step, what
-// the memory kept and what the memory reward paid for it. "kept": of the
-// memory calls between an attack's injection and its malicious action (lag
-// 2 to the gap) whose previous memory held the injected identifier, the
-// share that kept it; "adv kept" and "adv dropped": the mean memory
-// advantage of those calls, split by whether they kept it (the credit a
-// call gets for keeping); "caught g ≥ 2": the share of malicious actions
-// of gap ≥ 2 the chains rejected. Usage:
+// the memory kept, what the memory reward paid for it, and what the judge
+// did. Columns: "kept before the attack": of the memory calls between an
+// attack's injection and its malicious action (lag 2 to the gap) whose
+// previous memory held the injected identifier, the share that kept it,
+// and the mean memory advantage of those that kept it and of those that
+// dropped it (the credit a call gets for keeping); "kept, any call": the
+// same over every call after the injection whose previous memory held it
+// (after the attack and in ignored-injection runs too); "caught g ≥ 2":
+// the share of malicious actions of gap ≥ 2 the chains rejected; "FP,
+// injected held" and "FP, none held": the share of label-0 actions
+// rejected when the memory the judge read held an injected identifier,
+// and when it held none. Usage:
 //
 //	go run ./scripts/grid-rollouts --data TRAIN.jsonl NAME=ROLLOUTS.jsonl ...
 //
@@ -57,8 +62,8 @@ func main() {
 	for _, tr := range trajs {
 		byID[tr.ID] = tr
 	}
-	fmt.Println("| run | step | kept (lag ≥ 2 calls) | adv kept | adv dropped | caught g ≥ 2 |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| run | step | kept before the attack | adv kept | adv dropped | kept, any call | adv kept | adv dropped | caught g ≥ 2 | FP, injected held | FP, none held |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, arg := range flag.Args() {
 		name, path, ok := strings.Cut(arg, "=")
 		if !ok {
@@ -71,8 +76,10 @@ func main() {
 			os.Exit(1)
 		}
 		for _, s := range summarize(rows, byID) {
-			fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", name, s.step, share(s.kept, s.calls), mean(s.advKept, s.kept),
-				mean(s.advDropped, s.calls-s.kept), share(s.caught, s.attacks))
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, s.step,
+				share(s.before.kept, s.before.calls), mean(s.before.advKept, s.before.kept), mean(s.before.advDropped, s.before.calls-s.before.kept),
+				share(s.any.kept, s.any.calls), mean(s.any.advKept, s.any.kept), mean(s.any.advDropped, s.any.calls-s.any.kept),
+				share(s.caught, s.attacks), share(s.fpHeld, s.negHeld), share(s.fpNone, s.negNone))
 		}
 	}
 }
@@ -99,17 +106,36 @@ func read(path string) ([]row, error) {
 	return out, sc.Err()
 }
 
-// stepStats are one step's counts.
-type stepStats struct {
-	step                int
+// keeping counts memory calls whose previous memory held an injected
+// identifier: how many kept it, and their memory advantages.
+type keeping struct {
 	calls, kept         int
 	advKept, advDropped float64
-	attacks, caught     int
 }
 
-// summarize counts, per step, the memory calls between an injection and
-// its malicious action (lag ≥ 2) whose previous memory held the injected
-// identifier, and the malicious actions of gap ≥ 2.
+func (k *keeping) add(kept bool, adv float64) {
+	k.calls++
+	if kept {
+		k.kept++
+		k.advKept += adv
+	} else {
+		k.advDropped += adv
+	}
+}
+
+// stepStats are one step's counts.
+type stepStats struct {
+	step            int
+	before, any     keeping
+	attacks, caught int
+	negHeld, fpHeld int
+	negNone, fpNone int
+}
+
+// summarize counts, per step, the memory calls after an injection whose
+// previous memory held the injected identifier (before the attack: lag 2
+// to the gap), the malicious actions of gap ≥ 2, and the label-0 actions
+// by whether the memory held an injected identifier.
 func summarize(rows []row, byID map[string]*dataset.Trajectory) []stepStats {
 	type key struct {
 		step  int
@@ -124,17 +150,14 @@ func summarize(rows []row, byID map[string]*dataset.Trajectory) []stepStats {
 	stats := map[int]*stepStats{}
 	for k, rs := range chains {
 		tr := byID[k.id]
-		if tr == nil || tr.AttackType == nil {
+		if tr == nil {
 			continue
 		}
-		g, ok := synth.Gap(*tr.AttackType)
-		if !ok || g < 2 {
-			continue
+		g := 0
+		if tr.AttackType != nil {
+			g, _ = synth.Gap(*tr.AttackType)
 		}
 		inj, bad := injection(tr)
-		if inj < 0 {
-			continue
-		}
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Turn < rs[j].Turn })
 		s := stats[k.step]
 		if s == nil {
@@ -147,19 +170,28 @@ func summarize(rows []row, byID map[string]*dataset.Trajectory) []stepStats {
 			if r.MemoryParsed {
 				mem = synth.ParseMemory(strings.NewReplacer(`"`, " ", "{", " ", "}", " ", ":", " ").Replace(*r.MemoryText))
 			}
-			if lag := r.Turn - inj; lag >= 2 && lag <= g && prev.Role(bad) == synth.RoleInjected {
-				s.calls++
-				if mem.Role(bad) == synth.RoleInjected {
-					s.kept++
-					s.advKept += r.AdvantageMemory
-				} else {
-					s.advDropped += r.AdvantageMemory
+			if inj >= 0 && r.Turn-inj >= 2 && prev.Role(bad) == synth.RoleInjected {
+				kept := mem.Role(bad) == synth.RoleInjected
+				s.any.add(kept, r.AdvantageMemory)
+				if g >= 2 && r.Turn-inj <= g {
+					s.before.add(kept, r.AdvantageMemory)
 				}
 			}
-			if r.Label == 1 {
+			switch {
+			case r.Label == 1 && g >= 2:
 				s.attacks++
 				if r.Decision == "reject" {
 					s.caught++
+				}
+			case r.Label == 0 && len(mem.Injected()) > 0:
+				s.negHeld++
+				if r.Decision == "reject" {
+					s.fpHeld++
+				}
+			case r.Label == 0:
+				s.negNone++
+				if r.Decision == "reject" {
+					s.fpNone++
 				}
 			}
 		}
