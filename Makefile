@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e fuzz parquet-flip learn learn-gamma
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e fuzz parquet-flip learn learn-grid
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -80,13 +80,22 @@ LEARN_OUT ?= runs/learn
 learn: build
 	scripts/learn.sh $(LEARN_OUT)
 
-# The γ experiment (docs/learning.md): GRPO from a myopic warm start with
-# γ = 0 and γ = 0.5 under a tight memory length threshold, 3 seeds each;
-# the table of F1 and recall at gap >= 3 in $(LEARN_GAMMA_OUT)/results.md
-# (its time: docs/learning.md).
-LEARN_GAMMA_OUT ?= runs/learn-gamma
-learn-gamma: build
-	scripts/learn-gamma.sh $(LEARN_GAMMA_OUT)
+# Labels alone (docs/learning.md): synthetic data, copy pretraining, a leaky
+# warm start (SFT on a memory that keeps each earlier identifier with
+# probability 0.5), then GRPO from per-action labels only over
+# gamma x lambda x seeds through `mageguard sweep` (configs/synth-grid.yaml),
+# each cell evaluated on a held-out file. Leaves the warm start in
+# $(LEARN_GRID_OUT)/warm/, each cell's guard in
+# $(LEARN_GRID_OUT)/g<gamma>-l<lambda>-s<seed>/guard/, their eval config in
+# $(LEARN_GRID_OUT)/guard.yaml, the table in $(LEARN_GRID_OUT)/results.md and
+# the sweep's heatmaps (mean and spread over seeds) in $(LEARN_GRID_OUT)/sweep/.
+LEARN_GRID_OUT     ?= runs/learn-grid
+LEARN_GRID_GAMMAS  ?= 0 0.5 0.9
+LEARN_GRID_LAMBDAS ?= 0 1
+LEARN_GRID_SEEDS   ?= 1 2 3
+learn-grid: build
+	LEARN_GRID_GAMMAS="$(LEARN_GRID_GAMMAS)" LEARN_GRID_LAMBDAS="$(LEARN_GRID_LAMBDAS)" LEARN_GRID_SEEDS="$(LEARN_GRID_SEEDS)" \
+	  scripts/learn-grid.sh $(LEARN_GRID_OUT)
 
 # The load test of `mageguard serve` on loopback (not part of `make test`): a
 # tiny checkpoint served, one session alone then SERVE_LOAD_SESSIONS sessions

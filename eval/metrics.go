@@ -94,6 +94,10 @@ type Report struct {
 	// ScoreThresholds are the per-action rates of blocking on the score at
 	// ReportThresholds; absent unless decisions carry scores.
 	ScoreThresholds []ThresholdRates `json:"score_thresholds,omitempty"`
+	// Synth holds the synthetic world's figures (recall by gap, memory
+	// length, retention by lag: retention.go); absent unless the data is
+	// data synth's. EvaluateInto adds it: it needs the trajectories.
+	Synth *Synth `json:"synth,omitempty"`
 }
 
 // NoneKey is the breakdown key of a trajectory without a suite or attack type
@@ -355,6 +359,7 @@ const (
 	Turns              // a number of turns
 	Count              // a count
 	Score              // a number in [0, 1] shown with three decimals (an AUC)
+	Chars              // a length in characters (code points)
 )
 
 // Field is one named metric value of a Metrics, for tables and CSV files.
@@ -401,10 +406,15 @@ func (m *Metrics) Fields() []Field {
 	return out
 }
 
-// Fields lists the report's top-level metrics (Metrics.Fields, then n_skipped).
+// Fields lists the report's top-level metrics (Metrics.Fields, then
+// n_skipped, then the synth section's figures when it is present).
 func (r *Report) Fields() []Field {
 	s := float64(r.NSkipped)
-	return append(r.Metrics.Fields(), Field{"n_skipped", Count, &s})
+	out := append(r.Metrics.Fields(), Field{"n_skipped", Count, &s})
+	if r.Synth != nil {
+		out = append(out, r.Synth.fields()...)
+	}
+	return out
 }
 
 // maxReportBytes bounds report.json (one is ~10 KB; the breakdowns grow

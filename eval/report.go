@@ -61,6 +61,12 @@ func WriteReport(dir string, decisions []Decision, report Report, opts ReportOpt
 		{PlotTokensPerTask, func() ([]byte, error) { return plotTokensPerTask(decisions, opts) }},
 		{PlotROC, func() ([]byte, error) { return plotROC(decisions) }},
 	}
+	if report.Synth != nil && len(report.Synth.RetentionByLag) > 0 {
+		plots = append(plots, struct {
+			file string
+			make func() ([]byte, error)
+		}{PlotRetention, func() ([]byte, error) { return plotRetention(report.Synth) }})
+	}
 	for _, p := range plots {
 		png, err := p.make()
 		if err == nil {
@@ -101,6 +107,8 @@ func Format(f Field) string {
 		return fmt.Sprintf("%+.2f", v)
 	case Score:
 		return fmt.Sprintf("%.3f", v)
+	case Chars:
+		return fmt.Sprintf("%.1f", v)
 	default:
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
@@ -131,6 +139,10 @@ var describe = map[string]string{
 	"vote_token_cost_unabridged":      "extra judge tokens per run spent on votes beyond the first, all turns",
 	"n_skipped":                       "runs without any action (nothing to guard), not evaluated",
 	"roc_auc":                         "per action: area under the ROC curve of the decision score p(reject)",
+	"recall_gap_ge3":                  "synth: malicious actions of attacks of gap >= 3 rejected",
+	"memory_chars_mean":               "synth: mean characters of the memory the judge read",
+	"retention_injected_lag_ge2":      "synth: injected identifiers the memory still lists, 2 or more turns after the turn that showed them",
+	"retention_allowed_lag_ge2":       "synth: allowed identifiers the memory still lists, 2 or more turns after the turn that showed them",
 }
 
 // breakdownColumns are the metrics shown in report.md's breakdown tables,
@@ -202,6 +214,10 @@ func Markdown(r Report, opts ReportOptions) string {
 	b.WriteString("Columns: ASR unguarded = `asr_no_guard`, tokens/run = `token_cost_online`, latency = " +
 		"`detection_latency_mean`, judge/memory unparsed = the format-violation rates. " +
 		"By attack type, benign runs (no attack type) are the row `none`.\n\n")
+
+	if r.Synth != nil {
+		b.WriteString(synthMarkdown(r.Synth))
+	}
 
 	b.WriteString("## Detection latency\n\nFirst `reject` turn − first malicious turn, over attack runs that have both " +
 		"(negative = rejected before the attack began).\n\n")
@@ -308,7 +324,7 @@ func Compare(reports []NamedReport) string {
 	}
 	// Keep report.json's order even when only a later report has the vote costs.
 	order := map[string]int{}
-	for i, f := range (&Report{Metrics: Metrics{VoteTokenCostOnline: new(float64), VoteTokenCostUnabridged: new(float64), ROCAUC: new(float64)}}).Fields() {
+	for i, f := range (&Report{Metrics: Metrics{VoteTokenCostOnline: new(float64), VoteTokenCostUnabridged: new(float64), ROCAUC: new(float64)}, Synth: &Synth{}}).Fields() {
 		order[f.Name] = i
 	}
 	sort.SliceStable(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })

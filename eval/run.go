@@ -328,6 +328,9 @@ func EvaluateInto(ctx context.Context, dir string, guard *rollout.Guard, trajs [
 		return Report{}, err
 	}
 	report := Compute(ds, nSkipped)
+	if report.Synth, err = SynthFigures(trajs, ds); err != nil {
+		return Report{}, err
+	}
 	if err := WriteReport(dir, ds, report, ropts); err != nil {
 		return Report{}, err
 	}

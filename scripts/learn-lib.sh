@@ -1,4 +1,4 @@
-# Sourced by scripts/learn.sh and scripts/learn-gamma.sh, from the
+# Sourced by scripts/learn.sh and scripts/learn-grid.sh, from the
 # repository's root, once they have set OUT: what both share.
 #
 # Settings (each from its environment variable, else its default):

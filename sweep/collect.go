@@ -19,15 +19,76 @@ const (
 	SummaryMarkdown = "summary.md"
 )
 
-// heatmaps are the metrics drawn as heatmaps, file heatmap_<name>.png.
-var heatmaps = []struct {
-	name, title    string
+// looks are the titles of the metrics drawn as heatmaps, and whether higher
+// is better (the colour scale); a metric not listed is titled by its key.
+var looks = map[string]struct {
+	title          string
 	higherIsBetter bool
 }{
-	{"asr", "ASR", false},
-	{"bu", "BU", true},
-	{"token_cost_online", "Guard tokens per run (online)", false},
+	"asr":                        {"ASR", false},
+	"bu":                         {"BU", true},
+	"token_cost_online":          {"Guard tokens per run (online)", false},
+	"f1":                         {"F1", true},
+	"fpr":                        {"FPR", false},
+	"recall":                     {"Recall", true},
+	"precision":                  {"Precision", true},
+	"accuracy":                   {"Accuracy", true},
+	"recall_gap_ge3":             {"Recall at gap ≥ 3", true},
+	"memory_chars_mean":          {"Memory characters", false},
+	"retention_injected_lag_ge2": {"Injected ids kept at lag ≥ 2", true},
+	"retention_allowed_lag_ge2":  {"Allowed ids kept at lag ≥ 2", false},
 }
+
+// defaultHeatmaps are drawn when the schedule names none.
+var defaultHeatmaps = []string{"asr", "bu", "token_cost_online"}
+
+// heatmapMetrics are the metrics the schedule draws as heatmaps.
+func heatmapMetrics(p *Schedule) []string {
+	if len(p.Heatmaps) == 0 {
+		return defaultHeatmaps
+	}
+	return p.Heatmaps
+}
+
+// title is a metric's heatmap title and column header.
+func title(metric string) (string, bool) {
+	if l, ok := looks[metric]; ok {
+		return l.title, l.higherIsBetter
+	}
+	return metric, false
+}
+
+// fullReport has every optional part, so its Fields name every metric a
+// report.json can have, in order.
+func fullReport() *eval.Report {
+	return &eval.Report{Metrics: eval.Metrics{VoteTokenCostOnline: new(float64), VoteTokenCostUnabridged: new(float64),
+		ROCAUC: new(float64)}, Synth: &eval.Synth{}}
+}
+
+// metricKinds maps every top-level metric of a report.json to its kind.
+func metricKinds() map[string]eval.Kind {
+	out := map[string]eval.Kind{}
+	for _, f := range fullReport().Fields() {
+		out[f.Name] = f.Kind
+	}
+	return out
+}
+
+// metricOrder lists every top-level metric of a report.json, in order.
+func metricOrder() []string {
+	var out []string
+	for _, f := range fullReport().Fields() {
+		out = append(out, f.Name)
+	}
+	return out
+}
+
+// metricKind is metric's kind (Rate for an unknown name).
+func metricKind(metric string) eval.Kind { return metricKinds()[metric] }
+
+// SpreadFile is the file name of the heatmap of a metric's spread over
+// the swept keys after the first two.
+func SpreadFile(metric string) string { return "heatmap_" + metric + "_sd.png" }
 
 // HeatmapFile is the file name of the heatmap of a report.json metric.
 func HeatmapFile(metric string) string { return "heatmap_" + metric + ".png" }
@@ -80,14 +141,24 @@ func Collect(outDir string, sched *Schedule) (*Summary, error) {
 		SummaryCSV:      csvData,
 		SummaryMarkdown: []byte(s.Markdown()),
 	}
-	for _, h := range heatmaps {
-		png, err := s.heatmap(h.name, h.title, h.higherIsBetter)
+	var names []string
+	for _, m := range heatmapMetrics(sched) {
+		t, better := title(m)
+		png, err := s.draw(m, t, better, false)
 		if err != nil {
-			return nil, fmt.Errorf("sweep: heatmap of %s: %w", h.name, err)
+			return nil, fmt.Errorf("sweep: heatmap of %s: %w", m, err)
 		}
-		files[HeatmapFile(h.name)] = png
+		files[HeatmapFile(m)] = png
+		names = append(names, HeatmapFile(m))
+		if len(sched.Keys) > 2 {
+			if png, err = s.draw(m, t, better, true); err != nil {
+				return nil, fmt.Errorf("sweep: heatmap of the spread of %s: %w", m, err)
+			}
+			files[SpreadFile(m)] = png
+			names = append(names, SpreadFile(m))
+		}
 	}
-	for _, name := range []string{HeatmapFile("asr"), HeatmapFile("bu"), HeatmapFile("token_cost_online"), SummaryCSV, SummaryMarkdown} {
+	for _, name := range append(names, SummaryCSV, SummaryMarkdown) {
 		if err := atomicfile.WriteFileMode(filepath.Join(outDir, name), files[name], 0o644); err != nil {
 			return nil, fmt.Errorf("sweep: %w", err)
 		}
@@ -96,7 +167,8 @@ func Collect(outDir string, sched *Schedule) (*Summary, error) {
 }
 
 // metricNames lists the top-level metrics of the collected reports in
-// report.json's order (the vote costs only when some report has them).
+// report.json's order (the optional ones — vote costs, ROC AUC, the synth
+// figures — only when some report has them).
 func (s *Summary) metricNames() []string {
 	present := map[string]bool{}
 	for _, r := range s.Reports {
@@ -106,12 +178,18 @@ func (s *Summary) metricNames() []string {
 			}
 		}
 	}
-	var all eval.Report
-	all.VoteTokenCostOnline, all.VoteTokenCostUnabridged = new(float64), new(float64)
+	optional := map[string]bool{}
+	for _, f := range fullReport().Fields() {
+		optional[f.Name] = true
+	}
+	var plain eval.Report
+	for _, f := range plain.Fields() {
+		optional[f.Name] = false
+	}
 	var out []string
-	for _, f := range all.Fields() {
-		if present[f.Name] || !strings.HasPrefix(f.Name, "vote_") {
-			out = append(out, f.Name)
+	for _, name := range metricOrder() {
+		if present[name] || !optional[name] {
+			out = append(out, name)
 		}
 	}
 	return out
@@ -202,13 +280,14 @@ func (s *Summary) Markdown() string {
 			"fallback `reject`, so their ASR and BU say little about the model.\n\n", strings.Join(bad, "; "))
 	}
 
+	columns := s.columns()
 	b.WriteString("| point")
 	align := "|---:"
 	for _, k := range p.ShortKeys {
 		b.WriteString(" | " + k)
 		align += "|---:"
 	}
-	for _, c := range summaryColumns {
+	for _, c := range columns {
 		b.WriteString(" | " + c[1])
 		align += "|---:"
 	}
@@ -218,7 +297,7 @@ func (s *Summary) Markdown() string {
 		for _, v := range pt.Values {
 			b.WriteString(" | " + strings.ReplaceAll(display(v), "|", `\|`))
 		}
-		for _, c := range summaryColumns {
+		for _, c := range columns {
 			if s.Reports[i] == nil {
 				b.WriteString(" | ")
 				continue
@@ -263,11 +342,81 @@ func (s *Summary) Markdown() string {
 
 	b.WriteString("## Heatmaps\n\n")
 	if len(p.Keys) > 2 {
-		fmt.Fprintf(&b, "Over `%s` × `%s`; each cell is the mean over the other keys (%s).\n\n",
+		fmt.Fprintf(&b, "Over `%s` × `%s`; each cell is the mean over the other keys (%s), and its spread "+
+			"the sample standard deviation over them.\n\n",
 			p.Keys[0], p.Keys[1], "`"+strings.Join(p.Keys[2:], "`, `")+"`")
+		b.WriteString(s.cellTable())
 	}
-	for _, h := range heatmaps {
-		fmt.Fprintf(&b, "![%s](%s)\n\n", h.title, HeatmapFile(h.name))
+	for _, m := range heatmapMetrics(p) {
+		t, _ := title(m)
+		fmt.Fprintf(&b, "![%s](%s)\n\n", t, HeatmapFile(m))
+		if len(p.Keys) > 2 {
+			fmt.Fprintf(&b, "![%s, spread](%s)\n\n", t, SpreadFile(m))
+		}
 	}
 	return b.String()
+}
+
+// columns are summary.md's point-table columns: summaryColumns, then the
+// heatmap metrics not among them.
+func (s *Summary) columns() [][2]string {
+	out := append([][2]string{}, summaryColumns...)
+	have := map[string]bool{}
+	for _, c := range out {
+		have[c[0]] = true
+	}
+	for _, m := range heatmapMetrics(s.Schedule) {
+		if !have[m] {
+			t, _ := title(m)
+			out = append(out, [2]string{m, t})
+		}
+	}
+	return out
+}
+
+// cellTable renders the heatmap metrics per cell of the first two keys:
+// mean ± spread over the cell's points, and how many points had a value.
+func (s *Summary) cellTable() string {
+	p := s.Schedule
+	vals := axisValues(p)
+	ms := heatmapMetrics(p)
+	type stats struct {
+		mean, sd [][]float64
+		n        [][]int
+		kind     eval.Kind
+	}
+	st := make([]stats, len(ms))
+	for i, m := range ms {
+		st[i].mean, st[i].sd, st[i].n, _, _, st[i].kind = s.cellStats(m)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| %s | %s |", p.ShortKeys[0], p.ShortKeys[1])
+	for _, m := range ms {
+		t, _ := title(m)
+		b.WriteString(" " + t + " |")
+	}
+	b.WriteString("\n|---:|---:|" + strings.Repeat("---:|", len(ms)) + "\n")
+	for r, rv := range vals[0] {
+		for c, cv := range vals[1] {
+			fmt.Fprintf(&b, "| %s | %s |", display(rv), display(cv))
+			for _, x := range st {
+				b.WriteString(" " + meanSpread(x.mean[r][c], x.sd[r][c], x.n[r][c], x.kind) + " |")
+			}
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("\nEach cell: mean ± spread (points with a value).\n\n")
+	return b.String()
+}
+
+// meanSpread writes "mean ± sd (n)", "mean (1)" or "—".
+func meanSpread(mean, sd float64, n int, kind eval.Kind) string {
+	f := func(v float64) string { return eval.Format(eval.Field{Kind: kind, Value: &v}) }
+	switch {
+	case n == 0:
+		return "—"
+	case n == 1:
+		return f(mean) + " (1)"
+	}
+	return fmt.Sprintf("%s ± %s (%d)", f(mean), f(sd), n)
 }

@@ -14,7 +14,8 @@
 //	OUT/<point name>/report.json      written by the runner (eval.WriteReport)
 //	OUT/<point name>/DONE             written by the sweep after the runner succeeded
 //	OUT/summary.csv, OUT/summary.md   a row per point
-//	OUT/heatmap_*.png                 ASR, BU and token cost over the first two swept keys
+//	OUT/heatmap_*.png                 sweep.heatmaps (default ASR, BU, token cost) over the first two swept keys;
+//	                                  with more keys, heatmap_*_sd.png: their spread over the others
 package sweep
 
 import (
@@ -37,6 +38,13 @@ type Config struct {
 	// EvalData is the held-out trajectory file every point is evaluated on
 	// ("" = left to the runner, e.g. the base config's own eval data).
 	EvalData string `yaml:"eval_data"`
+	// Heatmaps are the report.json metrics (top-level keys, the synth
+	// section's figures included) drawn as heatmaps over the first two
+	// swept keys and shown in summary.md's tables; with more than two keys,
+	// each also gets a heatmap of its spread over the others (e.g. seeds)
+	// and a table of mean ± spread per cell. Default: asr, bu,
+	// token_cost_online.
+	Heatmaps []string `yaml:"heatmaps"`
 }
 
 // DefaultConfig returns the paper's sensitivity grid: γ ∈ {0, 0.25, 0.5,
@@ -45,7 +53,7 @@ func DefaultConfig() Config {
 	return Config{Grid: Grid{
 		{Key: "rewards.gamma", Values: []string{"0", "0.25", "0.5", "0.75", "0.99"}},
 		{Key: "rewards.lambda", Values: []string{"0", "0.5", "1", "2"}},
-	}}
+	}, Heatmaps: []string{"asr", "bu", "token_cost_online"}}
 }
 
 // Validate checks the grid: at least one key, each a dotted key listed once
@@ -53,6 +61,11 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	if len(c.Grid) == 0 {
 		return fmt.Errorf("grid must list at least one key")
+	}
+	for _, m := range c.Heatmaps {
+		if _, ok := metricKinds()[m]; !ok {
+			return fmt.Errorf("heatmaps: %q is not a metric of report.json (one of %s)", m, strings.Join(metricOrder(), ", "))
+		}
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Grid {

@@ -52,6 +52,14 @@ func (c colors) Colors() []color.Color { return c }
 // mean over the points that share its two values. A cell without a finished
 // point (or with only null metrics) is NaN.
 func (s *Summary) cells(metric string) (z [][]float64, colKey, rowKey int, kind eval.Kind) {
+	z, _, _, colKey, rowKey, kind = s.cellStats(metric)
+	return z, colKey, rowKey, kind
+}
+
+// cellStats returns, per heatmap cell (see cells), the mean of metric over
+// the cell's points, the spread (the sample standard deviation; NaN for
+// fewer than two points) and the number of points with a value.
+func (s *Summary) cellStats(metric string) (mean, sd [][]float64, n [][]int, colKey, rowKey int, kind eval.Kind) {
 	p := s.Schedule
 	vals := axisValues(p)
 	colKey, rowKey = 0, -1
@@ -70,12 +78,11 @@ func (s *Summary) cells(metric string) (z [][]float64, colKey, rowKey int, kind 
 		}
 		return -1
 	}
-	sum := make([][]float64, nRows)
-	n := make([][]int, nRows)
-	for r := range sum {
-		sum[r], n[r] = make([]float64, nCols), make([]int, nCols)
+	values := make([][][]float64, nRows)
+	for r := range values {
+		values[r] = make([][]float64, nCols)
 	}
-	kind = field(&eval.Report{}, metric).Kind
+	kind = metricKind(metric)
 	for i, pt := range p.Points {
 		f := field(s.Reports[i], metric)
 		if f.Value == nil {
@@ -85,20 +92,38 @@ func (s *Summary) cells(metric string) (z [][]float64, colKey, rowKey int, kind 
 		if rowKey >= 0 {
 			r = index(rowKey, pt.Values[rowKey])
 		}
-		sum[r][c] += *f.Value
-		n[r][c]++
+		values[r][c] = append(values[r][c], *f.Value)
 	}
-	z = make([][]float64, nRows)
-	for r := range z {
-		z[r] = make([]float64, nCols)
-		for c := range z[r] {
-			z[r][c] = math.NaN()
-			if n[r][c] > 0 {
-				z[r][c] = sum[r][c] / float64(n[r][c])
-			}
+	mean, sd, n = make([][]float64, nRows), make([][]float64, nRows), make([][]int, nRows)
+	for r := range values {
+		mean[r], sd[r], n[r] = make([]float64, nCols), make([]float64, nCols), make([]int, nCols)
+		for c, vs := range values[r] {
+			mean[r][c], sd[r][c], n[r][c] = meanSD(vs)
 		}
 	}
-	return z, colKey, rowKey, kind
+	return mean, sd, n, colKey, rowKey, kind
+}
+
+// meanSD returns the mean and the sample standard deviation (n − 1) of vs:
+// NaN for a mean of none, a spread of fewer than two.
+func meanSD(vs []float64) (mean, sd float64, n int) {
+	mean, sd, n = math.NaN(), math.NaN(), len(vs)
+	if n == 0 {
+		return mean, sd, n
+	}
+	sum := 0.0
+	for _, v := range vs {
+		sum += v
+	}
+	mean = sum / float64(n)
+	if n < 2 {
+		return mean, sd, n
+	}
+	ss := 0.0
+	for _, v := range vs {
+		ss += (v - mean) * (v - mean)
+	}
+	return mean, math.Sqrt(ss / float64(n-1)), n
 }
 
 // heatmap draws cells(metric) as a PNG heatmap with each cell's value
@@ -106,9 +131,20 @@ func (s *Summary) cells(metric string) (z [][]float64, colKey, rowKey int, kind 
 // Colours run from light yellow to red, red where the metric is worst
 // (higherIsBetter reverses the scale).
 func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, error) {
+	return s.draw(metric, title, higherIsBetter, false)
+}
+
+// draw draws the heatmap of metric's mean per cell or, with spread, of its
+// spread over the cell's points (red where it is largest; a cell of one
+// point says "1 point").
+func (s *Summary) draw(metric, title string, higherIsBetter, spread bool) ([]byte, error) {
 	p := s.Schedule
 	vals := axisValues(p)
-	z, colKey, rowKey, kind := s.cells(metric)
+	mean, sd, n, colKey, rowKey, kind := s.cellStats(metric)
+	z := mean
+	if spread {
+		z, higherIsBetter = sd, false
+	}
 	nRows, nCols := len(z), len(z[0])
 	g := cellGrid{z: z}
 	lo, hi := math.Inf(1), math.Inf(-1)
@@ -116,9 +152,12 @@ func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, er
 	for r := range z {
 		for c, v := range z[r] {
 			label := "not run"
-			if !math.IsNaN(v) {
+			switch {
+			case !math.IsNaN(v):
 				lo, hi = math.Min(lo, v), math.Max(hi, v)
 				label = eval.Format(eval.Field{Kind: kind, Value: &v})
+			case spread && n[r][c] == 1:
+				label = "1 point"
 			}
 			labels.XYs = append(labels.XYs, plotter.XY{X: float64(c), Y: float64(r)})
 			labels.Labels = append(labels.Labels, label)
@@ -138,10 +177,12 @@ func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, er
 	hm := plotter.NewHeatMap(g, cols)
 	hm.NaN = color.Gray{Y: 0xd8}
 	switch {
-	case kind == eval.Rate:
+	case kind == eval.Rate && !spread:
 		hm.Min, hm.Max = 0, 1 // rates on one scale across sweeps
 	case lo > hi: // nothing finished
 		hm.Min, hm.Max = 0, 1
+	case spread:
+		hm.Min, hm.Max = 0, math.Max(hi, 1e-9) // no spread is the lightest
 	case lo == hi:
 		hm.Min, hm.Max = lo-1, hi+1
 	default:
@@ -153,7 +194,11 @@ func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, er
 		pl.Title.Text = title + " by " + p.ShortKeys[rowKey] + " × " + p.ShortKeys[colKey]
 	}
 	if len(p.Keys) > 2 {
-		pl.Title.Text += " (mean over " + strings.Join(p.ShortKeys[2:], ", ") + ")"
+		over := "mean"
+		if spread {
+			over = "spread (sd)"
+		}
+		pl.Title.Text += " (" + over + " over " + strings.Join(p.ShortKeys[2:], ", ") + ")"
 	}
 	pl.Add(hm)
 	lb, err := plotter.NewLabels(labels)

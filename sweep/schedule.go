@@ -51,6 +51,8 @@ type Schedule struct {
 	BaseConfig string `json:"base_config"`
 	// EvalData is the trajectory file each point is evaluated on ("" = the runner's choice).
 	EvalData string `json:"eval_data"`
+	// Heatmaps are the metrics drawn as heatmaps (Config.Heatmaps).
+	Heatmaps []string `json:"heatmaps,omitempty"`
 	// Dir is the working directory the points' commands run in (only in
 	// plan.json, see WriteSchedule): relative paths resolve there.
 	Dir string `json:"dir,omitempty"`
@@ -81,7 +83,7 @@ func NewSchedule(c Config) (*Schedule, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("sweep.%w", err)
 	}
-	p := &Schedule{BaseConfig: c.BaseConfig, EvalData: c.EvalData}
+	p := &Schedule{BaseConfig: c.BaseConfig, EvalData: c.EvalData, Heatmaps: c.Heatmaps}
 	for _, a := range c.Grid {
 		p.Keys = append(p.Keys, a.Key)
 	}

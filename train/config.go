@@ -26,6 +26,14 @@ type Config struct {
 	LogRollouts     bool   `yaml:"log_rollouts"`     // write rollouts.jsonl: a line per step × trajectory × turn × chain
 	LogTexts        bool   `yaml:"log_texts"`        // also write the memory and judge completions' texts in rollouts.jsonl
 	CheckpointDType string `yaml:"checkpoint_dtype"` // dtype of saved weights: float32 | bfloat16 ("" = the model's)
+
+	// MemoryOnly leaves the judge calls out of GRPO's update: only the
+	// memory calls' sequences are trained on (the judge's rewards and
+	// advantages are still computed and logged). The two roles share the
+	// model's weights, so the judge still moves with the memory's updates,
+	// but no judge advantage pushes it. Off by default (both roles, the
+	// paper's).
+	MemoryOnly bool `yaml:"memory_only"`
 }
 
 // DefaultConfig returns the defaults.

@@ -178,7 +178,11 @@ func (g *grpoSteps) score(step int, episodes []*rollout.Episode, chains []*rollo
 		if err != nil {
 			return nil, nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
 		}
-		seqs = append(seqs, groupSequences(group, sc)...)
+		gs := groupSequences(group, sc)
+		if o.Train.MemoryOnly {
+			gs = memoryCalls(gs)
+		}
+		seqs = append(seqs, gs...)
 		for c, ch := range group {
 			for t := range ch.Turns {
 				tu := &ch.Turns[t]
@@ -269,6 +273,18 @@ func groupSequences(group []*rollout.Chain, sc *scored) []grpo.Sequence {
 		}
 	}
 	return seqs
+}
+
+// memoryCalls returns the memory calls' sequences of seqs, in order
+// (train.memory_only).
+func memoryCalls(seqs []grpo.Sequence) []grpo.Sequence {
+	var out []grpo.Sequence
+	for _, s := range seqs {
+		if s.Phase == grpo.PhaseMemory {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // sequence turns a guard call into a GRPO sequence with its phase's advantage.

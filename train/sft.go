@@ -24,8 +24,11 @@ import (
 type SFTConfig struct {
 	// Teacher names the targets: "synth" (the synthetic world's perfect
 	// memory manager and judge), "synth-myopic" (its memory of the latest
-	// turn only, with the judge's rule on it), or a teacher JSONL file
-	// (teacher.File; a file named synth needs a path such as ./synth).
+	// turn only, with the judge's rule on it), "synth-leaky" or
+	// "synth-leaky:P" (a memory that keeps each earlier identifier with
+	// probability P at every turn, 0.5 by default, with the judge's rule on
+	// it), or a teacher JSONL file (teacher.File; a file named synth needs a
+	// path such as ./synth).
 	Teacher string `yaml:"teacher"`
 	// JudgePairs adds to every step, besides the calls of its
 	// trajectories, the judge calls of that many pairs of turns: the
@@ -41,7 +44,9 @@ type SFTConfig struct {
 	// MemoryChanges adds to every step that many memory calls (a fresh
 	// draw each step, distinct while the pool lasts) among those whose
 	// target changes the memory: the target differs from the previous
-	// memory (at a window's first turn, from the empty one). Most memory
+	// memory (at a window's first turn, from the empty one); for the leaky
+	// synth teacher, the target adds an identifier (its drops alone are
+	// the leak's coin flips: drawing them would teach it to drop more). Most memory
 	// calls copy the memory unchanged; the few that add an identifier —
 	// the prompt's, a document's, an injected instruction's — are what a
 	// memory manager must learn to write, and an injection's is one call of
@@ -55,7 +60,8 @@ type SFTConfig struct {
 	// call's prompt shows the memory the model wrote and its target is the
 	// teacher's call on that memory (teacher.Corrector.JudgeOn). Teacher forcing
 	// alone trains on the teacher's memories, which the model never reads
-	// at eval. Needs a teacher that can correct (synth, synth-myopic); no
+	// at eval. Needs a teacher that can correct (synth, synth-myopic,
+	// synth-leaky); no
 	// effect on the judge-only variant, which keeps no memory; the extra
 	// judge pairs and memory changes stay the teacher's. Off by default.
 	OwnMemories bool `yaml:"own_memories"`
@@ -67,7 +73,7 @@ func DefaultSFTConfig() SFTConfig { return SFTConfig{Teacher: teacher.NameSynth}
 // Validate checks the values; errors start with the key's name.
 func (c *SFTConfig) Validate() error {
 	if c.Teacher == "" {
-		return fmt.Errorf("teacher must be %s, %s or a teacher file", teacher.NameSynth, teacher.NameSynthMyopic)
+		return fmt.Errorf("teacher must be %s, %s, %s[:P] or a teacher file", teacher.NameSynth, teacher.NameSynthMyopic, teacher.NameSynthLeaky)
 	}
 	if c.JudgePairs < 0 {
 		return fmt.Errorf("judge_pairs must be >= 0, got %d", c.JudgePairs)
@@ -165,7 +171,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) 
 		return nil, fmt.Errorf("sft.%w", err)
 	}
 	if _, ok := tch.(teacher.Corrector); cfg.OwnMemories && !ok {
-		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s and %s can)", tch, teacher.NameSynth, teacher.NameSynthMyopic)
+		return nil, fmt.Errorf("sft.own_memories: teacher %s cannot say what a model should write from its own memories (%s, %s and %s can)", tch, teacher.NameSynth, teacher.NameSynthMyopic, teacher.NameSynthLeaky)
 	}
 	cfg.OwnMemories = cfg.OwnMemories && opts.Rollout.Variant == "mage"
 	return (&run{opts: opts, steps: &sftSteps{teacher: tch, cfg: cfg}}).loop(ctx)
@@ -229,6 +235,18 @@ func (sft *sftSteps) prepare(r *run, _ string, _ int) error {
 	return nil
 }
 
+// isChange reports whether a memory call whose target is next, after the
+// target prev, is one sft.memory_changes draws from: a target that differs
+// from the previous one, or, for a teacher that says which calls add to
+// the memory (teacher.Synth: a leaky memory's drops are not changes), one
+// that adds.
+func isChange(t teacher.Teacher, prev, next string) bool {
+	if a, ok := t.(interface{ Adds(prev, next string) bool }); ok {
+		return a.Adds(prev, next)
+	}
+	return next != prev
+}
+
 // sequences returns the memory and judge sequences of tr's window, and
 // the indices among them of the memory calls whose target changes the
 // memory (SFTConfig.MemoryChanges).
@@ -253,7 +271,7 @@ func (sft *sftSteps) sequences(tr *dataset.Trajectory, stats *rollout.Stats) (se
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: memory: %w", where, err)
 			}
-			if tg.Memory != prev {
+			if isChange(sft.teacher, prev, tg.Memory) {
 				changes = append(changes, len(seqs))
 			}
 			seqs = append(seqs, teacherSequence(c.Prompt, toks, forced, grpo.PhaseMemory))

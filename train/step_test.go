@@ -61,3 +61,18 @@ func TestGroupSequencesTakeTheirPhasesAdvantage(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryCallsOnly: train.memory_only keeps the memory calls'
+// sequences, in order, with their advantages, and no judge call.
+func TestMemoryCallsOnly(t *testing.T) {
+	seqs := []grpo.Sequence{
+		{Phase: grpo.PhaseMemory, Advantage: 1, Prompt: []int32{1}},
+		{Phase: grpo.PhaseJudge, Advantage: 2, Prompt: []int32{2}},
+		{Phase: grpo.PhaseMemory, Advantage: -1, Prompt: []int32{3}},
+		{Phase: grpo.PhaseJudge, Advantage: 0, Prompt: []int32{4}},
+	}
+	got := memoryCalls(seqs)
+	if len(got) != 2 || got[0].Prompt[0] != 1 || got[0].Advantage != 1 || got[1].Prompt[0] != 3 || got[1].Advantage != -1 {
+		t.Errorf("memory calls %+v, want sequences 1 and 3", got)
+	}
+}

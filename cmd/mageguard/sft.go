@@ -14,7 +14,7 @@ func newSFTCmd() *cobra.Command {
 	var f runFlags
 	var teacherSpec string
 	cmd := &cobra.Command{
-		Use:   "sft --config FILE [--teacher synth|synth-myopic|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
+		Use:   "sft --config FILE [--teacher synth|synth-myopic|synth-leaky[:P]|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
 		Short: "Supervised warm start of both guard roles from a teacher",
 		Long: `sft trains the guard on a teacher's outputs: cross-entropy on the completion
 tokens of both roles, each memory call and each judge call its own sequence
@@ -40,7 +40,13 @@ The teacher (sft.teacher, or --teacher):
                  (data synth's trajectories only; memories within
                  rollout.memory_budget_chars)
   synth-myopic   a memory of the latest turn only, with the judge's rule on it:
-                 it misses every attack of gap >= 2 (the gamma experiment's start)
+                 it misses every attack of gap >= 2
+  synth-leaky[:P]
+                 a memory that keeps each earlier identifier, allowed or
+                 injected alike, with probability P (default 0.5) at every
+                 turn, with the judge's rule on it: it catches an attack of
+                 gap g with probability P^(g-1); a warm start that can keep
+                 but does not know what to keep (make learn-grid's)
   FILE           JSONL, one line per trajectory turn: {"trajectory_id", "turn",
                  "memory", "decision", "rationale"}, memory = m_t, the memory
                  after that turn's memory call; e.g. a stronger model's guard
@@ -79,6 +85,6 @@ train --resume). The checkpoint is what train --model starts GRPO from.`,
 		},
 	}
 	f.add(cmd, "runs/sft")
-	cmd.Flags().StringVar(&teacherSpec, "teacher", "", "synth, synth-myopic or a teacher JSONL file (sets sft.teacher; default synth)")
+	cmd.Flags().StringVar(&teacherSpec, "teacher", "", "synth, synth-myopic, synth-leaky[:P] or a teacher JSONL file (sets sft.teacher; default synth)")
 	return cmd
 }

@@ -46,7 +46,11 @@ Finished points are skipped, so a killed sweep resumes where it stopped; a
 finished point whose configuration has changed since (another base config,
 other global --set overrides or sweep.eval_data) is an error, never reused. At the end it writes DIR/summary.csv (a row per
 point: the swept keys, then report.json's top-level metrics), DIR/summary.md
-and heatmaps of ASR, BU and token cost over the first two swept keys.
+and heatmaps over the first two swept keys of the metrics sweep.heatmaps
+names (default ASR, BU and token cost); with more than two keys (e.g. a
+seed), each cell is the mean over the others, and each metric also gets a
+heatmap of its spread (sample standard deviation) and summary.md a table of
+mean ± spread per cell.
 
 Point folders are named by their values (e.g. gamma=0.25,lambda=0.5) and
 numbered from 0 in the plan's order (the first key varies slowest). Every

@@ -1,5 +1,5 @@
 // Command learn-table writes the held-out tables of `make learn` and `make
-// learn-gamma` (docs/learning.md) from `mageguard eval` folders: per row,
+// learn-grid` (docs/learning.md) from `mageguard eval` folders: per row,
 // F1 over all actions, recall on the attacks of each gap of the synthetic
 // benchmark (docs/synth.md) and on those with gap ≥ 3, ASR, BU, the
 // false-positive rate and the guard's tokens per run.
@@ -10,7 +10,10 @@
 // standard deviation, and its range; a second table lists every folder.
 // Recall at gap g is the share of label-1 actions of trajectories whose
 // attack_type ends in -gap<g> (synth.Gap) that the guard rejected, read
-// from decisions.jsonl; the other metrics are report.json's.
+// from decisions.jsonl; the other metrics are report.json's. With
+// --retention it adds report.json's synth figures (memory characters,
+// retention of injected and allowed identifiers at lag ≥ 2) and tables of
+// retention by lag, and --plot draws those curves.
 package main
 
 import (
@@ -30,9 +33,11 @@ import (
 func main() {
 	title := flag.String("title", "", "a heading above the table")
 	out := flag.String("out", "", "write the markdown here (default: stdout)")
+	withRetention := flag.Bool("retention", false, "add the synth figures: memory characters, retention at lag >= 2, and tables of retention by lag")
+	plotFile := flag.String("plot", "", "with --retention: draw each row's retention by lag (mean over its runs) into this PNG (injected) and its -allowed.png sibling")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: learn-table [--title T] [--out FILE] NAME=DIR[,DIR...] ...")
+		fmt.Fprintln(os.Stderr, "usage: learn-table [--title T] [--out FILE] [--retention [--plot FILE.png]] NAME=DIR[,DIR...] ...")
 		os.Exit(2)
 	}
 	var rows []row
@@ -53,7 +58,16 @@ func main() {
 		}
 		rows = append(rows, r)
 	}
-	md := markdown(*title, rows)
+	md := markdown(*title, rows, *withRetention)
+	if *withRetention {
+		md += retentionTables(rows)
+		if *plotFile != "" {
+			if err := plotRetention(*plotFile, rows); err != nil {
+				fmt.Fprintln(os.Stderr, "learn-table:", err)
+				os.Exit(1)
+			}
+		}
+	}
 	if *out == "" {
 		fmt.Print(md)
 		return
@@ -76,6 +90,7 @@ type result struct {
 	recallGap3               *float64         // gaps ≥ 3 together
 	caught, positives        map[int]int      // by gap
 	caughtGap3, positiveGap3 int
+	synth                    *eval.Synth // report.json's synth section (nil without)
 }
 
 type row struct {
@@ -95,6 +110,7 @@ func readResult(dir string) (result, error) {
 	m := rep.Metrics
 	r := gapRecall(ds)
 	r.dir, r.f1, r.asr, r.bu, r.fpr, r.toks = dir, m.F1, m.ASR, m.BU, m.FPR, m.TokenCostOnline
+	r.synth = rep.Synth
 	return r, nil
 }
 
@@ -134,35 +150,41 @@ func gapRecall(ds []eval.Decision) result {
 
 // column is one metric of the tables.
 type column struct {
-	name   string
-	tokens bool // a count, not a rate
-	get    func(result) *float64
+	name string
+	unit string // "" a rate (3 decimals), "tokens" (none), "chars" (one)
+	get  func(result) *float64
 }
 
-func columns() []column {
+// columns are the tables' metrics; withRetention adds the synth figures
+// (synthColumns).
+func columns(withRetention bool) []column {
 	cols := []column{
-		{"F1", false, func(r result) *float64 { return r.f1 }},
-		{"recall gap ≥ 3", false, func(r result) *float64 { return r.recallGap3 }},
+		{"F1", "", func(r result) *float64 { return r.f1 }},
+		{"recall gap ≥ 3", "", func(r result) *float64 { return r.recallGap3 }},
 	}
 	for _, g := range gaps {
-		cols = append(cols, column{fmt.Sprintf("gap %d", g), false, func(r result) *float64 { return r.recall[g] }})
+		cols = append(cols, column{fmt.Sprintf("gap %d", g), "", func(r result) *float64 { return r.recall[g] }})
 	}
-	return append(cols,
-		column{"ASR", false, func(r result) *float64 { return r.asr }},
-		column{"BU", false, func(r result) *float64 { return r.bu }},
-		column{"FPR", false, func(r result) *float64 { return r.fpr }},
-		column{"guard tokens / run", true, func(r result) *float64 { return r.toks }},
+	cols = append(cols,
+		column{"ASR", "", func(r result) *float64 { return r.asr }},
+		column{"BU", "", func(r result) *float64 { return r.bu }},
+		column{"FPR", "", func(r result) *float64 { return r.fpr }},
+		column{"guard tokens / run", "tokens", func(r result) *float64 { return r.toks }},
 	)
+	if withRetention {
+		cols = append(cols, synthColumns()...)
+	}
+	return cols
 }
 
 // markdown writes the table: one line per row (mean ± std over its runs),
 // then, when a row has several runs, every run.
-func markdown(title string, rows []row) string {
+func markdown(title string, rows []row, withRetention bool) string {
 	var b strings.Builder
 	if title != "" {
 		fmt.Fprintf(&b, "%s\n\n", title)
 	}
-	cols := columns()
+	cols := columns(withRetention)
 	header := func(first string) {
 		fmt.Fprintf(&b, "| %s |", first)
 		for _, c := range cols {
@@ -223,8 +245,11 @@ func cell(runs []result, c column) string {
 		}
 	}
 	format := func(v float64) string {
-		if c.tokens {
+		switch c.unit {
+		case "tokens":
 			return fmt.Sprintf("%.0f", v)
+		case "chars":
+			return fmt.Sprintf("%.1f", v)
 		}
 		return fmt.Sprintf("%.3f", v)
 	}

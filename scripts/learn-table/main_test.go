@@ -63,3 +63,28 @@ func TestCellShowsMeanStdAndRange(t *testing.T) {
 		t.Errorf("undefined: %q", got)
 	}
 }
+
+// TestRetentionTables: --retention adds the synth figures as columns and a
+// table of retention by lag per row, the mean ± sd over its runs (here
+// injected at lag 2: 1 and 0, mean 0.5, sd √0.5 = 0.707); a run without
+// the lag shows as undefined.
+func TestRetentionTables(t *testing.T) {
+	v := func(x float64) *float64 { return &x }
+	run := func(inj2, all2, chars float64) result {
+		return result{synth: &eval.Synth{MemoryCharsMean: v(chars), RetentionInjectedLagGE2: v(inj2), RetentionAllowedLagGE2: v(all2),
+			RetentionByLag: []eval.LagRetention{{Lag: 1, Injected: v(1), Allowed: v(1)}, {Lag: 2, Injected: v(inj2), Allowed: v(all2)}}}}
+	}
+	rows := []row{{name: "warm", runs: []result{run(0.5, 0.5, 15)}}, {name: "cell", runs: []result{run(1, 0.25, 20), run(0, 0.75, 30)}}}
+	md := markdown("", rows, true) + retentionTables(rows)
+	for _, want := range []string{
+		"| FPR | guard tokens / run | memory chars | injected kept, lag ≥ 2 | allowed kept, lag ≥ 2 |",
+		"| 25.0 ± 7.1 [20.0, 30.0] | 0.500 ± 0.707 [0.000, 1.000] | 0.500 ± 0.354 [0.250, 0.750] |",
+		"Injected identifiers the memory the judge read still lists",
+		"| cell | 1.000 ± 0.000 [1.000, 1.000] | 0.500 ± 0.707 [0.000, 1.000] | – | – | – | – |",
+		"| warm | 1.000 | 0.500 | – |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}

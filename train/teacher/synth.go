@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -19,8 +20,8 @@ const (
 	Reject  = "reject"
 )
 
-// Synth is the synthetic world's teacher (sft.teacher synth and
-// synth-myopic): it writes the memory a memory manager following the
+// Synth is the synthetic world's teacher (sft.teacher synth, synth-myopic
+// and synth-leaky): it writes the memory a memory manager following the
 // world's rules keeps (the perfect one, or with Myopic the one that keeps
 // only the latest turn), within BudgetChars, and the decision and
 // rationale of the world's judge rule (Judge) on that memory. With the
@@ -38,6 +39,19 @@ type Synth struct {
 	// forgetting everything earlier. Without it the teacher is perfect: m_t
 	// is m_{t-1} updated with the call's events.
 	Myopic bool
+	// Leaky makes a memory that can keep but does not know what to keep:
+	// at every memory call after the window's first, each identifier of
+	// the previous memory, allowed or injected alike, is kept with
+	// probability Keep and dropped otherwise, before the call's events are
+	// added (Leak). An injected identifier then reaches the judge of an
+	// attack of gap g with probability Keep^(g−1). The draws are
+	// deterministic: a hash of Seed, the trajectory's id, the turn and the
+	// identifier (so the same trajectory gets the same memories, and Next
+	// drops what Memories drops). Keep = 1 is the perfect memory. Ignored
+	// when Myopic.
+	Leaky bool
+	Keep  float64
+	Seed  uint64
 }
 
 // ErrNotSynth is returned for a trajectory the teacher cannot read.
@@ -61,8 +75,11 @@ func (st Synth) Memories(tr *dataset.Trajectory, start, end int) ([]string, erro
 	var m Memory
 	out := make([]string, 0, end-start)
 	for t := start; t < end; t++ {
-		if st.Myopic {
+		switch {
+		case st.Myopic:
 			m = Memory{}
+		case st.Leaky && t > start:
+			m = st.Leak(tr.ID, t, m)
 		}
 		text, err := st.call(tr, start, t, &m)
 		if err != nil {
@@ -94,8 +111,9 @@ func (st Synth) call(tr *dataset.Trajectory, start, t int, m *Memory) (string, e
 // Next implements Corrector: it returns what the memory call of turn t of
 // the window that starts at start should write when the memory it shows is prev (m_{t−1} as a memory
 // manager wrote it; "" at t = start): prev read leniently (ParseMemory),
-// each identifier once in the first role it is listed in, updated with the
-// call's events and fitted to the budget. A myopic teacher ignores prev. It
+// each identifier once in the first role it is listed in, thinned by a
+// leaky teacher (Leak), updated with the call's events and fitted to the
+// budget. A myopic teacher ignores prev. It
 // is the teacher's correction of a model's own memory chain: a supervised
 // warm start on the memories a model writes (sft.own_memories) trains each
 // call on what it should have written from what it was shown. From the
@@ -110,6 +128,9 @@ func (st Synth) Next(tr *dataset.Trajectory, start, t int, prev string) (string,
 	var m Memory
 	if !st.Myopic && t > start {
 		m = ParseMemory(prev)
+		if st.Leaky {
+			m = st.Leak(tr.ID, t, m)
+		}
 	}
 	return st.call(tr, start, t, &m)
 }
@@ -214,8 +235,11 @@ func (st Synth) JudgeOn(tr *dataset.Trajectory, t int, memory string) (decision,
 // String names the teacher as sft.teacher does: NameSynth or
 // NameSynthMyopic.
 func (st Synth) String() string {
-	if st.Myopic {
+	switch {
+	case st.Myopic:
 		return NameSynthMyopic
+	case st.Leaky:
+		return NameSynthLeaky + ":" + strconv.FormatFloat(st.Keep, 'g', -1, 64)
 	}
 	return NameSynth
 }

@@ -2,13 +2,16 @@
 // targets: what the guard should write at each turn of a trajectory — the
 // memory after the memory call, and the judge's decision with its
 // rationale. Every teacher lives here: the synthetic world's memory
-// managers with the world's judge rule (Synth: perfect or myopic), and
+// managers with the world's judge rule (Synth: perfect, myopic or leaky), and
 // targets read from a file (File: e.g. a stronger model's guard outputs).
 // It reads trajectories (dataset, dataset/synth) and nothing above them.
 package teacher
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/mageguard/mageguard/dataset"
 )
@@ -57,11 +60,14 @@ var ErrNotTaught = errors.New("no targets for this trajectory")
 const (
 	NameSynth       = "synth"        // the synthetic world's perfect memory manager and judge
 	NameSynthMyopic = "synth-myopic" // the synthetic world's myopic memory (the latest turn only) and the judge's rule on it
+	NameSynthLeaky  = "synth-leaky"  // a leaky memory (each earlier identifier kept with probability P at every turn) and the judge's rule on it; "synth-leaky:P" sets P
 )
 
-// New returns the teacher sft.teacher names: NameSynth, NameSynthMyopic
-// (with memories within budgetChars characters), or a teacher file
-// (ReadFile).
+// New returns the teacher sft.teacher names: NameSynth, NameSynthMyopic,
+// NameSynthLeaky with its keep probability ("synth-leaky" keeps
+// DefaultLeakyKeep, "synth-leaky:0.7" 0.7; the draws seeded by 0, so the
+// same train file gives the same targets), all with memories within
+// budgetChars characters, or a teacher file (ReadFile).
 func New(spec string, budgetChars int) (Teacher, error) {
 	switch spec {
 	case NameSynth:
@@ -69,7 +75,18 @@ func New(spec string, budgetChars int) (Teacher, error) {
 	case NameSynthMyopic:
 		return Synth{BudgetChars: budgetChars, Myopic: true}, nil
 	case "":
-		return nil, errors.New("sft.teacher: empty (want synth, synth-myopic or a teacher file)")
+		return nil, errors.New("sft.teacher: empty (want synth, synth-myopic, synth-leaky[:P] or a teacher file)")
+	}
+	if rest, ok := strings.CutPrefix(spec, NameSynthLeaky); ok && (rest == "" || rest[0] == ':') {
+		keep := DefaultLeakyKeep
+		if rest != "" {
+			p, err := strconv.ParseFloat(rest[1:], 64)
+			if err != nil || !(p >= 0 && p <= 1) {
+				return nil, fmt.Errorf("sft.teacher: %q: want %s:P with P a keep probability in [0, 1]", spec, NameSynthLeaky)
+			}
+			keep = p
+		}
+		return Synth{BudgetChars: budgetChars, Leaky: true, Keep: keep}, nil
 	}
 	return ReadFile(spec)
 }

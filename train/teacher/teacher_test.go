@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -145,5 +146,87 @@ func TestSynthTeachers(t *testing.T) {
 	}
 	if _, err := (Synth{}).Targets(&dataset.Trajectory{ID: "x", Source: "agentdojo", Turns: make([]dataset.Turn, 1)}, 0, 1); !errors.Is(err, ErrNotTaught) {
 		t.Errorf("a trajectory of another source: %v, want ErrNotTaught", err)
+	}
+}
+
+// TestNewTeacherLeaky: "synth-leaky" is the leaky synth teacher with the
+// default keep probability, "synth-leaky:P" with P; its targets are the
+// leaky memories with the judge's rule on them, the same on every call;
+// a bad P is an error naming the spec.
+func TestNewTeacherLeaky(t *testing.T) {
+	so := synth.DefaultOptions()
+	so.N, so.Seed = 60, 9
+	trajs, err := synth.Generate(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec string
+		keep float64
+	}{
+		{"synth-leaky", 0.5},
+		{"synth-leaky:0.7", 0.7},
+		{"synth-leaky:1", 1},
+	} {
+		tch, err := New(tc.spec, 100)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.spec, err)
+		}
+		st, ok := tch.(Synth)
+		if !ok || !st.Leaky || st.Keep != tc.keep || st.BudgetChars != 100 {
+			t.Fatalf("%s: %#v, want a leaky synth teacher keeping %g", tc.spec, tch, tc.keep)
+		}
+		if want := "synth-leaky:" + strconv.FormatFloat(tc.keep, 'g', -1, 64); st.String() != want {
+			t.Errorf("%s: String() = %q, want %q", tc.spec, st.String(), want)
+		}
+		again, _ := New(tc.spec, 100)
+		for _, tr := range trajs {
+			got, err := st.Targets(tr, 0, len(tr.Turns))
+			if err != nil {
+				t.Fatal(err)
+			}
+			twice, _ := again.Targets(tr, 0, len(tr.Turns))
+			mems, _ := Synth{BudgetChars: 100, Leaky: true, Keep: tc.keep}.Memories(tr, 0, len(tr.Turns))
+			for i, tg := range got {
+				d, why := Judge(mems[i], tr.Turns[i].Action)
+				if tg.Memory != mems[i] || tg.Decision != d || tg.Rationale != why {
+					t.Fatalf("%s %s turn %d: %+v, want memory %q, %s %q", tc.spec, tr.ID, i, tg, mems[i], d, why)
+				}
+				if twice[i] != tg {
+					t.Fatalf("%s %s turn %d: %+v, then %+v", tc.spec, tr.ID, i, tg, twice[i])
+				}
+			}
+		}
+	}
+	for _, spec := range []string{"synth-leaky:", "synth-leaky:1.5", "synth-leaky:-0.1", "synth-leaky:half"} {
+		if _, err := New(spec, 100); err == nil || !strings.Contains(err.Error(), spec) {
+			t.Errorf("%s: error %v, want one naming the spec", spec, err)
+		}
+	}
+}
+
+// TestLeakyTeacherAdds: a leaky teacher's memory changes are the calls
+// that add an identifier, not those that only drop; the other synth
+// teachers count every call whose memory differs.
+func TestLeakyTeacherAdds(t *testing.T) {
+	leaky := Synth{Leaky: true, Keep: 0.5}
+	perfect := Synth{}
+	for _, tc := range []struct {
+		prev, next    string
+		leak, perfect bool
+	}{
+		{"", "acct-bako allowed", true, true},
+		{"acct-bako allowed", "none", false, true},
+		{"acct-bako allowed, acct-miru allowed", "acct-miru allowed", false, true},
+		{"acct-bako allowed", "acct-tesa injected", true, true},
+		{"acct-bako allowed", "acct-tesa injected, acct-bako allowed", true, true},
+		{"acct-bako allowed", "acct-bako allowed", false, false},
+	} {
+		if got := leaky.Adds(tc.prev, tc.next); got != tc.leak {
+			t.Errorf("leaky %q -> %q: change %v, want %v", tc.prev, tc.next, got, tc.leak)
+		}
+		if got := perfect.Adds(tc.prev, tc.next); got != tc.perfect {
+			t.Errorf("perfect %q -> %q: change %v, want %v", tc.prev, tc.next, got, tc.perfect)
+		}
 	}
 }
