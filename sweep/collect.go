@@ -309,6 +309,28 @@ func (s *Summary) Markdown() string {
 	b.WriteString("\nEmpty rows are points not finished; — is a metric with a zero denominator. " +
 		"Every point's full report is `<point folder>/report.md`; all metrics are in `summary.csv`.\n\n")
 
+	b.WriteString(s.bestPoints())
+	b.WriteString("## Heatmaps\n\n")
+	if len(p.Keys) > 2 {
+		fmt.Fprintf(&b, "Over `%s` × `%s`; each cell is the mean over the other keys (%s), and its spread "+
+			"the sample standard deviation over them.\n\n",
+			p.Keys[0], p.Keys[1], "`"+strings.Join(p.Keys[2:], "`, `")+"`")
+		b.WriteString(s.cellTable())
+	}
+	for _, m := range heatmapMetrics(p) {
+		t, _ := title(m)
+		fmt.Fprintf(&b, "![%s](%s)\n\n", t, HeatmapFile(m))
+		if len(p.Keys) > 2 {
+			fmt.Fprintf(&b, "![%s, spread](%s)\n\n", t, SpreadFile(m))
+		}
+	}
+	return b.String()
+}
+
+// bestPoints is summary.md's "Best points" section: the point with the
+// lowest ASR, the highest BU, the highest F1 and the fewest guard tokens
+// ("" when no point has a report).
+func (s *Summary) bestPoints() string {
 	best := []struct {
 		metric, label string
 		lower         bool
@@ -333,28 +355,14 @@ func (s *Summary) Markdown() string {
 		}
 		if at >= 0 {
 			lines = append(lines, fmt.Sprintf("- %s: %s at point %d (%s)", bm.label,
-				eval.Format(field(s.Reports[at], bm.metric)), at, p.Label(p.Points[at])))
+				eval.Format(field(s.Reports[at], bm.metric)), at, s.Schedule.Label(s.Schedule.Points[at])))
 		}
 	}
-	if len(lines) > 0 {
-		b.WriteString("## Best points\n\n" + strings.Join(lines, "\n") + "\n\n")
+	if len(lines) == 0 {
+		return ""
 	}
+	return "## Best points\n\n" + strings.Join(lines, "\n") + "\n\n"
 
-	b.WriteString("## Heatmaps\n\n")
-	if len(p.Keys) > 2 {
-		fmt.Fprintf(&b, "Over `%s` × `%s`; each cell is the mean over the other keys (%s), and its spread "+
-			"the sample standard deviation over them.\n\n",
-			p.Keys[0], p.Keys[1], "`"+strings.Join(p.Keys[2:], "`, `")+"`")
-		b.WriteString(s.cellTable())
-	}
-	for _, m := range heatmapMetrics(p) {
-		t, _ := title(m)
-		fmt.Fprintf(&b, "![%s](%s)\n\n", t, HeatmapFile(m))
-		if len(p.Keys) > 2 {
-			fmt.Fprintf(&b, "![%s, spread](%s)\n\n", t, SpreadFile(m))
-		}
-	}
-	return b.String()
 }
 
 // columns are summary.md's point-table columns: summaryColumns, then the
