@@ -43,16 +43,11 @@ func plotHorizon(r Report) ([]byte, error) {
 				xys = append(xys, plotter.XY{X: float64(h), Y: 100 * *v})
 			}
 		}
-		if len(xys) == 0 {
-			continue
-		}
-		drawn = true
-		line, points, err := chart.LinePoints(xys, i)
+		line, err := chart.AddSeries(p, s.name, xys, i)
 		if err != nil {
 			return nil, err
 		}
-		p.Add(line, points)
-		p.Legend.Add(s.name, line, points)
+		drawn = drawn || line != nil
 	}
 	if !drawn {
 		chart.NoData(p)

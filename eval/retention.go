@@ -269,17 +269,14 @@ func plotRetention(s *Synth) ([]byte, error) {
 				xys = append(xys, plotter.XY{X: float64(l), Y: 100 * *v})
 			}
 		}
-		if len(xys) == 0 {
-			continue
-		}
-		drawn = true
-		line, points, err := chart.LinePoints(xys, i)
+		line, err := chart.AddSeries(p, sr.name, xys, i)
 		if err != nil {
 			return nil, err
 		}
-		line.Dashes = plotutil.Dashes(i)
-		p.Add(line, points)
-		p.Legend.Add(sr.name, line, points)
+		if line != nil {
+			line.Dashes = plotutil.Dashes(i)
+			drawn = true
+		}
 	}
 	if !drawn {
 		chart.NoData(p)

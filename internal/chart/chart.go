@@ -89,6 +89,21 @@ func LinePoints(xys plotter.XYs, i int) (*plotter.Line, *plotter.Scatter, error)
 	return line, points, nil
 }
 
+// AddSeries adds xys to p as the i-th series (LinePoints) with name in
+// its legend and returns its line; it adds nothing for empty xys (nil).
+func AddSeries(p *plot.Plot, name string, xys plotter.XYs, i int) (*plotter.Line, error) {
+	if len(xys) == 0 {
+		return nil, nil
+	}
+	line, points, err := LinePoints(xys, i)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(line, points)
+	p.Legend.Add(name, line, points)
+	return line, nil
+}
+
 // NoData marks an empty plot in its title and gives it unit axes.
 func NoData(p *plot.Plot) {
 	p.Title.Text += " (no data)"

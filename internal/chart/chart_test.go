@@ -100,3 +100,18 @@ func TestWithAlpha(t *testing.T) {
 		t.Errorf("%v, want %v", got, want)
 	}
 }
+
+// TestAddSeries: an empty series adds nothing and returns no line; a
+// series of points adds a plotter, which widens the axes to its data.
+func TestAddSeries(t *testing.T) {
+	p := New("t")
+	if line, err := AddSeries(p, "empty", nil, 0); line != nil || err != nil {
+		t.Fatalf("empty series: %v, %v", line, err)
+	}
+	if line, err := AddSeries(p, "two", plotter.XYs{{X: 1, Y: 2}, {X: 2, Y: 3}}, 1); line == nil || err != nil {
+		t.Fatalf("two points: %v, %v", line, err)
+	}
+	if p.X.Min != 1 || p.X.Max != 2 || p.Y.Min != 2 || p.Y.Max != 3 { // Add widens the axes to the data
+		t.Errorf("axes x [%g, %g] y [%g, %g], want [1, 2] and [2, 3]", p.X.Min, p.X.Max, p.Y.Min, p.Y.Max)
+	}
+}
