@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,8 +25,6 @@ import (
 // followed by one "+" per step the session has had; the judge rejects the
 // tools in reject (score 0.9) and approves the rest (score 0.2).
 func newScripted(tok *tokenizer.Tokenizer, reject ...string) *guardtest.Scripted {
-	approveID, _ := tok.TokenID("approve")
-	rejectID, _ := tok.TokenID("reject")
 	rejects := func(p string) bool {
 		for _, name := range reject {
 			if strings.Contains(p, `"name": "`+name+`"`) {
@@ -39,37 +36,19 @@ func newScripted(tok *tokenizer.Tokenizer, reject ...string) *guardtest.Scripted
 	return &guardtest.Scripted{
 		Tok: tok,
 		Reply: func(_ generate.Request, p string) (string, error) {
-			const open = "Current memory:\n<memory>\n"
 			switch {
 			case strings.Contains(p, "Update the memory"):
-				mem := "m"
-				if i := strings.Index(p, open); i >= 0 && !strings.HasPrefix(p[i+len(open):], "(empty)") {
-					rest := p[i+len(open):]
-					mem = rest[:strings.Index(rest, "\n</memory>")] + "+"
-				}
-				return guardtest.MemoryCall(mem), nil
+				return guardtest.MemoryCall(guardtest.GrowMemory(p, "m")), nil
 			case rejects(p):
 				return guardtest.JudgeCall("reject", "writes what a tool result asked for"), nil
 			}
 			return guardtest.JudgeCall("approve", "fine"), nil
 		},
 		Watch: func(r generate.Request, p string) []float32 {
-			pa, pr := 0.8, 0.2
 			if rejects(p) {
-				pa, pr = 0.1, 0.9
+				return guardtest.DecisionWatch(tok, r.Watch, 0.1, 0.9)
 			}
-			row := make([]float32, len(r.Watch))
-			for k, id := range r.Watch {
-				switch id {
-				case approveID:
-					row[k] = float32(math.Log(pa))
-				case rejectID:
-					row[k] = float32(math.Log(pr))
-				default:
-					row[k] = float32(math.Inf(-1))
-				}
-			}
-			return row
+			return guardtest.DecisionWatch(tok, r.Watch, 0.8, 0.2)
 		},
 	}
 }

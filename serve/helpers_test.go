@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -30,19 +29,12 @@ type fakeModel struct {
 }
 
 func newFakeModel(tok *tokenizer.Tokenizer) *fakeModel {
-	approveID, _ := tok.TokenID("approve")
-	rejectID, _ := tok.TokenID("reject")
 	return &fakeModel{Scripted: &guardtest.Scripted{
 		Tok: tok,
 		Reply: func(_ generate.Request, p string) (string, error) {
 			switch {
 			case strings.Contains(p, "Update the memory"):
-				mem := "m1"
-				if i := strings.Index(p, "Current memory:\n<memory>\n"); i >= 0 && !strings.HasPrefix(p[i+len("Current memory:\n<memory>\n"):], "(empty)") {
-					rest := p[i+len("Current memory:\n<memory>\n"):]
-					mem = rest[:strings.Index(rest, "\n</memory>")] + "+"
-				}
-				return guardtest.MemoryCall(mem), nil
+				return guardtest.MemoryCall(guardtest.GrowMemory(p, "m1")), nil
 			case strings.Contains(p, `"name": "send_money"`):
 				return guardtest.JudgeCall("reject", "money to a stranger"), nil
 			case strings.Contains(p, `"name": "garbage"`):
@@ -51,22 +43,10 @@ func newFakeModel(tok *tokenizer.Tokenizer) *fakeModel {
 			return guardtest.JudgeCall("approve", "fine"), nil
 		},
 		Watch: func(r generate.Request, p string) []float32 {
-			pa, pr := 0.7, 0.3
 			if !strings.Contains(p, "Update the memory") && strings.Contains(p, `"name": "send_money"`) {
-				pa, pr = 0.1, 0.9
+				return guardtest.DecisionWatch(tok, r.Watch, 0.1, 0.9)
 			}
-			row := make([]float32, len(r.Watch))
-			for k, id := range r.Watch {
-				switch id {
-				case approveID:
-					row[k] = float32(math.Log(pa))
-				case rejectID:
-					row[k] = float32(math.Log(pr))
-				default:
-					row[k] = float32(math.Inf(-1))
-				}
-			}
-			return row
+			return guardtest.DecisionWatch(tok, r.Watch, 0.7, 0.3)
 		},
 	}}
 }

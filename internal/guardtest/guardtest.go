@@ -7,6 +7,7 @@ package guardtest
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -126,6 +127,39 @@ func (s *Scripted) Generate(reqs []generate.Request, _ generate.Sampling) ([]gen
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// DecisionWatch is a Scripted.Watch row for a judge that approves with
+// probability pa and rejects with probability pr: log pa at the "approve"
+// token, log pr at "reject", −Inf at every other watched id.
+func DecisionWatch(tok *tokenizer.Tokenizer, watch []int, pa, pr float64) []float32 {
+	approveID, _ := tok.TokenID("approve")
+	rejectID, _ := tok.TokenID("reject")
+	row := make([]float32, len(watch))
+	for k, id := range watch {
+		switch id {
+		case approveID:
+			row[k] = float32(math.Log(pa))
+		case rejectID:
+			row[k] = float32(math.Log(pr))
+		default:
+			row[k] = float32(math.Inf(-1))
+		}
+	}
+	return row
+}
+
+// GrowMemory is a scripted memory manager's next memory: the memory a
+// memory call's prompt shows, with "+" appended, or first when it shows
+// none ("(empty)").
+func GrowMemory(prompt, first string) string {
+	const open = "Current memory:\n<memory>\n"
+	i := strings.Index(prompt, open)
+	if i < 0 || strings.HasPrefix(prompt[i+len(open):], "(empty)") {
+		return first
+	}
+	rest := prompt[i+len(open):]
+	return rest[:strings.Index(rest, "\n</memory>")] + "+"
 }
 
 // Batches returns the number of requests of each Generate call so far.
