@@ -82,17 +82,25 @@ const testToken = "test-token-0123456789"
 
 func newTestServer(t *testing.T, cfg Config, gated bool) *testServer {
 	t.Helper()
+	return startTestServer(t, Options{Config: cfg, Token: testToken}, testToken, gated)
+}
+
+// startTestServer serves the fake model with o (its Store and Rollout
+// filled in here) on a fresh store; token is the one ts.do sends.
+func startTestServer(t *testing.T, o Options, token string, gated bool) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	store, err := OpenStore(dir, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{t: t, store: store, dir: dir, token: testToken}
+	ts := &testServer{t: t, store: store, dir: dir, token: token}
 	ts.model = newFakeModel(guardtest.Tokenizer(t))
 	if gated {
 		ts.model.gate, ts.model.entered = make(chan struct{}), make(chan struct{}, 16)
 	}
-	ts.srv, err = New(Options{Config: cfg, Rollout: rollout.DefaultConfig(), Store: store, Token: testToken})
+	o.Rollout, o.Store = rollout.DefaultConfig(), store
+	ts.srv, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +112,7 @@ func newTestServer(t *testing.T, cfg Config, gated bool) *testServer {
 	ts.http = httptest.NewServer(ts.srv.Handler())
 	t.Cleanup(func() {
 		if ts.model.gate != nil {
-			select {
-			case <-ts.model.gate:
-			default:
-				close(ts.model.gate)
-			}
+			ts.open()
 		}
 		ts.http.Close()
 		ts.srv.Close()

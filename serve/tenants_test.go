@@ -4,13 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/mageguard/mageguard/internal/guardtest"
-	"github.com/mageguard/mageguard/rollout"
 )
 
 func digest(token string) string {
@@ -82,28 +78,7 @@ func newTenantServerConfig(t *testing.T, cfg Config) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	store, err := OpenStore(dir, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{t: t, store: store, dir: dir, token: agentA, model: newFakeModel(guardtest.Tokenizer(t))}
-	ts.srv, err = New(Options{Config: cfg, Rollout: rollout.DefaultConfig(), Store: store, Tokens: tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard, err := rollout.NewGuard(rollout.DefaultConfig(), ts.model.Tok, ts.model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.srv.SetGuard(guard)
-	ts.http = httptest.NewServer(ts.srv.Handler())
-	t.Cleanup(func() {
-		ts.http.Close()
-		ts.srv.Close()
-		ts.store.Close()
-	})
-	return ts
+	return startTestServer(t, Options{Config: cfg, Tokens: tokens}, agentA, false)
 }
 
 // as sends a request with token.
