@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -77,7 +78,7 @@ func TestDownstreamDiesMidCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the gateway kept the client's session open")
 	}
-	waitFor(t, "the session to go", func() bool { return h.gw.Sessions() == 0 })
+	guardtest.WaitFor(t, "the session to go", func() bool { return h.gw.Sessions() == 0 })
 	recs := h.records()
 	if len(recs) != 2 || !recs[0].Forwarded || recs[1].Event != EventOutcome || recs[1].Error == "" {
 		t.Errorf("audit: %+v", recs)
@@ -91,15 +92,15 @@ func TestClientDisconnectsMidCall(t *testing.T) {
 	h := newHarness(t, Options{})
 	c := h.connect(ctx)
 	go c.call(ctx, "hang", map[string]any{}, nil)
-	waitFor(t, "the downstream to get the call", func() bool { return slices.Contains(h.down.called(), "hang") })
+	guardtest.WaitFor(t, "the downstream to get the call", func() bool { return slices.Contains(h.down.called(), "hang") })
 	c.cut()
 	select {
 	case <-h.down.cancelled:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the downstream's call was not cancelled")
 	}
-	waitFor(t, "the session to go", func() bool { return h.gw.Sessions() == 0 })
-	waitFor(t, "the outcome", func() bool { return len(h.records()) == 2 })
+	guardtest.WaitFor(t, "the session to go", func() bool { return h.gw.Sessions() == 0 })
+	guardtest.WaitFor(t, "the outcome", func() bool { return len(h.records()) == 2 })
 	if r := h.records()[1]; r.Event != EventOutcome || r.Error == "" {
 		t.Errorf("outcome: %+v", r)
 	}
@@ -168,7 +169,7 @@ func TestMalformedJSONRPC(t *testing.T) {
 	if lines.Scan() {
 		t.Errorf("a reply to text that is no JSON: %s", lines.Bytes())
 	}
-	waitFor(t, "the session to end", func() bool { return h.gw.Sessions() == 0 })
+	guardtest.WaitFor(t, "the session to end", func() bool { return h.gw.Sessions() == 0 })
 }
 
 // TestGuardSessionGone: a guard session deleted under its client session

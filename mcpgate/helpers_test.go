@@ -345,18 +345,6 @@ func (h *harness) records() []Record {
 	return recs
 }
 
-// waitFor polls cond until it holds (bounded: fails after 10 s).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // receive returns the next value of ch (bounded: fails the test after 10
 // s, instead of hanging it).
 func receive[T any](t *testing.T, ch <-chan T, what string) T {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
@@ -47,7 +48,7 @@ func batchOf(t *testing.T, ts *testServer, bodies ...map[string]any) ([]int, [][
 		wg.Add(1)
 		go func() { defer wg.Done(); codes[i], out[i] = ts.do("POST", "/v1/sessions/"+ids[i]+"/assess", bodies[i]) }()
 	}
-	waitFor(t, "the queued steps", func() bool { return ts.srv.batcher.queued() == len(bodies) })
+	guardtest.WaitFor(t, "the queued steps", func() bool { return ts.srv.batcher.queued() == len(bodies) })
 	ts.open()
 	wg.Wait()
 	return codes, out
@@ -264,7 +265,7 @@ func TestIdleSessionsExpire(t *testing.T) {
 	cfg.SessionIdleS = 0.2
 	ts = newTestServer(t, cfg, false)
 	id := ts.create("soon idle")
-	waitFor(t, "the idle session to expire", func() bool { code, _ := ts.do("GET", "/v1/sessions/"+id, nil); return code == 404 })
+	guardtest.WaitFor(t, "the idle session to expire", func() bool { code, _ := ts.do("GET", "/v1/sessions/"+id, nil); return code == 404 })
 	// Off by default.
 	ts = newTestServer(t, DefaultConfig(), false)
 	ts.srv.now = func() time.Time { return time.Now().Add(1000 * time.Hour) }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
@@ -38,7 +39,7 @@ func TestBatchesAcrossSessions(t *testing.T) {
 		wg.Add(1)
 		go send(i)
 	}
-	waitFor(t, "8 queued steps", func() bool { return ts.srv.batcher.queued() == 8 })
+	guardtest.WaitFor(t, "8 queued steps", func() bool { return ts.srv.batcher.queued() == 8 })
 	ts.open()
 	wg.Wait()
 	for i, c := range codes {
@@ -77,7 +78,7 @@ func TestFullQueueAnswers429(t *testing.T) {
 	wg.Add(2)
 	go send(1)
 	go send(2)
-	waitFor(t, "a full queue", func() bool { return ts.srv.batcher.queued() == 2 })
+	guardtest.WaitFor(t, "a full queue", func() bool { return ts.srv.batcher.queued() == 2 })
 	code, body := ts.do("POST", "/v1/sessions/"+ids[3]+"/assess", assessBody("read_file", `{}`, nil))
 	if code != 429 || decode[ErrorBody](t, body).Error.Code != "queue_full" {
 		t.Fatalf("a step over the queue: %d %s", code, body)

@@ -203,15 +203,3 @@ func decode[T any](t *testing.T, data []byte) T {
 }
 
 func str(s string) *string { return &s }
-
-// waitFor polls cond until it holds (bounded: fails the test after 10 s).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
@@ -160,6 +161,19 @@ func GrowMemory(prompt, first string) string {
 	}
 	rest := prompt[i+len(open):]
 	return rest[:strings.Index(rest, "\n</memory>")] + "+"
+}
+
+// WaitFor polls cond every millisecond until it holds, and fails the
+// test naming what after 10 s.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Batches returns the number of requests of each Generate call so far.
