@@ -18,6 +18,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/serve"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // newScripted is the guard model of the tests, with the guard's real
@@ -218,7 +219,7 @@ type harness struct {
 	t      *testing.T
 	gw     *Gateway
 	guard  *serve.Server
-	store  *serve.Store
+	store  *store.Bolt
 	model  *guardtest.Scripted
 	down   *downstream
 	audit  string
@@ -235,7 +236,7 @@ func newHarness(t *testing.T, opts Options, tokens ...*serve.Tokens) *harness {
 func newHarnessConfig(t *testing.T, opts Options, cfg serve.Config, tokens ...*serve.Tokens) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	store, err := serve.OpenStore(dir, time.Second)
+	store, err := store.Open(dir, store.Options{LockWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,13 +17,31 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/internal/strictjson"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // Decisions of an assess answer.
 const (
-	DecisionAllow = "allow"
-	DecisionBlock = "block"
+	DecisionAllow = store.DecisionAllow
+	DecisionBlock = store.DecisionBlock
 )
+
+// The stored session and its parts, as the API shows them.
+type (
+	Session = store.Session
+	Step    = store.Step
+	Tool    = store.Tool
+)
+
+// Session statuses.
+const (
+	StatusActive  = store.StatusActive  // assess calls run
+	StatusBlocked = store.StatusBlocked // a step was blocked: assess calls get 409 until a resume
+)
+
+// ShortText is untrusted text as an error message quotes it: at most 64
+// bytes of it, valid UTF-8, with "…" when it was cut.
+func ShortText(s string) string { return strictjson.ShortKey(s) }
 
 // CreateRequest is POST /v1/sessions.
 type CreateRequest struct {

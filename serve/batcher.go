@@ -15,6 +15,7 @@ import (
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // Stepper runs one step of the guard loop for many sessions at once
@@ -44,7 +45,7 @@ type Preparer interface {
 type batcher struct {
 	cfg     Config
 	rollout rollout.Config // sampled decoding's settings (serve.greedy: false)
-	store   *Store
+	store   store.Store
 	metrics *metrics
 	log     *slog.Logger
 	now     func() time.Time
@@ -89,9 +90,9 @@ type outcome struct {
 	err  *APIError
 }
 
-func newBatcher(cfg Config, rc rollout.Config, store *Store, m *metrics, log *slog.Logger, now func() time.Time) *batcher {
+func newBatcher(cfg Config, rc rollout.Config, st store.Store, m *metrics, log *slog.Logger, now func() time.Time) *batcher {
 	return &batcher{
-		cfg: cfg, rollout: rc, store: store, metrics: m, log: log, now: now, shares: newShares(cfg.MaxSessionShare),
+		cfg: cfg, rollout: rc, store: st, metrics: m, log: log, now: now, shares: newShares(cfg.MaxSessionShare),
 		queue: make(chan *job, cfg.QueueSize),
 		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
@@ -414,7 +415,7 @@ func (b *batcher) step(jobs []*job, s generate.Sampling) ([]rollout.Turn, []erro
 // It returns the number of steps it tried to store.
 func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 	decided := b.now()
-	var commits []Commit
+	var commits []store.Commit
 	var committed []*job
 	for i, j := range jobs {
 		if decided.After(j.deadline) {
@@ -422,7 +423,7 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 			b.answer(j, outcome{err: deadlineError("deadline")})
 			continue
 		}
-		commits = append(commits, Commit{ID: j.id, Step: b.record(j, &turns[i], decided)})
+		commits = append(commits, store.Commit{ID: j.id, Step: b.record(j, &turns[i], decided)})
 		committed = append(committed, j)
 	}
 	if len(commits) == 0 {
@@ -437,7 +438,7 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 		case err != nil:
 			b.metrics.notApplied("error")
 			b.answer(j, outcome{err: &APIError{Status: 500, Code: "store_failed", Message: "the step could not be stored; it was not applied"}})
-		case errors.As(errs[i], new(*LimitError)):
+		case errors.As(errs[i], new(*store.LimitError)):
 			b.metrics.notApplied("state_full")
 			ae, _ := isAPIError(storeError(errs[i])) // 507 state_full
 			b.answer(j, outcome{err: ae})

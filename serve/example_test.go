@@ -14,6 +14,7 @@ import (
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/prompt"
 	"github.com/mageguard/mageguard/serve"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // guardClient is an agent loop's side of `mageguard serve`: plain
@@ -111,17 +112,17 @@ func exampleServer() (string, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := serve.OpenStore(dir, time.Second)
+	st, err := store.Open(dir, store.Options{LockWait: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := serve.New(serve.Options{Config: serve.DefaultConfig(), Store: store})
+	srv, err := serve.New(serve.Options{Config: serve.DefaultConfig(), Store: st})
 	if err != nil {
 		log.Fatal(err)
 	}
 	srv.SetGuard(standIn{})
 	h := httptest.NewServer(srv.Handler())
-	return h.URL, func() { h.Close(); srv.Close(); store.Close(); os.RemoveAll(dir) }
+	return h.URL, func() { h.Close(); srv.Close(); st.Close(); os.RemoveAll(dir) }
 }
 
 // standIn decides like a trained guard would on this example.

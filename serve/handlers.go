@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // readBody reads a request body within the size limit, refusing a
@@ -73,10 +75,10 @@ func sessionID(r *http.Request) (string, error) {
 // storeError is the answer to a store's error: 404 for no session, 503
 // for a damaged database, 429 or 507 for a limit, else the error (500).
 func storeError(err error) error {
-	var damage *DamageError
-	var limit *LimitError
+	var damage *store.DamageError
+	var limit *store.LimitError
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return errNoSession
 	case errors.As(err, &damage):
 		return &APIError{Status: 503, Code: "store_damaged", Message: "the sessions database is damaged; the server serves nothing until an operator checks it"}
@@ -308,11 +310,11 @@ func (s *Server) assessStep(ctx context.Context, id string, sess *Session, req *
 		return nil, badField("observation", "invalid_value", "the session's first step has no previous action to observe")
 	}
 	if u := s.store.Usage(); u.Bytes >= s.cfg.MaxStateBytes {
-		return nil, storeError(&LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: s.cfg.MaxStateBytes})
+		return nil, storeError(&store.LimitError{Key: "max_state_bytes", Have: u.Bytes, Max: s.cfg.MaxStateBytes})
 	}
 	if max := s.cfg.MaxStateBytesPerTenant; max > 0 {
 		if u := s.store.UsageOf(sess.Owner); u.Bytes >= max {
-			return nil, storeError(&LimitError{Key: "max_state_bytes_per_tenant", Tenant: sess.Owner, Have: u.Bytes, Max: max})
+			return nil, storeError(&store.LimitError{Key: "max_state_bytes_per_tenant", Tenant: sess.Owner, Have: u.Bytes, Max: max})
 		}
 	}
 	return s.batcher.decide(ctx, id, sess, req, arrived)

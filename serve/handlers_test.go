@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 func TestSessionLifecycle(t *testing.T) {
@@ -211,25 +213,25 @@ func TestRetryOfAnAnsweredStep(t *testing.T) {
 // TestRestartKeepsSessions: GET gives the same answer from a reopened
 // store; a second server on the same state directory fails at once.
 func TestRestartKeepsSessions(t *testing.T) {
-	ts := newTestServer(t, DefaultConfig(), false)
+	ts := newDiskTestServer(t, DefaultConfig())
 	id := ts.create("t")
 	ts.do("POST", "/v1/sessions/"+id+"/assess", assessBody("read_file", `{"a": 1}`, nil))
 	ts.do("POST", "/v1/sessions/"+id+"/assess", assessBody("send_money", `{}`, str("obs")))
 	_, before := ts.do("GET", "/v1/sessions/"+id, nil)
 
-	if _, err := OpenStore(ts.dir, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "locked by another process") {
+	if _, err := store.Open(ts.dir, store.Options{LockWait: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "locked by another process") {
 		t.Errorf("a second store on the same directory: %v", err)
 	}
 	ts.http.Close()
 	ts.srv.Close()
 	ts.store.Close()
 
-	store, err := OpenStore(ts.dir, time.Second)
+	st, err := store.Open(ts.dir, store.Options{LockWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.store = store
-	ts.srv, err = New(Options{Config: DefaultConfig(), Store: store, Token: testToken})
+	ts.store = st
+	ts.srv, err = New(Options{Config: DefaultConfig(), Store: st, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}

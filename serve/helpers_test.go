@@ -14,6 +14,7 @@ import (
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // fakeModel is a scripted generator with the guard's real prompts, parser
@@ -66,15 +67,16 @@ func (f *fakeModel) Generate(reqs []generate.Request, s generate.Sampling) ([]ge
 // calls returns the rows of each generation call so far.
 func (f *fakeModel) calls() []int { return f.Batches() }
 
-// testServer is a Server over a store in a temporary directory, with a
-// guard on a fakeModel, served by httptest.
+// testServer is a Server over a store in memory (or, from
+// newDiskTestServer, in a temporary directory), with a guard on a
+// fakeModel, served by httptest.
 type testServer struct {
 	t     *testing.T
 	srv   *Server
 	http  *httptest.Server
 	model *fakeModel
-	store *Store
-	dir   string
+	store store.Store
+	dir   string // the store's directory ("": in memory)
 	token string
 }
 
@@ -85,21 +87,35 @@ func newTestServer(t *testing.T, cfg Config, gated bool) *testServer {
 	return startTestServer(t, Options{Config: cfg, Token: testToken}, testToken, gated)
 }
 
-// startTestServer serves the fake model with o (its Store and Rollout
-// filled in here) on a fresh store; token is the one ts.do sends.
-func startTestServer(t *testing.T, o Options, token string, gated bool) *testServer {
+// newDiskTestServer is newTestServer over a store in a temporary
+// directory (ts.dir).
+func newDiskTestServer(t *testing.T, cfg Config) *testServer {
 	t.Helper()
 	dir := t.TempDir()
-	store, err := OpenStore(dir, time.Second)
+	st, err := store.Open(dir, store.Options{LockWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{t: t, store: store, dir: dir, token: token}
+	ts := startTestServer(t, Options{Config: cfg, Token: testToken, Store: st}, testToken, false)
+	ts.dir = dir
+	return ts
+}
+
+// startTestServer serves the fake model with o (its Rollout filled in
+// here, its Store when nil with a new store in memory); token is the one
+// ts.do sends.
+func startTestServer(t *testing.T, o Options, token string, gated bool) *testServer {
+	t.Helper()
+	if o.Store == nil {
+		o.Store = store.NewMemory()
+	}
+	ts := &testServer{t: t, store: o.Store, token: token}
 	ts.model = newFakeModel(guardtest.Tokenizer(t))
 	if gated {
 		ts.model.gate, ts.model.entered = make(chan struct{}), make(chan struct{}, 16)
 	}
-	o.Rollout, o.Store = rollout.DefaultConfig(), store
+	o.Rollout = rollout.DefaultConfig()
+	var err error
 	ts.srv, err = New(o)
 	if err != nil {
 		t.Fatal(err)

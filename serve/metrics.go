@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // Histogram bucket bounds.
@@ -56,7 +58,7 @@ type metrics struct {
 	expired    uint64                // sessions deleted for serve.session_idle_s
 	pacedSteps uint64                // steps held back for serve.max_session_share
 	queueDepth func() int            // steps waiting for a batch now
-	usage      func() Usage          // what the store holds now (nil: not reported)
+	usage      func() store.Usage    // what the store holds now (nil: not reported)
 	damaged    func() bool           // the store is damaged
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 //go:embed openapi.yaml
@@ -31,7 +32,7 @@ func OpenAPI() []byte { return slices.Clone(openAPI) }
 type Options struct {
 	Config  Config         // the serve section
 	Rollout rollout.Config // temperature, top_k, top_p of sampled decoding (serve.greedy: false)
-	Store   *Store         // the sessions database
+	Store   store.Store    // the sessions database
 	// Token is the bearer token every /v1/ request must carry, one
 	// operator's (OperatorToken); Tokens, when set, are the tokens of
 	// several principals instead. Neither turns authentication off (the
@@ -45,7 +46,7 @@ type Options struct {
 // SetGuard once the model is loaded, serve Handler, and Close it.
 type Server struct {
 	cfg     Config
-	store   *Store
+	store   store.Store
 	tokens  *Tokens // nil: no authentication
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -83,7 +84,7 @@ func New(opts Options) (*Server, error) {
 	s.metrics = newMetrics(func() int { return s.batcher.queued() })
 	s.metrics.usage = s.store.Usage
 	s.metrics.damaged = func() bool { return s.store.Damaged() != nil }
-	s.store.SetLimits(Limits{MaxSessions: opts.Config.MaxSessions, MaxBytes: opts.Config.MaxStateBytes,
+	s.store.SetLimits(store.Limits{MaxSessions: opts.Config.MaxSessions, MaxBytes: opts.Config.MaxStateBytes,
 		MaxSessionsPerTenant: opts.Config.MaxSessionsPerTenant, MaxBytesPerTenant: opts.Config.MaxStateBytesPerTenant})
 	s.batcher = newBatcher(opts.Config, opts.Rollout, opts.Store, s.metrics, log, s.now)
 	s.batcher.shareKey = s.shareKey

@@ -27,6 +27,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // Roles of a principal.
@@ -237,15 +239,18 @@ type SessionList struct {
 // agent's own for an agent.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) (int, error) {
 	p := principalOf(r.Context())
-	all, err := s.store.List()
-	if err != nil {
-		return 0, storeError(err)
-	}
+	q := store.ListQuery{Owner: p.Name, All: p.Role == RoleOperator, Limit: 1000}
 	out := SessionList{Sessions: []*Session{}}
-	for _, sess := range all {
-		if p.sees(sess.Owner) {
-			out.Sessions = append(out.Sessions, sess)
+	for {
+		page, err := s.store.List(q)
+		if err != nil {
+			return 0, storeError(err)
 		}
+		out.Sessions = append(out.Sessions, page.Sessions...)
+		if page.Next == "" {
+			break
+		}
+		q.Cursor = page.Next
 	}
 	writeJSON(w, 200, out)
 	return 200, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/mcpgate"
 	"github.com/mageguard/mageguard/serve"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // mcpRun is what `mageguard mcp` runs with.
@@ -180,11 +181,11 @@ func (r *mcpRun) dial() (mcp.Transport, error) {
 // ctx ends (stdio: until the client closes its end).
 func (r *mcpRun) run(ctx context.Context) error {
 	logger := slog.New(slog.NewJSONHandler(r.stderr, nil))
-	store, err := serve.OpenStoreWith(r.state, serve.StoreOptions{LockWait: 2 * time.Second, Init: r.init})
+	st, err := store.Open(r.state, store.Options{LockWait: 2 * time.Second, Init: r.init})
 	if err != nil {
 		return fmt.Errorf("mcp: %w", err)
 	}
-	defer store.Close()
+	defer st.Close()
 	audit, err := mcpgate.OpenAudit(r.auditPath)
 	if err != nil {
 		return fmt.Errorf("mcp: %w", err)
@@ -194,7 +195,7 @@ func (r *mcpRun) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := serve.New(serve.Options{Config: r.cfg.Serve, Rollout: r.cfg.Rollout, Store: store, Tokens: r.tokens, Log: logger})
+	srv, err := serve.New(serve.Options{Config: r.cfg.Serve, Rollout: r.cfg.Rollout, Store: st, Tokens: r.tokens, Log: logger})
 	if err != nil {
 		return err
 	}
@@ -207,7 +208,7 @@ func (r *mcpRun) run(ctx context.Context) error {
 	defer gw.Close()
 	load := func() error { return guard.load(srv, r.stderr) }
 	mode := map[bool]string{false: "enforcing", true: "monitor (every call forwarded)"}[r.monitor]
-	fmt.Fprintf(r.stderr, "mcp: %s; state %s, audit %s\n", mode, store.Path(), audit.Path())
+	fmt.Fprintf(r.stderr, "mcp: %s; state %s, audit %s\n", mode, st.Path(), audit.Path())
 	if r.listen != "" {
 		ln, err := net.Listen("tcp", r.listen)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mageguard/mageguard/mcpgate"
 	"github.com/mageguard/mageguard/serve"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // testServerEnv makes the test binary an MCP server over stdio (a
@@ -226,7 +227,7 @@ func TestMCPAndServeRefuseAPromptBoundPastTheModel(t *testing.T) {
 // serve does, and --init, which the error names, starts a new one there.
 func TestMCPInit(t *testing.T) {
 	state := t.TempDir()
-	db := filepath.Join(state, serve.DBFile)
+	db := filepath.Join(state, store.DBFile)
 	if err := os.WriteFile(db, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/serve"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // tokenEnv is the environment variable that may hold the bearer token.
@@ -124,7 +125,7 @@ is readable, changing nothing (docs/reliability.md says how to recover).`,
 // runCheckState prints what of DIR/sessions.db is readable; a damaged
 // database is an error (exit status 1).
 func runCheckState(dir string, out io.Writer) error {
-	rep, err := serve.CheckState(dir, 2*time.Second)
+	rep, err := store.CheckState(dir, 2*time.Second)
 	if err != nil {
 		return err
 	}
@@ -205,16 +206,16 @@ func loopback(addr string) bool {
 // drains and closes.
 func runServe(ctx context.Context, cfg *config.Config, addr string, state serveState, tokens *serve.Tokens, tlsCert, tlsKey string, stderr io.Writer) error {
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	store, err := serve.OpenStoreWith(state.dir, serve.StoreOptions{LockWait: 2 * time.Second, Init: state.init})
+	st, err := store.Open(state.dir, store.Options{LockWait: 2 * time.Second, Init: state.init})
 	if err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
-	defer store.Close()
+	defer st.Close()
 	guard, err := newOnlineGuard(cfg, "serve")
 	if err != nil {
 		return err
 	}
-	srv, err := serve.New(serve.Options{Config: cfg.Serve, Rollout: cfg.Rollout, Store: store, Tokens: tokens, Log: logger})
+	srv, err := serve.New(serve.Options{Config: cfg.Serve, Rollout: cfg.Rollout, Store: st, Tokens: tokens, Log: logger})
 	if err != nil {
 		return err
 	}
@@ -245,8 +246,7 @@ func runServe(ctx context.Context, cfg *config.Config, addr string, state serveS
 			served <- hs.Serve(ln)
 		}
 	}()
-	n, _ := store.Count()
-	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %d sessions)\n", scheme, ln.Addr(), store.Path(), n)
+	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %d sessions)\n", scheme, ln.Addr(), st.Path(), st.Usage().Sessions)
 
 	if err := guard.load(srv, stderr); err != nil {
 		hs.Close()

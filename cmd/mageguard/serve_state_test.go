@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mageguard/mageguard/serve"
+	"github.com/mageguard/mageguard/serve/store"
 )
 
 // TestServeCheckStateAndInit: --check-state reports a whole database
@@ -16,12 +16,12 @@ import (
 // empty sessions.db unless --init.
 func TestServeCheckStateAndInit(t *testing.T) {
 	dir := t.TempDir()
-	s, err := serve.OpenStore(dir, time.Second)
+	s, err := store.Open(dir, store.Options{LockWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"s_a", "s_b"} {
-		if err := s.Create(&serve.Session{ID: id, UserPrompt: strings.Repeat("p", 9000), Status: serve.StatusActive}); err != nil {
+		if err := s.Create(&store.Session{ID: id, UserPrompt: strings.Repeat("p", 9000), Status: store.StatusActive}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -30,7 +30,7 @@ func TestServeCheckStateAndInit(t *testing.T) {
 	if err != nil || !strings.Contains(out, "2 sessions readable whole") || !strings.Contains(out, "nothing damaged") {
 		t.Fatalf("check-state of a whole database: %v\n%s", err, out)
 	}
-	path := filepath.Join(dir, serve.DBFile)
+	path := filepath.Join(dir, store.DBFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package serve
+package store
 
 // What the sessions database holds, in all and per tenant (a session's
 // owner), and the limits on it (serve.max_sessions, max_state_bytes and
@@ -8,8 +8,7 @@ package serve
 
 import (
 	"fmt"
-
-	bolt "go.etcd.io/bbolt"
+	"sync"
 )
 
 // Usage is what the store holds: sessions, and the bytes of their keys and
@@ -98,27 +97,56 @@ func (t *tally) admit(l Limits, tenant string, sessions int, bytes int64) error 
 	return nil
 }
 
-// updateUsage runs a read-write transaction safely with a tally of the
-// store's usage, which fn updates as it writes and which becomes the
-// store's when the transaction commits.
-func (s *Store) updateUsage(fn func(tx *bolt.Tx, u *tally) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := &tally{total: s.usage, tenants: map[string]Usage{}, base: s.tenants}
-	err := s.safely(func() error { return s.db.Update(func(tx *bolt.Tx) error { return fn(tx, u) }) })
-	if err != nil {
+// counts is what a store holds and its limits, which every write changes
+// under mu: a write's tally becomes the store's only when the write
+// succeeds.
+type counts struct {
+	mu      sync.Mutex // held across every write, so that usage follows the writes exactly
+	usage   Usage
+	tenants map[string]Usage // what each owner's sessions hold (owners with none left out)
+	limits  Limits
+}
+
+// write runs fn under mu with a tally of the usage, which fn updates as it
+// writes and which becomes the store's when fn succeeds.
+func (c *counts) write(fn func(u *tally) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := &tally{total: c.usage, tenants: map[string]Usage{}, base: c.tenants}
+	if err := fn(u); err != nil {
 		return err
 	}
-	s.usage = u.total
-	if s.tenants == nil {
-		s.tenants = map[string]Usage{}
+	c.usage = u.total
+	if c.tenants == nil {
+		c.tenants = map[string]Usage{}
 	}
 	for tenant, v := range u.tenants {
 		if v.Sessions <= 0 {
-			delete(s.tenants, tenant)
+			delete(c.tenants, tenant)
 		} else {
-			s.tenants[tenant] = v
+			c.tenants[tenant] = v
 		}
 	}
 	return nil
+}
+
+// SetLimits sets the bounds Create and CommitSteps enforce.
+func (c *counts) SetLimits(l Limits) {
+	c.mu.Lock()
+	c.limits = l
+	c.mu.Unlock()
+}
+
+// Usage returns what the store holds.
+func (c *counts) Usage() Usage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.usage
+}
+
+// UsageOf returns what the sessions of one owner (a tenant) hold.
+func (c *counts) UsageOf(owner string) Usage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tenants[owner]
 }

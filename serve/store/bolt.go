@@ -1,4 +1,4 @@
-package serve
+package store
 
 // Sessions live in one bbolt file, DIR/sessions.db. bbolt rather than
 // SQLite: sessions are looked up by id and steps appended in order, which a
@@ -10,89 +10,29 @@ package serve
 // the file, so a second server on the same --state fails at once.
 
 import (
-	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/mageguard/mageguard/dataset"
 )
 
-// DBFile is the database's file name under the state directory.
-const DBFile = "sessions.db"
-
-// Session statuses.
-const (
-	StatusActive  = "active"  // assess calls run
-	StatusBlocked = "blocked" // a step was blocked: assess calls get 409 until a resume
-)
-
-// Tool is an agent tool declared at a session's creation.
-type Tool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Parameters  json.RawMessage `json:"parameters,omitempty"`
-}
-
-// Session is one agent task's guard state as stored.
-type Session struct {
-	ID            string          `json:"id"`
-	Owner         string          `json:"owner"` // the name of the token that created it ("" without authentication)
-	UserPrompt    string          `json:"user_prompt"`
-	Tools         []Tool          `json:"tools"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`     // the last create, step or resume: what serve.session_idle_s counts from
-	Status        string          `json:"status"`         // StatusActive or StatusBlocked
-	Memory        string          `json:"memory"`         // m_t after the last step ("" before the first)
-	MemoryVersion int             `json:"memory_version"` // memory updates so far: one per step
-	StepCount     int             `json:"step_count"`     // steps answered
-	LastAction    *dataset.Action `json:"last_action"`    // the last step's action, which the next memory call shows with its observation
-	Resumes       []time.Time     `json:"resumes"`        // when the operator resumed it after a block
-}
-
-// Step is one answered step as stored.
-type Step struct {
-	Step          int            `json:"step"`           // from 0
-	Action        dataset.Action `json:"action"`         // the pending action assessed
-	Observation   *string        `json:"observation"`    // what the agent reported of the previous action (null: nothing)
-	UserMessages  []string       `json:"user_messages"`  // user messages that arrived since the previous step
-	Memory        string         `json:"memory"`         // m_t, the memory the judge read
-	MemoryVersion int            `json:"memory_version"` // the session's memory version after this step
-	MemoryParsed  bool           `json:"memory_parsed"`  // false: a format violation, the memory stayed m_{t-1}
-	Decision      string         `json:"decision"`       // "allow" or "block" (the answer)
-	Judge         string         `json:"judge"`          // the judge's decision after the format fallback: "approve" or "reject"
-	JudgeParsed   bool           `json:"judge_parsed"`   // false: a format violation, the judge fell back to reject
-	Score         float64        `json:"score"`          // p(reject) from the decision token (1 on a violation)
-	ScoreExact    bool           `json:"score_exact"`    // false: the score is the decision itself (no log-probs)
-	Rationale     string         `json:"rationale"`      // the judge's rationale
-	Tokens        int            `json:"tokens"`         // guard tokens of the step: prompt + generated, both calls
-	LatencyMS     int64          `json:"latency_ms"`     // from the request's arrival to its decision
-	DecidedAt     time.Time      `json:"decided_at"`
-}
-
-// Store is the sessions database. Every call runs inside a guard
-// (storeguard.go): a panic or a memory fault of the database code (a
-// damaged file) becomes an error, marks the store damaged and makes every
-// later call fail at once.
-type Store struct {
+// Bolt is the sessions database in one bbolt file. Every call runs
+// inside a guard (guard.go): a panic or a memory fault of the database
+// code (a damaged file) becomes an error, marks the store damaged and
+// makes every later call fail at once.
+type Bolt struct {
 	db   *bolt.DB
 	path string
 
-	mu      sync.Mutex // held across every write, so that usage follows the commits exactly
-	usage   Usage
-	tenants map[string]Usage // what each owner's sessions hold (owners with none left out)
-	limits  Limits
-	damage  atomic.Pointer[error] // the first damage found; nil while healthy
+	counts
+	damage atomic.Pointer[error] // the first damage found; nil while healthy
 }
 
 var (
@@ -100,14 +40,8 @@ var (
 	stepsBucket    = []byte("steps")
 )
 
-// Errors of the store.
-var (
-	ErrNotFound = errors.New("no such session")
-	ErrConflict = errors.New("the session changed meanwhile")
-)
-
-// StoreOptions say how OpenStoreWith opens the database.
-type StoreOptions struct {
+// Options say how Open opens the database.
+type Options struct {
 	LockWait time.Duration // a second process on the same file fails after this long
 	// Init lets an empty (0-byte) sessions.db be replaced by a new
 	// database. Without it such a file is refused: it is where a database
@@ -115,30 +49,25 @@ type StoreOptions struct {
 	Init bool
 }
 
-// OpenStore opens (creating if needed) DIR/sessions.db. A second process
-// on the same file fails within lockWait.
-func OpenStore(dir string, lockWait time.Duration) (*Store, error) {
-	return OpenStoreWith(dir, StoreOptions{LockWait: lockWait})
-}
-
-// OpenStoreWith opens (creating if needed) DIR/sessions.db after checking
-// it (CheckFile, then every page and value: checkDB): damage is an error
-// that names it, before anything is served.
-func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
+// Open opens (creating if needed) DIR/sessions.db for reading and
+// writing, after checking it (CheckFile, then every page and value:
+// check): damage is an error that names it, before anything is served.
+// A second process on the same file fails within opts.LockWait.
+func Open(dir string, opts Options) (*Bolt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("serve: state directory: %w", err)
+		return nil, fmt.Errorf("store: state directory: %w", err)
 	}
 	path := filepath.Join(dir, DBFile)
 	if err := CheckFile(path); errors.Is(err, errEmptyFile) && opts.Init {
 		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("serve: --init: %w", err)
+			return nil, fmt.Errorf("store: --init: %w", err)
 		}
 	} else if errors.Is(err, errEmptyFile) {
 		return nil, err
 	} else if err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{path: path}
+	s := &Bolt{path: path}
 	var db *bolt.DB
 	err := s.safely(func() error {
 		var err error
@@ -146,10 +75,10 @@ func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 		return err
 	})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("serve: %s is locked by another process (another mageguard serve on the same --state?)", path)
+		return nil, fmt.Errorf("store: %s is locked by another process (another mageguard serve on the same --state?)", path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("serve: open %s: %w", path, err)
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	s.db = db
 	err = s.update(func(tx *bolt.Tx) error {
@@ -170,40 +99,19 @@ func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 	if err != nil {
 		s.Close()
 		if errors.As(err, new(*DamageError)) {
-			return nil, fmt.Errorf("serve: %w", err)
+			return nil, fmt.Errorf("store: %w", err)
 		}
-		return nil, fmt.Errorf("serve: %s: %w", path, err)
+		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return s, nil
 }
 
 // Path is the database file.
-func (s *Store) Path() string { return s.path }
-
-// SetLimits sets the bounds Create enforces.
-func (s *Store) SetLimits(l Limits) {
-	s.mu.Lock()
-	s.limits = l
-	s.mu.Unlock()
-}
-
-// Usage returns what the store holds.
-func (s *Store) Usage() Usage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.usage
-}
-
-// UsageOf returns what the sessions of one owner (a tenant) hold.
-func (s *Store) UsageOf(owner string) Usage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.tenants[owner]
-}
+func (s *Bolt) Path() string { return s.path }
 
 // Create stores a new session; its id must be new. Past a limit it
 // returns a *LimitError.
-func (s *Store) Create(sess *Session) error {
+func (s *Bolt) Create(sess *Session) error {
 	data, err := json.Marshal(sess)
 	if err != nil {
 		return err
@@ -226,7 +134,7 @@ func (s *Store) Create(sess *Session) error {
 }
 
 // Get returns a session (ErrNotFound when there is none).
-func (s *Store) Get(id string) (*Session, error) {
+func (s *Bolt) Get(id string) (*Session, error) {
 	var sess *Session
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
@@ -238,7 +146,7 @@ func (s *Store) Get(id string) (*Session, error) {
 
 // GetWithSteps returns a session and its steps in order, read in one
 // transaction.
-func (s *Store) GetWithSteps(id string) (*Session, []Step, error) {
+func (s *Bolt) GetWithSteps(id string) (*Session, []Step, error) {
 	var sess *Session
 	var steps []Step
 	err := s.view(func(tx *bolt.Tx) error {
@@ -264,7 +172,7 @@ func (s *Store) GetWithSteps(id string) (*Session, []Step, error) {
 }
 
 // GetStep returns step n of a session.
-func (s *Store) GetStep(id string, n int) (*Step, error) {
+func (s *Bolt) GetStep(id string, n int) (*Step, error) {
 	var st *Step
 	err := s.view(func(tx *bolt.Tx) error {
 		if _, _, err := getSession(tx, id); err != nil {
@@ -284,13 +192,6 @@ func (s *Store) GetStep(id string, n int) (*Step, error) {
 	return st, err
 }
 
-// Commit is one answered step to store: the step, and the session's
-// state after it.
-type Commit struct {
-	ID   string
-	Step Step
-}
-
 // CommitSteps stores the steps of a batch in one transaction (one fsync):
 // each step is appended to its session, which takes its memory, memory
 // version, step count, last action, the time of the step (UpdatedAt) and,
@@ -301,7 +202,7 @@ type Commit struct {
 // Limits.MaxBytesPerTenant, with a *LimitError (no step takes the store
 // past its limits); the others are stored. The error is the transaction's
 // own.
-func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
+func (s *Bolt) CommitSteps(cs []Commit) ([]error, error) {
 	errs := make([]error, len(cs))
 	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		for i := range errs {
@@ -317,14 +218,7 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 				errs[i] = ErrConflict
 				continue
 			}
-			sess.Memory, sess.MemoryVersion = c.Step.Memory, c.Step.MemoryVersion
-			sess.StepCount = c.Step.Step + 1
-			action := c.Step.Action
-			sess.LastAction = &action
-			sess.UpdatedAt = c.Step.DecidedAt
-			if c.Step.Decision == DecisionBlock {
-				sess.Status = StatusBlocked
-			}
+			advance(sess, &c.Step)
 			step, err := json.Marshal(&c.Step)
 			if err != nil {
 				return err
@@ -357,7 +251,7 @@ func (s *Store) CommitSteps(cs []Commit) ([]error, error) {
 }
 
 // Resume sets a blocked session active again and records when.
-func (s *Store) Resume(id string, at time.Time) (*Session, error) {
+func (s *Bolt) Resume(id string, at time.Time) (*Session, error) {
 	var sess *Session
 	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		var err error
@@ -365,12 +259,9 @@ func (s *Store) Resume(id string, at time.Time) (*Session, error) {
 		if sess, old, err = getSession(tx, id); err != nil {
 			return err
 		}
-		if sess.Status != StatusBlocked {
-			return fmt.Errorf("session %s is %s, not blocked", id, sess.Status)
+		if err := resume(sess, at); err != nil {
+			return err
 		}
-		sess.Status = StatusActive
-		sess.Resumes = append(sess.Resumes, at.UTC())
-		sess.UpdatedAt = at.UTC()
 		n, err := putJSON(tx.Bucket(sessionsBucket), []byte(id), sess)
 		u.add(sess.Owner, 0, int64(n-old))
 		return err
@@ -379,7 +270,7 @@ func (s *Store) Resume(id string, at time.Time) (*Session, error) {
 }
 
 // Delete removes a session and its steps.
-func (s *Store) Delete(id string) error {
+func (s *Bolt) Delete(id string) error {
 	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		return deleteSession(tx, id, u)
 	})
@@ -387,7 +278,7 @@ func (s *Store) Delete(id string) error {
 
 // Idle returns the ids of the sessions last created, stepped or resumed
 // before t.
-func (s *Store) Idle(before time.Time) ([]string, error) {
+func (s *Bolt) Idle(before time.Time) ([]string, error) {
 	var ids []string
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
@@ -403,7 +294,7 @@ func (s *Store) Idle(before time.Time) ([]string, error) {
 
 // DeleteIdle deletes session id if it is still idle since before, and
 // reports whether it did.
-func (s *Store) DeleteIdle(id string, before time.Time) (bool, error) {
+func (s *Bolt) DeleteIdle(id string, before time.Time) (bool, error) {
 	deleted := false
 	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		v := tx.Bucket(sessionsBucket).Get([]byte(id))
@@ -430,28 +321,30 @@ func (a activity) last() time.Time {
 	return a.CreatedAt
 }
 
-// List returns every session, oldest first (ties by id), without steps.
-func (s *Store) List() ([]*Session, error) {
-	var out []*Session
-	err := s.view(func(tx *bolt.Tx) error {
+// List returns a page of sessions, oldest first (ties by id), without
+// steps.
+func (s *Bolt) List(q ListQuery) (Page, error) {
+	after, err := parseCursor(q.Cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	var all []*Session
+	err = s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
 			sess := new(Session)
 			if err := json.Unmarshal(v, sess); err != nil {
-				return fmt.Errorf("session %s: %w", ShortText(string(k)), err)
+				return fmt.Errorf("session %s: %w", shortText(string(k)), err)
 			}
-			out = append(out, sess)
+			if q.All || sess.Owner == q.Owner {
+				all = append(all, sess)
+			}
 			return nil
 		})
 	})
-	slices.SortFunc(out, func(a, b *Session) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
-	return out, err
-}
-
-// Count returns the number of sessions.
-func (s *Store) Count() (int, error) {
-	return s.Usage().Sessions, nil
+	if err != nil {
+		return Page{}, err
+	}
+	return pageOf(all, after, q.Limit), nil
 }
 
 // deleteSession removes a session and its steps, taking their bytes off u.
@@ -507,9 +400,17 @@ func putJSON(b *bolt.Bucket, key []byte, v any) (int, error) {
 	return len(key) + len(data), b.Put(key, data)
 }
 
+// stepKeySize is the bytes of a step's key.
+const stepKeySize = 8
+
 // stepKey orders steps by index in the session's bucket.
 func stepKey(n int) []byte {
-	k := make([]byte, 8)
+	k := make([]byte, stepKeySize)
 	binary.BigEndian.PutUint64(k, uint64(n))
 	return k
 }
+
+var (
+	_ Store = (*Bolt)(nil)
+	_ Store = (*Memory)(nil)
+)

@@ -1,8 +1,9 @@
-package serve
+package store
 
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,13 +21,13 @@ import (
 func makeState(t *testing.T, n int) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := OpenStore(dir, time.Second)
+	s, err := Open(dir, Options{LockWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	for i := 0; i < n; i++ {
-		id, _ := newID()
+		id := fmt.Sprintf("s_%03d", i)
 		if err := s.Create(&Session{ID: id, UserPrompt: strings.Repeat("pay the bill ", 250), Status: StatusActive}); err != nil {
 			t.Fatal(err)
 		}
@@ -40,10 +41,10 @@ func makeState(t *testing.T, n int) string {
 	return dir
 }
 
-// pageOf returns the page size and the root bucket's page of a database
+// metaOf returns the page size and the root bucket's page of a database
 // file, from its current meta page (of the two, the valid one of the
 // higher transaction).
-func pageOf(t *testing.T, data []byte) (int, int) {
+func metaOf(t *testing.T, data []byte) (int, int) {
 	m := parseMeta(data)
 	if !m.valid {
 		t.Fatal("no valid meta page")
@@ -60,7 +61,7 @@ func pageOf(t *testing.T, data []byte) (int, int) {
 // session.
 func openDamaged(t *testing.T, dir string) error {
 	t.Helper()
-	s, err := OpenStore(dir, time.Second)
+	s, err := Open(dir, Options{LockWait: time.Second})
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func TestADamagedDatabaseIsAnErrorNotACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pageSize, root := pageOf(t, orig)
+	pageSize, root := metaOf(t, orig)
 	damage := map[string]func([]byte) []byte{
 		"truncated to 10,000 bytes": func(b []byte) []byte { return b[:10_000] },
 		"root page count 0xffff": func(b []byte) []byte {
@@ -128,15 +129,15 @@ func TestADamagedDatabaseIsAnErrorNotACrash(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, DBFile), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := OpenStore(dir, time.Second); err == nil || !strings.Contains(err.Error(), "--init") {
+		if _, err := Open(dir, Options{LockWait: time.Second}); err == nil || !strings.Contains(err.Error(), "--init") {
 			t.Fatalf("open: %v", err)
 		}
-		s, err := OpenStoreWith(dir, StoreOptions{LockWait: time.Second, Init: true})
+		s, err := Open(dir, Options{LockWait: time.Second, Init: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if n, _ := s.Count(); n != 0 {
+		if n := s.Usage().Sessions; n != 0 {
 			t.Errorf("%d sessions after --init", n)
 		}
 	})
@@ -152,7 +153,7 @@ func TestEveryPageDamagedIsHandled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pageSize, _ := pageOf(t, orig)
+	pageSize, _ := metaOf(t, orig)
 	refused := 0
 	for p := 2; p < len(orig)/pageSize; p++ {
 		for _, field := range []struct {
@@ -182,28 +183,39 @@ func TestEveryPageDamagedIsHandled(t *testing.T) {
 	t.Logf("%d pages, %d damaged copies refused", len(orig)/pageSize, refused)
 }
 
-// TestDamageWhileServingIsAnError: a page damaged under a running store
-// (the file changed by another hand) makes the next read an error, not a
-// panic; the store is marked damaged, every later call fails at once, and
-// the server answers /healthz 503.
-func TestDamageWhileServingIsAnError(t *testing.T) {
-	ts := newTestServer(t, DefaultConfig(), false)
-	id := ts.create(strings.Repeat("pay the bill ", 250))
-	damageRoot(t, ts.dir)
-	_, err := ts.store.Get(id)
+// TestDamageWhileOpenIsAnError: a page damaged under an open store (the
+// file changed by another hand) makes the next read an error, not a
+// panic; the store is marked damaged and every later call fails at once.
+func TestDamageWhileOpenIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestBolt(t, dir)
+	id := "s_victim"
+	if err := s.Create(&Session{ID: id, UserPrompt: strings.Repeat("pay the bill ", 250), Status: StatusActive}); err != nil {
+		t.Fatal(err)
+	}
+	damageRoot(t, dir)
+	_, err := s.Get(id)
 	var d *DamageError
-	if !errors.As(err, &d) || ts.store.Damaged() == nil {
+	if !errors.As(err, &d) || s.Damaged() == nil {
 		t.Fatalf("get: %v", err)
 	}
-	if _, err := ts.store.Get(id); !errors.Is(err, ts.store.Damaged()) && err.Error() != ts.store.Damaged().Error() {
+	if _, err := s.Get(id); err == nil || err.Error() != s.Damaged().Error() {
 		t.Errorf("a later call: %v", err)
 	}
-	if code, body := ts.doWith("GET", "/healthz", nil, nil); code != 503 || !strings.Contains(string(body), "damaged") {
-		t.Errorf("healthz: %d %s", code, body)
+	if err := s.Delete(id); err == nil || err.Error() != s.Damaged().Error() {
+		t.Errorf("a later delete: %v", err)
 	}
-	if code, body := ts.do("GET", "/v1/sessions/"+id, nil); code != 503 || !strings.Contains(string(body), "store_damaged") {
-		t.Errorf("get: %d %s", code, body)
+}
+
+// openTestBolt opens a store in dir, closed at the test's end.
+func openTestBolt(t *testing.T, dir string) *Bolt {
+	t.Helper()
+	s, err := Open(dir, Options{LockWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // damageRoot sets the element count of the root page of DIR/sessions.db
@@ -215,7 +227,7 @@ func damageRoot(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pageSize, root := pageOf(t, data)
+	pageSize, root := metaOf(t, data)
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -229,21 +241,21 @@ func damageRoot(t *testing.T, dir string) {
 }
 
 // TestDamageFoundByTheListIsAnError: when the first read of a damaged
-// database is GET /v1/sessions (the list), it too is a 503 store_damaged
-// that marks the store damaged, not a panic in the handler (the list read
-// the database outside the store's guard).
+// database is a list, it too is a *DamageError that marks the store
+// damaged, not a panic (the list once read the database outside the
+// store's guard).
 func TestDamageFoundByTheListIsAnError(t *testing.T) {
-	ts := newTestServer(t, DefaultConfig(), false)
-	ts.create(strings.Repeat("pay the bill ", 250))
-	damageRoot(t, ts.dir)
-	if code, body := ts.do("GET", "/v1/sessions", nil); code != 503 || !strings.Contains(string(body), "store_damaged") {
-		t.Errorf("list: %d %s", code, body)
+	dir := t.TempDir()
+	s := openTestBolt(t, dir)
+	if err := s.Create(&Session{ID: "s_a", UserPrompt: strings.Repeat("pay the bill ", 250), Status: StatusActive}); err != nil {
+		t.Fatal(err)
 	}
-	if ts.store.Damaged() == nil {
+	damageRoot(t, dir)
+	if _, err := s.List(ListQuery{All: true, Limit: 10}); !errors.As(err, new(*DamageError)) {
+		t.Errorf("list: %v", err)
+	}
+	if s.Damaged() == nil {
 		t.Error("the store is not marked damaged")
-	}
-	if code, _ := ts.doWith("GET", "/healthz", nil, nil); code != 503 {
-		t.Errorf("healthz: %d", code)
 	}
 }
 
@@ -270,7 +282,7 @@ func TestCheckStateNamesAnUnreadableSession(t *testing.T) {
 	if rep.Sessions != 2 || rep.Steps != 4 || rep.Problems != 1 || !strings.Contains(rep.String(), victim) {
 		t.Errorf("report %s", rep)
 	}
-	if _, err := OpenStore(dir, time.Second); err == nil || !strings.Contains(err.Error(), victim) {
+	if _, err := Open(dir, Options{LockWait: time.Second}); err == nil || !strings.Contains(err.Error(), victim) {
 		t.Errorf("open: %v", err)
 	}
 }

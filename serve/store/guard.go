@@ -1,4 +1,4 @@
-package serve
+package store
 
 // The store's boundary: bbolt reads its file through a memory map and
 // trusts what it finds there, so a damaged page makes it panic (slice
@@ -33,7 +33,7 @@ func (e *DamageError) Error() string {
 
 // Damaged returns the damage found in the store since it was opened (a
 // *DamageError), or nil.
-func (s *Store) Damaged() error {
+func (s *Bolt) Damaged() error {
 	if d := s.damage.Load(); d != nil {
 		return *d
 	}
@@ -43,7 +43,7 @@ func (s *Store) Damaged() error {
 // safely runs fn, which calls into bbolt, with memory faults turned into
 // panics and a panic into a *DamageError that marks the store damaged.
 // Once damaged, it runs nothing and returns the damage.
-func (s *Store) safely(fn func() error) error {
+func (s *Bolt) safely(fn func() error) error {
 	if d := s.damage.Load(); d != nil {
 		return *d
 	}
@@ -103,18 +103,27 @@ func openBolt(path string, o bolt.Options) (*bolt.DB, error) {
 }
 
 // view runs a read-only transaction safely.
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
 	return s.safely(func() error { return s.db.View(fn) })
 }
 
+// updateUsage runs a read-write transaction safely with a tally of the
+// store's usage, which fn updates as it writes and which becomes the
+// store's when the transaction commits.
+func (s *Bolt) updateUsage(fn func(tx *bolt.Tx, u *tally) error) error {
+	return s.write(func(u *tally) error {
+		return s.safely(func() error { return s.db.Update(func(tx *bolt.Tx) error { return fn(tx, u) }) })
+	})
+}
+
 // update runs a read-write transaction safely.
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 	return s.updateUsage(func(tx *bolt.Tx, _ *tally) error { return fn(tx) })
 }
 
 // Close closes the database. A damaged one may have its locks held by the
 // call that failed: Close gives up on it after two seconds.
-func (s *Store) Close() error {
+func (s *Bolt) Close() error {
 	if s.db == nil {
 		return nil
 	}

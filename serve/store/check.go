@@ -1,4 +1,4 @@
-package serve
+package store
 
 // Checking a sessions database before it is served, and reporting what of
 // a damaged one is readable (mageguard serve --check-state DIR).
@@ -83,19 +83,19 @@ func CheckFile(path string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("store: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("store: %w", err)
 	}
 	size := st.Size()
 	damaged := func(format string, args ...any) error {
 		return &DamageError{Path: path, Problem: fmt.Sprintf(format, args...)}
 	}
 	if size == 0 {
-		return fmt.Errorf("serve: %s is %w where a sessions database was: every session it held is gone. Restore it from a backup, or give --init to start an empty database there", path, errEmptyFile)
+		return fmt.Errorf("store: %s is %w where a sessions database was: every session it held is gone. Restore it from a backup, or give --init to start an empty database there", path, errEmptyFile)
 	}
 	read := func(off int64) []byte {
 		buf := make([]byte, pageHeaderSize+metaSize)
@@ -222,7 +222,7 @@ func (r *StateReport) String() string {
 // damaged session does not hide the others), then runs bbolt's own
 // consistency check when that found nothing. It marks nothing damaged: the
 // report says what it found.
-func (s *Store) check() *StateReport {
+func (s *Bolt) check() *StateReport {
 	rep := &StateReport{Path: s.path, tenants: map[string]Usage{}}
 	var ids []string
 	err := try(func() error {
@@ -251,7 +251,7 @@ func (s *Store) check() *StateReport {
 			})
 		})
 		if err != nil {
-			rep.damaged("session %q: %v", ShortText(id), problem(err))
+			rep.damaged("session %q: %v", shortText(id), problem(err))
 			continue
 		}
 		rep.Sessions++
@@ -295,7 +295,7 @@ func checkSession(tx *bolt.Tx, id string) (string, int, int64, error) {
 		return "", 0, 0, err
 	}
 	if sess.ID != id {
-		return "", 0, 0, fmt.Errorf("stored under another id (%q)", ShortText(sess.ID))
+		return "", 0, 0, fmt.Errorf("stored under another id (%q)", shortText(sess.ID))
 	}
 	b := stepsOf(tx, id)
 	if b == nil {
@@ -329,18 +329,18 @@ func checkSession(tx *bolt.Tx, id string) (string, int, int64, error) {
 func CheckState(dir string, lockWait time.Duration) (*StateReport, error) {
 	path := filepath.Join(dir, DBFile)
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	if err := CheckFile(path); err != nil {
 		rep := &StateReport{Path: path}
 		rep.damaged("%s", problem(err))
 		return rep, nil
 	}
-	s := &Store{path: path}
+	s := &Bolt{path: path}
 	var err error
 	s.db, err = openBolt(path, bolt.Options{Timeout: lockWait, ReadOnly: true})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("serve: %s is locked by another process (a server running on it?)", path)
+		return nil, fmt.Errorf("store: %s is locked by another process (a server running on it?)", path)
 	}
 	if err != nil {
 		rep := &StateReport{Path: path}
@@ -351,6 +351,6 @@ func CheckState(dir string, lockWait time.Duration) (*StateReport, error) {
 	return s.check(), nil
 }
 
-// ShortText is untrusted text as an error message quotes it: at most 64
+// shortText is untrusted text as an error message quotes it: at most 64
 // bytes of it, valid UTF-8, with "…" when it was cut.
-func ShortText(s string) string { return strictjson.ShortKey(s) }
+func shortText(s string) string { return strictjson.ShortKey(s) }
