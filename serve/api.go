@@ -304,6 +304,43 @@ func ParseAssess(data []byte) (*AssessRequest, error) {
 	return &req, nil
 }
 
+// LabelRequest is POST /v1/sessions/{id}/steps/{n}/label.
+type LabelRequest struct {
+	Label int    // required: 1, the step's action was malicious; 0, benign
+	Note  string // optional: at most MaxNoteBytes
+}
+
+// MaxNoteBytes bounds a label's note.
+const MaxNoteBytes = 4096
+
+// ParseLabel decodes a POST /v1/sessions/{id}/steps/{n}/label body.
+func ParseLabel(data []byte) (*LabelRequest, error) {
+	m, err := strictObject(data, "", "label", "note")
+	if err != nil {
+		return nil, err
+	}
+	var req LabelRequest
+	raw, ok := m["label"]
+	switch {
+	case !ok:
+		return nil, badField("label", "missing_field", "required (0: benign, 1: malicious)")
+	case string(raw) == "0":
+	case string(raw) == "1":
+		req.Label = 1
+	default:
+		return nil, badField("label", "invalid_value", "want 0 (benign) or 1 (malicious)")
+	}
+	if raw, ok := m["note"]; ok && string(raw) != "null" {
+		if req.Note, err = jsonString(raw, "note"); err != nil {
+			return nil, err
+		}
+		if len(req.Note) > MaxNoteBytes {
+			return nil, badField("note", "invalid_value", "%d bytes, more than %d", len(req.Note), MaxNoteBytes)
+		}
+	}
+	return &req, nil
+}
+
 // ParseEmpty accepts an empty body or an empty JSON object (resume).
 func ParseEmpty(data []byte) error {
 	if len(bytes.TrimSpace(data)) == 0 {

@@ -60,7 +60,10 @@ func newID() (string, error) {
 
 func validID(id string) bool { return idPattern.MatchString(id) }
 
-var errNoSession = &APIError{Status: 404, Code: "unknown_session", Message: "no such session"}
+var (
+	errNoSession = &APIError{Status: 404, Code: "unknown_session", Message: "no such session"}
+	errNoStep    = &APIError{Status: 404, Code: "unknown_step", Message: "the session has no such step (steps count from 0, as GET /v1/sessions/{id} shows them)"}
+)
 
 // sessionID returns the path's session id, or a 404 for one that is not
 // of our form.
@@ -80,6 +83,8 @@ func storeError(err error) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return errNoSession
+	case errors.Is(err, store.ErrNoStep):
+		return errNoStep
 	case errors.As(err, &damage):
 		return &APIError{Status: 503, Code: "store_damaged", Message: "the sessions database is damaged; the server serves nothing until an operator checks it"}
 	case errors.As(err, &limit) && (limit.Key == "max_sessions" || limit.Key == "max_sessions_per_tenant"):
@@ -123,10 +128,11 @@ type sessionRoute[T any] struct {
 	parse func(body []byte) (T, error) // parses the body; nil: the route reads none
 	claim bool                         // the route may change the session: hold its claim until the handler returns
 	steps bool                         // read the session's steps too
-	// operator: the route is an operator's alone (resume): another
-	// principal's request is 403 operator_only, after the visibility
-	// check (another tenant's session stays 404) and before the claim.
-	operator bool
+	// operator, when set, makes the route an operator's alone (resume,
+	// label): another principal's request is answered with it (403
+	// operator_only), after the visibility check (another tenant's
+	// session stays 404) and before the body and the claim.
+	operator *APIError
 }
 
 // sessionCall is a request on one session, past the preamble.
@@ -156,10 +162,8 @@ func onSession[T any](s *Server, route sessionRoute[T], h func(w http.ResponseWr
 		if err := s.visible(r.Context(), c.id); err != nil {
 			return 0, err
 		}
-		if route.operator {
-			if err := principalOf(r.Context()).mayResume(); err != nil {
-				return 0, err
-			}
+		if route.operator != nil && principalOf(r.Context()).Role != RoleOperator {
+			return 0, route.operator
 		}
 		if route.parse != nil {
 			data, err := s.readBody(w, r)
@@ -229,7 +233,10 @@ func parseEmpty(data []byte) (noBody, error) { return noBody{}, ParseEmpty(data)
 var (
 	getRoute    = sessionRoute[noBody]{steps: true}
 	removeRoute = sessionRoute[noBody]{claim: true}
-	resumeRoute = sessionRoute[noBody]{parse: parseEmpty, claim: true, operator: true}
+	resumeRoute = sessionRoute[noBody]{parse: parseEmpty, claim: true, operator: errOperatorOnly}
+	// A label changes no state the guard reads: it takes no claim, so that
+	// an operator can label a session while its agent runs.
+	labelRoute  = sessionRoute[*LabelRequest]{parse: ParseLabel, operator: errLabelOperatorOnly}
 	assessRoute = sessionRoute[*AssessRequest]{parse: ParseAssess, claim: true}
 )
 
@@ -255,6 +262,26 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, c *sessionCall[n
 		return 0, storeError(err)
 	}
 	writeJSON(w, 200, SessionView{Session: sess, Steps: steps})
+	return 200, nil
+}
+
+// label sets an operator's label on step n of the session: 404
+// unknown_step for a step it does not have; the answer is the step with
+// its label.
+func (s *Server) label(w http.ResponseWriter, r *http.Request, c *sessionCall[*LabelRequest]) (int, error) {
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 || strconv.Itoa(n) != r.PathValue("n") {
+		return 0, errNoStep
+	}
+	l := store.StepLabel{Label: c.req.Label, Note: c.req.Note, By: principalOf(r.Context()).Name, At: s.now().UTC()}
+	if err := s.store.SetLabel(c.id, n, l); err != nil {
+		return 0, storeError(err)
+	}
+	st, err := s.store.GetStep(c.id, n)
+	if err != nil {
+		return 0, storeError(err)
+	}
+	writeJSON(w, 200, st)
 	return 200, nil
 }
 

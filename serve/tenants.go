@@ -220,6 +220,10 @@ func (s *Server) visible(ctx context.Context, id string) error {
 var errOperatorOnly = &APIError{Status: 403, Code: "operator_only",
 	Message: "resuming a blocked session is an operator's decision: an agent's token may not resume a session, its own included; ask an operator (a token of role operator)"}
 
+// errLabelOperatorOnly answers an agent's request to label a step.
+var errLabelOperatorOnly = &APIError{Status: 403, Code: "operator_only",
+	Message: "labeling a step is an operator's review: an agent's token may not label a step, its own session's included; ask an operator (a token of role operator)"}
+
 // mayResume refuses (403 operator_only) a principal that is not an
 // operator.
 func (p Principal) mayResume() error {

@@ -70,6 +70,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newSweepCmd(),
 		newServeCmd(),
 		newMCPCmd(),
+		newLabelCmd(),
 	)
 	return root
 }

@@ -47,17 +47,28 @@ type Options struct {
 	// database. Without it such a file is refused: it is where a database
 	// was, and every session it held is gone.
 	Init bool
+	// ReadOnly opens an existing database for reading only (every write
+	// fails), sharing it with other readers; a server holding it makes
+	// the open wait LockWait, then fail.
+	ReadOnly bool
 }
 
-// Open opens (creating if needed) DIR/sessions.db for reading and
-// writing, after checking it (CheckFile, then every page and value:
-// check): damage is an error that names it, before anything is served.
-// A second process on the same file fails within opts.LockWait.
+// Open opens DIR/sessions.db (creating it if needed, unless ReadOnly)
+// after checking it (CheckFile, then every page and value: check): damage
+// is an error that names it, before anything is served. A second process
+// on the same file fails within opts.LockWait.
 func Open(dir string, opts Options) (*Bolt, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	path := filepath.Join(dir, DBFile)
+	if opts.ReadOnly {
+		if opts.Init {
+			return nil, errors.New("store: Init with ReadOnly")
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: state directory: %w", err)
 	}
-	path := filepath.Join(dir, DBFile)
 	if err := CheckFile(path); errors.Is(err, errEmptyFile) && opts.Init {
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("store: --init: %w", err)
@@ -71,7 +82,7 @@ func Open(dir string, opts Options) (*Bolt, error) {
 	var db *bolt.DB
 	err := s.safely(func() error {
 		var err error
-		db, err = openBolt(path, bolt.Options{Timeout: opts.LockWait})
+		db, err = openBolt(path, bolt.Options{Timeout: opts.LockWait, ReadOnly: opts.ReadOnly})
 		return err
 	})
 	if errors.Is(err, bolt.ErrTimeout) {
@@ -81,14 +92,16 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	s.db = db
-	err = s.update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{sessionsBucket, stepsBucket} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
+	if !opts.ReadOnly {
+		err = s.update(func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{sessionsBucket, stepsBucket} {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	if err == nil {
 		rep := s.check()
 		s.usage, s.tenants = Usage{Sessions: rep.Sessions, Bytes: rep.Bytes}, rep.tenants
@@ -183,8 +196,8 @@ func (s *Bolt) GetStep(id string, n int) (*Step, error) {
 			return fmt.Errorf("session %s has no bucket of steps", id)
 		}
 		v := b.Get(stepKey(n))
-		if v == nil {
-			return fmt.Errorf("session %s has no step %d", id, n)
+		if v == nil || n < 0 {
+			return fmt.Errorf("session %s step %d: %w", id, n, ErrNoStep)
 		}
 		st = new(Step)
 		return json.Unmarshal(v, st)
@@ -267,6 +280,36 @@ func (s *Bolt) Resume(id string, at time.Time) (*Session, error) {
 		return err
 	})
 	return sess, err
+}
+
+// SetLabel sets an operator's label on step n of a session.
+func (s *Bolt) SetLabel(id string, n int, l StepLabel) error {
+	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+		sess, _, err := getSession(tx, id)
+		if err != nil {
+			return err
+		}
+		b := stepsOf(tx, id)
+		if b == nil {
+			return fmt.Errorf("session %s has no bucket of steps", id)
+		}
+		var v []byte
+		if n >= 0 {
+			v = b.Get(stepKey(n))
+		}
+		if v == nil {
+			return fmt.Errorf("session %s step %d: %w", id, n, ErrNoStep)
+		}
+		data, err := labeled(v, l)
+		if err != nil {
+			return fmt.Errorf("session %s step %d: %w", id, n, err)
+		}
+		if err := b.Put(stepKey(n), data); err != nil {
+			return err
+		}
+		u.add(sess.Owner, 0, int64(len(data)-len(v)))
+		return nil
+	})
 }
 
 // Delete removes a session and its steps.

@@ -90,7 +90,7 @@ func (m *Memory) GetStep(id string, n int) (*Step, error) {
 		return nil, err
 	}
 	if n < 0 || n >= len(m.steps[id]) {
-		return nil, fmt.Errorf("session %s has no step %d", id, n)
+		return nil, fmt.Errorf("session %s step %d: %w", id, n, ErrNoStep)
 	}
 	st := new(Step)
 	return st, json.Unmarshal(m.steps[id][n], st)
@@ -159,6 +159,27 @@ func (m *Memory) put(u *tally, sess *Session, old int) error {
 	m.sessions[sess.ID] = data
 	u.add(sess.Owner, 0, int64(len(sess.ID)+len(data)-old))
 	return nil
+}
+
+// SetLabel sets an operator's label on step n of a session.
+func (m *Memory) SetLabel(id string, n int, l StepLabel) error {
+	return m.write(func(u *tally) error {
+		sess, _, err := m.get(id)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n >= len(m.steps[id]) {
+			return fmt.Errorf("session %s step %d: %w", id, n, ErrNoStep)
+		}
+		old := m.steps[id][n]
+		data, err := labeled(old, l)
+		if err != nil {
+			return fmt.Errorf("session %s step %d: %w", id, n, err)
+		}
+		m.steps[id][n] = data
+		u.add(sess.Owner, 0, int64(len(data)-len(old)))
+		return nil
+	})
 }
 
 // Delete removes a session and its steps.

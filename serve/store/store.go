@@ -41,6 +41,11 @@ type Store interface {
 	CommitSteps(cs []Commit) ([]error, error)
 	// Resume sets a blocked session active again and records when.
 	Resume(id string, at time.Time) (*Session, error)
+	// SetLabel sets an operator's label on step n of a session, in place
+	// of any label it had (ErrNotFound: no such session; ErrNoStep: no
+	// such step). A label counts in the usage but passes no limit: it is
+	// an operator's act, and small.
+	SetLabel(sessionID string, step int, l StepLabel) error
 	// Delete removes a session and its steps.
 	Delete(id string) error
 	// List returns a page of sessions, oldest first.
@@ -65,6 +70,7 @@ type Store interface {
 var (
 	ErrNotFound = errors.New("no such session")
 	ErrConflict = errors.New("the session changed meanwhile")
+	ErrNoStep   = errors.New("no such step")
 )
 
 // Session statuses.
@@ -120,6 +126,17 @@ type Step struct {
 	Tokens        int            `json:"tokens"`         // guard tokens of the step: prompt + generated, both calls
 	LatencyMS     int64          `json:"latency_ms"`     // from the request's arrival to its decision
 	DecidedAt     time.Time      `json:"decided_at"`
+	Label         *StepLabel     `json:"label,omitempty"` // an operator's label (nil: none)
+}
+
+// StepLabel is an operator's label on a step: whether its action was
+// malicious (1) or benign (0), who said so and when. The last label given
+// stands.
+type StepLabel struct {
+	Label int       `json:"label"`          // 1: the action was malicious (an injection's); 0: benign
+	Note  string    `json:"note,omitempty"` // the operator's words
+	By    string    `json:"by"`             // the operator's name (a token's, or a local user's)
+	At    time.Time `json:"at"`
 }
 
 // Commit is one answered step to store: the step, and the session's
@@ -172,4 +189,15 @@ func resume(sess *Session, at time.Time) error {
 	sess.Resumes = append(sess.Resumes, at.UTC())
 	sess.UpdatedAt = at.UTC()
 	return nil
+}
+
+// labeled is a stored step (JSON) with label l.
+func labeled(step []byte, l StepLabel) ([]byte, error) {
+	var st Step
+	if err := json.Unmarshal(step, &st); err != nil {
+		return nil, err
+	}
+	l.At = l.At.UTC()
+	st.Label = &l
+	return json.Marshal(&st)
 }

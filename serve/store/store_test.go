@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -207,4 +208,89 @@ func TestListPagesByOwner(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSetLabel: a label set on a step is read back with the step, the
+// last one stands, the usage grows by the bytes the step's entry grew;
+// a missing session is ErrNotFound, a missing step ErrNoStep.
+func TestSetLabel(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s Store) {
+		if err := s.Create(&Session{ID: "s_a", Owner: "a", Status: StatusActive}); err != nil {
+			t.Fatal(err)
+		}
+		for n := range 2 {
+			if errs, err := s.CommitSteps([]Commit{{"s_a", step(n, DecisionAllow)}}); err != nil || errs[0] != nil {
+				t.Fatal(err, errs)
+			}
+		}
+		at := time.Date(2026, 2, 3, 4, 5, 6, 0, time.FixedZone("x", 3600))
+		before := s.Usage()
+		if err := s.SetLabel("s_a", 1, StepLabel{Label: 0, Note: "a false alarm", By: "alice", At: at}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetLabel("s_a", 1, StepLabel{Label: 1, By: "bob", At: at}); err != nil {
+			t.Fatal(err)
+		}
+		_, steps, err := s.GetWithSteps("s_a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := StepLabel{Label: 1, By: "bob", At: at.UTC()}
+		if steps[0].Label != nil || steps[1].Label == nil || *steps[1].Label != want {
+			t.Errorf("labels %+v %+v, want none and %+v", steps[0].Label, steps[1].Label, want)
+		}
+		// {"label":1,"by":"bob","at":"2026-02-03T03:05:06Z"} and its comma.
+		grow := int64(len(`,"label":{"label":1,"by":"bob","at":"2026-02-03T03:05:06Z"}`))
+		if u := s.Usage(); u.Bytes != before.Bytes+grow || s.UsageOf("a") != u {
+			t.Errorf("usage %+v after the label, %+v before (+%d)", u, before, grow)
+		}
+		for _, c := range []struct {
+			id   string
+			n    int
+			want error
+		}{{"s_b", 0, ErrNotFound}, {"s_a", 2, ErrNoStep}, {"s_a", -1, ErrNoStep}} {
+			if err := s.SetLabel(c.id, c.n, want); !errors.Is(err, c.want) {
+				t.Errorf("%s step %d: %v, want %v", c.id, c.n, err, c.want)
+			}
+			if _, err := s.GetStep(c.id, c.n); !errors.Is(err, c.want) {
+				t.Errorf("get %s step %d: %v, want %v", c.id, c.n, err, c.want)
+			}
+		}
+	})
+}
+
+// TestOpenReadOnly: a read-only open fails while a writer holds the file,
+// reads what the writer stored once it is closed, shares the file with
+// another reader, and refuses writes; a missing file is an error, not a
+// new database.
+func TestOpenReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	w := openTestBolt(t, dir)
+	if err := w.Create(&Session{ID: "s_a", Owner: "a", Status: StatusActive}); err != nil {
+		t.Fatal(err)
+	}
+	ro := Options{LockWait: 50 * time.Millisecond, ReadOnly: true}
+	if _, err := Open(dir, ro); err == nil || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("read-only beside a writer: %v", err)
+	}
+	w.Close()
+	r1, err := Open(dir, ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Close()
+	r2, err := Open(dir, ro)
+	if err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	defer r2.Close()
+	if sess, err := r2.Get("s_a"); err != nil || sess.Owner != "a" || r1.Usage() != r2.Usage() || r1.Usage().Sessions != 1 {
+		t.Errorf("read %+v %v, usage %+v", sess, err, r1.Usage())
+	}
+	if err := r1.Delete("s_a"); err == nil {
+		t.Error("a read-only store deleted")
+	}
+	if _, err := Open(t.TempDir(), ro); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read-only on an empty directory: %v", err)
+	}
 }
