@@ -30,6 +30,11 @@ func TestReadSample(t *testing.T) {
 	if got := string(a.Turns[1].Action.Arguments); got != want {
 		t.Errorf("arguments\n got %s\nwant %s", got, want)
 	}
+	// label_source and label_note are optional: absent reads as "".
+	if l0, l1 := a.Turns[0], a.Turns[1]; l0.LabelSource != "" || l0.LabelNote != "" ||
+		l1.LabelSource != LabelHuman || l1.LabelNote != "sends money to the attacker's IBAN" {
+		t.Errorf("label sources: %+v, %+v", l0, l1)
+	}
 	b := ts[1]
 	if b.IsAttack() || b.AttackType != nil || b.Security != nil || b.Kind() != "benign" {
 		t.Errorf("benign record: %+v", b)
@@ -145,6 +150,10 @@ func TestBadJSONL(t *testing.T) {
 		{"arguments null", strings.Replace(good, `{"k": 1}`, `null`, 1), 1, "turns[0].action.arguments", "want a JSON object, got null"},
 		{"missing action name", strings.Replace(good, `"name": "f", `, ``, 1), 1, "turns[0].action.name", "missing"},
 		{"label 1 in a benign run", benign, 1, "turns[0].label", "benign run"},
+		{"unknown label_source", strings.Replace(good, `"label": 1`, `"label": 1, "label_source": "oracle"`, 1), 1, "turns[0].label_source", `must be one of human, judge, rules, guard, assumed, synth, got "oracle"`},
+		{"empty label_source", strings.Replace(good, `"label": 1`, `"label": 1, "label_source": ""`, 1), 1, "turns[0].label_source", `must be one of`},
+		{"label_source not a string", strings.Replace(good, `"label": 1`, `"label": 1, "label_source": 1`, 1), 1, "turns[0].label_source", "want a string, got a number"},
+		{"label_note not a string", strings.Replace(good, `"label": 1`, `"label": 1, "label_note": ["x"]`, 1), 1, "turns[0].label_note", "want a string, got an array"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -237,6 +246,16 @@ func TestBadParquet(t *testing.T) {
 			t.Errorf("error %v", err)
 		}
 	})
+	t.Run("unknown label_source", func(t *testing.T) {
+		r := ok("a", 1)
+		r.Turns[0].LabelSource = "oracle"
+		p := writeRawParquet(t, []pqTrajectory{r})
+		_, err := ReadAll(p)
+		var e *Error
+		if !errors.As(err, &e) || e.Row != 1 || e.Field != "turns[0].label_source" || !strings.Contains(err.Error(), `got "oracle"`) {
+			t.Errorf("error %v", err)
+		}
+	})
 	t.Run("not a Parquet file", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "x.parquet")
 		os.WriteFile(p, []byte("PAR1 nope"), 0o644)
@@ -246,6 +265,43 @@ func TestBadParquet(t *testing.T) {
 			t.Errorf("error %v", err)
 		}
 	})
+}
+
+// A Parquet file written before turns carried label_source and label_note
+// (no such columns) still reads, with both empty.
+func TestParquetWithoutLabelSourceColumns(t *testing.T) {
+	type turn struct {
+		User        *string  `parquet:"user,optional"`
+		Action      pqAction `parquet:"action"`
+		Observation string   `parquet:"observation"`
+		Label       int32    `parquet:"label"`
+	}
+	type row struct {
+		ID              string  `parquet:"id"`
+		Source          string  `parquet:"source,dict"`
+		Suite           string  `parquet:"suite,dict"`
+		UserTaskID      string  `parquet:"user_task_id,dict"`
+		InjectionTaskID *string `parquet:"injection_task_id,optional,dict"`
+		AttackType      *string `parquet:"attack_type,optional,dict"`
+		Model           string  `parquet:"model,dict"`
+		UserPrompt      string  `parquet:"user_prompt"`
+		Turns           []turn  `parquet:"turns,list"`
+		Utility         *bool   `parquet:"utility,optional"`
+		Security        *bool   `parquet:"security,optional"`
+	}
+	inj := "injection_task_0"
+	p := writeRawParquet(t, []row{{ID: "a", Source: "s", Suite: "b", UserTaskID: "u", InjectionTaskID: &inj, Model: "m",
+		Turns: []turn{{Action: pqAction{Name: "f", Arguments: `{"x":1}`}, Observation: "o", Label: 1}}}})
+	ts, err := ReadAll(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 1 || len(ts[0].Turns) != 1 {
+		t.Fatalf("read %+v", ts)
+	}
+	if tu := ts[0].Turns[0]; tu.Label != 1 || tu.LabelSource != "" || tu.LabelNote != "" || string(tu.Action.Arguments) != `{"x":1}` {
+		t.Errorf("turn %+v", tu)
+	}
 }
 
 func TestUnknownExtension(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/strictjson"
@@ -132,7 +133,7 @@ func DecodeJSON(b []byte) (*Trajectory, error) {
 	return t, nil
 }
 
-var turnFields = []string{"user", "action", "observation", "label"}
+var turnFields = []string{"user", "action", "observation", "label", "label_source", "label_note"}
 var actionFields = []string{"name", "arguments"}
 
 func decodeTurn(raw json.RawMessage, p string, tu *Turn) error {
@@ -185,6 +186,20 @@ func decodeTurn(raw json.RawMessage, p string, tu *Turn) error {
 		tu.Label = 1
 	default:
 		return fieldErr(p+".label", "must be 0 or 1, got %s", bytes.TrimSpace(lraw))
+	}
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"label_source", &tu.LabelSource}, {"label_note", &tu.LabelNote}} {
+		if _, ok := obj[f.key]; !ok {
+			continue
+		}
+		if err := reqString(obj, p+".", f.key, f.dst); err != nil {
+			return err
+		}
+	}
+	if _, ok := obj["label_source"]; ok && !ValidLabelSource(tu.LabelSource) {
+		return fieldErr(p+".label_source", "must be one of %s, got %q", strings.Join(LabelSources, ", "), tu.LabelSource)
 	}
 	return nil
 }

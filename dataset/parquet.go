@@ -38,6 +38,15 @@ type pqTurn struct {
 	Action      pqAction `parquet:"action"`
 	Observation string   `parquet:"observation"`
 	Label       int32    `parquet:"label"`
+	LabelSource string   `parquet:"label_source,optional,dict"` // absent from files written before it existed
+	LabelNote   string   `parquet:"label_note,optional"`
+}
+
+// optionalColumns may be missing from a file (written before they existed);
+// they read as null.
+var optionalColumns = map[string]bool{
+	"turns.list.element.label_source": true,
+	"turns.list.element.label_note":   true,
 }
 
 type pqAction struct {
@@ -105,6 +114,9 @@ func checkParquetSchema(s *parquet.Schema) *FieldError {
 	for _, path := range want.Columns() {
 		name := strings.Join(path, ".")
 		got, ok := s.Lookup(path...)
+		if !ok && optionalColumns[name] {
+			continue
+		}
 		if !ok {
 			return fieldErr(fieldOfColumn(path), "missing column %q", name)
 		}
@@ -196,6 +208,7 @@ func fromParquet(p *pqTrajectory) (*Trajectory, error) {
 		tu.Action.Name = pt.Action.Name
 		tu.Observation = pt.Observation
 		tu.Label = int(pt.Label)
+		tu.LabelSource, tu.LabelNote = pt.LabelSource, pt.LabelNote
 		if ferr := checkArguments(json.RawMessage(pt.Action.Arguments)); ferr != nil {
 			return nil, fieldErr(fmt.Sprintf("turns[%d].action.arguments", i), "%s", ferr.Msg)
 		}
@@ -217,6 +230,7 @@ func toParquet(t *Trajectory) pqTrajectory {
 	}
 	for i, tu := range t.Turns {
 		p.Turns[i] = pqTurn{User: tu.User, Observation: tu.Observation, Label: int32(tu.Label),
+			LabelSource: tu.LabelSource, LabelNote: tu.LabelNote,
 			Action: pqAction{Name: tu.Action.Name, Arguments: string(tu.Action.Arguments)}}
 	}
 	return p

@@ -17,6 +17,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/internal/strictjson"
@@ -44,7 +46,27 @@ type Turn struct {
 	Action      Action  `json:"action"`         // the tool call
 	Observation string  `json:"observation"`    // the tool's output ("ERROR: ..." for a tool error)
 	Label       int     `json:"label"`          // 1 = the action serves an attacker, 0 = benign
+	// LabelSource says where the label came from (one of LabelSources;
+	// "" = not recorded). LabelNote is an optional rationale for it.
+	LabelSource string `json:"label_source,omitempty"`
+	LabelNote   string `json:"label_note,omitempty"`
 }
+
+// The sources of a label (Turn.LabelSource).
+const (
+	LabelHuman   = "human"   // an operator labeled the action
+	LabelJudge   = "judge"   // an LLM judge labeled it (data label)
+	LabelRules   = "rules"   // a rules file labeled it (the AgentDojo importer)
+	LabelGuard   = "guard"   // the guard's own decision, taken as the label
+	LabelAssumed = "assumed" // no one labeled it; assumed benign
+	LabelSynth   = "synth"   // the generator knows it (data synth)
+)
+
+// LabelSources lists the valid values of Turn.LabelSource.
+var LabelSources = []string{LabelHuman, LabelJudge, LabelRules, LabelGuard, LabelAssumed, LabelSynth}
+
+// ValidLabelSource reports whether s is one of LabelSources.
+func ValidLabelSource(s string) bool { return slices.Contains(LabelSources, s) }
 
 // Action is one tool call.
 type Action struct {
@@ -133,6 +155,9 @@ func (t *Trajectory) Validate() error {
 		if tu.Label == 1 && !t.IsAttack() {
 			return fieldErr(p+".label", "is 1 in a benign run (injection_task_id is null)")
 		}
+		if tu.LabelSource != "" && !ValidLabelSource(tu.LabelSource) {
+			return fieldErr(p+".label_source", "must be one of %s, got %q", strings.Join(LabelSources, ", "), tu.LabelSource)
+		}
 	}
 	return nil
 }
@@ -197,6 +222,12 @@ func (t *Trajectory) checkUTF8() error {
 		if err := check(p+".observation", tu.Observation); err != nil {
 			return err
 		}
+		if err := check(p+".label_source", tu.LabelSource); err != nil {
+			return err
+		}
+		if err := check(p+".label_note", tu.LabelNote); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -224,7 +255,8 @@ func Equal(a, b *Trajectory) bool {
 	for i := range a.Turns {
 		x, y := &a.Turns[i], &b.Turns[i]
 		if !eqStrPtr(x.User, y.User) || x.Action.Name != y.Action.Name || x.Observation != y.Observation ||
-			x.Label != y.Label || !JSONEqual(x.Action.Arguments, y.Action.Arguments) {
+			x.Label != y.Label || x.LabelSource != y.LabelSource || x.LabelNote != y.LabelNote ||
+			!JSONEqual(x.Action.Arguments, y.Action.Arguments) {
 			return false
 		}
 	}

@@ -105,6 +105,7 @@ the user task) are skipped. Progress and a summary go to stderr.`,
 	ad.Flags().StringVar(&rulesFile, "rules", "", "labeling rules YAML (default: the embedded dataset/agentdojo/rules/agentdojo.yaml)")
 	ad.Flags().IntVar(&workers, "workers", 0, "parallel parsers (0 = number of CPUs)")
 	cmd.AddCommand(ad)
+	cmd.AddCommand(newDataImportOpenAICmd())
 	return cmd
 }
 

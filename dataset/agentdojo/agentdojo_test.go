@@ -95,8 +95,11 @@ func TestLabelsOnHandMadeRuns(t *testing.T) {
 			continue
 		}
 		var labels []int
-		for _, tu := range tr.Turns {
+		for i, tu := range tr.Turns {
 			labels = append(labels, tu.Label)
+			if tu.LabelSource != dataset.LabelRules {
+				t.Errorf("%s turn %d: label_source %q, want %q", id, i, tu.LabelSource, dataset.LabelRules)
+			}
 		}
 		if !slices.Equal(labels, want) {
 			t.Errorf("%s: labels %v, want %v", id, labels, want)

@@ -210,6 +210,7 @@ func labelTurns(t *dataset.Trajectory, base Action, injected map[string]string, 
 		a := base
 		a.Tool, a.Args, a.EarlierPositive = tu.Action.Name, args, earlier
 		tu.Label, why[i] = rules.Label(&a)
+		tu.LabelSource = dataset.LabelRules
 		earlier = earlier || tu.Label == 1
 	}
 	return why, nil

@@ -383,6 +383,7 @@ func (g *generator) run(t *taskSpec, r int, p plan, taskIDs map[string]bool) *da
 	next := 0 // the next item to perform
 	for i, sl := range slots {
 		tu := &tr.Turns[i]
+		tu.LabelSource = dataset.LabelSynth // the generator knows every label
 		var lines []string
 		carrier := i == k
 		switch sl {

@@ -90,6 +90,11 @@ func TestGeneratedFileRoundTrips(t *testing.T) {
 					t.Fatalf("%s: read %d trajectories, wrote %d", ext, len(back), len(trs))
 				}
 				for i := range trs {
+					for k, tu := range back[i].Turns {
+						if tu.LabelSource != dataset.LabelSynth {
+							t.Fatalf("%s: %s turn %d: label_source %q, want %q", ext, trs[i].ID, k, tu.LabelSource, dataset.LabelSynth)
+						}
+					}
 					if !dataset.Equal(trs[i], back[i]) {
 						t.Fatalf("%s: trajectory %d (%s) changed in a round trip", ext, i, trs[i].ID)
 					}
