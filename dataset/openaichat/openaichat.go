@@ -168,12 +168,6 @@ func fieldErr(field, format string, args ...any) error {
 	return &dataset.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// call is one tool call in the making.
-type call struct {
-	id   string
-	turn int // index in the trajectory's turns
-}
-
 // answer is one tool message.
 type answer struct {
 	msg  int
@@ -217,7 +211,7 @@ func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
 		return nil, err
 	}
 	var (
-		calls    = map[string]call{}
+		calls    = map[string]int{} // tool-call id -> its turn
 		answers  []answer
 		prompt   *string
 		pending  []string // user messages waiting for the next action
@@ -268,13 +262,13 @@ func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
 					return nil, err
 				}
 				if first, dup := calls[id]; dup {
-					return nil, fieldErr(q+".id", "%q is the id of an earlier call too (turn %d)", id, first.turn)
+					return nil, fieldErr(q+".id", "%q is the id of an earlier call too (turn %d)", id, first)
 				}
 				if len(pending) > 0 {
 					u := strings.Join(pending, "\n")
 					tu.User, pending = &u, nil
 				}
-				calls[id] = call{id: id, turn: len(t.Turns)}
+				calls[id] = len(t.Turns)
 				t.Turns = append(t.Turns, tu)
 			}
 		case "tool":
@@ -307,7 +301,7 @@ func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
 			return nil, fieldErr(p, "call %q is answered twice (first by messages[%d])", a.id, first)
 		}
 		answered[a.id] = a.msg
-		t.Turns[c.turn].Observation = a.text
+		t.Turns[c].Observation = a.text
 	}
 	if err := label(t, obj, calls, o.Unlabeled); errors.Is(err, errSkip) {
 		return nil, nil
@@ -336,7 +330,7 @@ var errSkip = errors.New("skip")
 // label sets every action's label from the conversation's labels object,
 // or by unlabeled when there is none. It returns errSkip for a
 // conversation to leave out.
-func label(t *dataset.Trajectory, obj map[string]json.RawMessage, calls map[string]call, unlabeled Unlabeled) error {
+func label(t *dataset.Trajectory, obj map[string]json.RawMessage, calls map[string]int, unlabeled Unlabeled) error {
 	raw, ok := obj["labels"]
 	if !ok || strictjson.ValueKind(raw) == "null" {
 		if unlabeled == Skip && len(t.Turns) > 0 {
@@ -360,7 +354,7 @@ func label(t *dataset.Trajectory, obj map[string]json.RawMessage, calls map[stri
 		if !ok {
 			return fieldErr("labels."+strictjson.ShortKey(id), "names no tool call of the conversation")
 		}
-		tu := &t.Turns[c.turn]
+		tu := &t.Turns[c]
 		switch string(bytes.TrimSpace(v)) {
 		case "0":
 			tu.Label = 0
