@@ -79,6 +79,20 @@ type Options struct {
 	Emit func(*dataset.Trajectory) error
 }
 
+// withDefaults returns o with its empty fields at their defaults.
+func (o Options) withDefaults() Options {
+	if o.Unlabeled == "" {
+		o.Unlabeled = Skip
+	}
+	if o.Suite == "" {
+		o.Suite = "openai"
+	}
+	if o.Model == "" {
+		o.Model = "unknown"
+	}
+	return o
+}
+
 // Summary counts what an import did.
 type Summary struct {
 	Conversations int // lines holding a conversation
@@ -101,17 +115,9 @@ func ImportFile(path string, o Options) (*Summary, error) {
 // Import reads conversations from r (named name in errors), one a line;
 // blank lines are skipped.
 func Import(r io.Reader, name string, o Options) (*Summary, error) {
-	if o.Unlabeled == "" {
-		o.Unlabeled = Skip
-	}
+	o = o.withDefaults()
 	if _, err := ParseUnlabeled(string(o.Unlabeled)); err != nil {
 		return nil, err
-	}
-	if o.Suite == "" {
-		o.Suite = "openai"
-	}
-	if o.Model == "" {
-		o.Model = "unknown"
 	}
 	sum := &Summary{}
 	sc := bufio.NewScanner(r)
@@ -178,8 +184,9 @@ type answer struct {
 // Convert turns one conversation (a JSON object) into a trajectory; it
 // returns nil, nil for a conversation left out by Options.Unlabeled, and a
 // trajectory with an empty ID when the conversation has none (Import names
-// it by its line). Defaults of Options are not applied here.
+// it by its line). Empty fields of o take their defaults; Emit is not used.
 func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
+	o = o.withDefaults()
 	obj, err := strictjson.ObjectText(line, "", "id", "messages", "tools", "labels")
 	if err != nil {
 		var oe *strictjson.ObjectError
