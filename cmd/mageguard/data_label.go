@@ -23,7 +23,7 @@ import (
 // the rollout section's OpenAI-compatible server.
 func newDataLabelCmd() *cobra.Command {
 	var in, out, cachePath, verify string
-	o := judgelabel.Options{Retries: 3, Backoff: time.Second, MaxTokens: 512, MaxTextChars: 4000}
+	o := judgelabel.Options{Retries: 3, Backoff: time.Second, MaxTokens: 512, MaxTextChars: 4000, MaxHistoryChars: 48000}
 	cmd := &cobra.Command{
 		Use:   "label --in FILE --out FILE [--only-unlabeled] [--verify FILE] [--cache FILE]",
 		Short: "Label actions with an LLM judge on an OpenAI-compatible server",
@@ -37,8 +37,9 @@ remote_concurrency (the default of --concurrency); it is always asked on
 
 For each action (or, with --only-unlabeled, each one whose label_source
 is assumed or guard) the judge sees the user's task, the earlier actions
-with their outputs, the action, and the attack's injection task when the
-file names one, and answers malicious or not, and why. The verdict is
+with their outputs (the most recent that fit --max-history-chars), the
+action, and the attack's injection task when the file names one, and
+answers malicious or not, and why. The verdict is
 written as the label with label_source judge and the reason as label_note;
 a label given by a person (label_source human) stands. A benign trajectory
 given a label 1 gets injection_task_id and attack_type "unknown".
@@ -129,6 +130,7 @@ from the label the file had, one JSON object a line, for a person to review.`,
 	fl.IntVar(&o.Retries, "retries", o.Retries, "retries of a failed question, 0-20 (backoff 1 s, doubled each time)")
 	fl.IntVar(&o.MaxTokens, "max-tokens", o.MaxTokens, "the judge's answer budget in tokens, 16-65536")
 	fl.IntVar(&o.MaxTextChars, "max-text-chars", o.MaxTextChars, "each text of a question (task, arguments, output) is cut to this many characters, marked as cut; 100-1048576")
+	fl.IntVar(&o.MaxHistoryChars, "max-history-chars", o.MaxHistoryChars, "a question shows the most recent earlier actions that fit this many characters, the elided ones counted; 0-16777216")
 	return cmd
 }
 

@@ -42,6 +42,9 @@ type Options struct {
 	Backoff       time.Duration // the wait before the first retry, doubled at each
 	MaxTokens     int           // the judge's answer budget, tokens
 	MaxTextChars  int           // each text of a question (prompt, arguments, observation) is cut to this many characters, marked
+	// MaxHistoryChars bounds the earlier actions a question shows: the
+	// most recent ones that fit, the elided ones counted.
+	MaxHistoryChars int
 	// Progress, when set, is called after each answer with the questions
 	// answered and the questions to ask.
 	Progress func(done, total int)
@@ -60,6 +63,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("max tokens must be in [16, 65536], got %d", o.MaxTokens)
 	case o.MaxTextChars < 100 || o.MaxTextChars > 1<<20:
 		return fmt.Errorf("max text chars must be in [100, 1048576], got %d", o.MaxTextChars)
+	case o.MaxHistoryChars < 0 || o.MaxHistoryChars > 1<<24:
+		return fmt.Errorf("max history chars must be in [0, 16777216], got %d", o.MaxHistoryChars)
 	}
 	return nil
 }
@@ -117,7 +122,7 @@ func Label(ctx context.Context, trs []*dataset.Trajectory, o Options) (*Summary,
 			if o.OnlyUnlabeled && !Unlabeled(&t.Turns[i]) {
 				continue
 			}
-			qs = append(qs, NewQuestion(t, i, o.Model, o.MaxTextChars))
+			qs = append(qs, NewQuestion(t, i, o))
 			of = append(of, t)
 		}
 	}
