@@ -21,7 +21,7 @@ import (
 func newDataCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "data",
-		Short: "Trajectory datasets: import, validate, stats, split, subset, compare, synth",
+		Short: "Trajectory datasets: import, validate, stats, split, subset, compare, synth, label",
 		Long: `Work with labeled trajectory files (.jsonl or .parquet, chosen by extension;
 the schema is in docs/data.md). Every command validates every record it
 reads and fails on the first bad one, naming the file, line (or row) and
@@ -32,6 +32,7 @@ failed command leaves no output file behind.`,
 	}
 	cmd.AddCommand(newDataImportCmd(), newDataValidateCmd(), newDataStatsCmd(), newDataSplitCmd(),
 		newDataSubsetCmd(), newDataCompareCmd(), newDataSynthCmd())
+	cmd.AddCommand(newDataLabelCmd())
 	return cmd
 }
 

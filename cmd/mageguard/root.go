@@ -38,7 +38,7 @@ Which command reads which sections:
   model ...       model
   plan            model, rollout, grpo, train.max_turns
   config          prints them all
-  data, tokenize  none (their flags say everything)
+  data, tokenize  none (their flags say everything); data label: rollout (its server)
 Data is written to stdout or files; logs and progress go to stderr.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

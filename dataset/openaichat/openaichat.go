@@ -79,6 +79,20 @@ type Options struct {
 	Emit func(*dataset.Trajectory) error
 }
 
+// withDefaults returns o with its empty fields at their defaults.
+func (o Options) withDefaults() Options {
+	if o.Unlabeled == "" {
+		o.Unlabeled = Skip
+	}
+	if o.Suite == "" {
+		o.Suite = "openai"
+	}
+	if o.Model == "" {
+		o.Model = "unknown"
+	}
+	return o
+}
+
 // Summary counts what an import did.
 type Summary struct {
 	Conversations int // lines holding a conversation
@@ -101,17 +115,9 @@ func ImportFile(path string, o Options) (*Summary, error) {
 // Import reads conversations from r (named name in errors), one a line;
 // blank lines are skipped.
 func Import(r io.Reader, name string, o Options) (*Summary, error) {
-	if o.Unlabeled == "" {
-		o.Unlabeled = Skip
-	}
+	o = o.withDefaults()
 	if _, err := ParseUnlabeled(string(o.Unlabeled)); err != nil {
 		return nil, err
-	}
-	if o.Suite == "" {
-		o.Suite = "openai"
-	}
-	if o.Model == "" {
-		o.Model = "unknown"
 	}
 	sum := &Summary{}
 	sc := bufio.NewScanner(r)
@@ -168,12 +174,6 @@ func fieldErr(field, format string, args ...any) error {
 	return &dataset.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// call is one tool call in the making.
-type call struct {
-	id   string
-	turn int // index in the trajectory's turns
-}
-
 // answer is one tool message.
 type answer struct {
 	msg  int
@@ -184,8 +184,9 @@ type answer struct {
 // Convert turns one conversation (a JSON object) into a trajectory; it
 // returns nil, nil for a conversation left out by Options.Unlabeled, and a
 // trajectory with an empty ID when the conversation has none (Import names
-// it by its line). Defaults of Options are not applied here.
+// it by its line). Empty fields of o take their defaults; Emit is not used.
 func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
+	o = o.withDefaults()
 	obj, err := strictjson.ObjectText(line, "", "id", "messages", "tools", "labels")
 	if err != nil {
 		var oe *strictjson.ObjectError
@@ -217,7 +218,7 @@ func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
 		return nil, err
 	}
 	var (
-		calls    = map[string]call{}
+		calls    = map[string]int{} // tool-call id -> its turn
 		answers  []answer
 		prompt   *string
 		pending  []string // user messages waiting for the next action
@@ -268,13 +269,13 @@ func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
 					return nil, err
 				}
 				if first, dup := calls[id]; dup {
-					return nil, fieldErr(q+".id", "%q is the id of an earlier call too (turn %d)", id, first.turn)
+					return nil, fieldErr(q+".id", "%q is the id of an earlier call too (turn %d)", id, first)
 				}
 				if len(pending) > 0 {
 					u := strings.Join(pending, "\n")
 					tu.User, pending = &u, nil
 				}
-				calls[id] = call{id: id, turn: len(t.Turns)}
+				calls[id] = len(t.Turns)
 				t.Turns = append(t.Turns, tu)
 			}
 		case "tool":
@@ -307,7 +308,7 @@ func Convert(line []byte, o Options) (*dataset.Trajectory, error) {
 			return nil, fieldErr(p, "call %q is answered twice (first by messages[%d])", a.id, first)
 		}
 		answered[a.id] = a.msg
-		t.Turns[c.turn].Observation = a.text
+		t.Turns[c].Observation = a.text
 	}
 	if err := label(t, obj, calls, o.Unlabeled); errors.Is(err, errSkip) {
 		return nil, nil
@@ -336,7 +337,7 @@ var errSkip = errors.New("skip")
 // label sets every action's label from the conversation's labels object,
 // or by unlabeled when there is none. It returns errSkip for a
 // conversation to leave out.
-func label(t *dataset.Trajectory, obj map[string]json.RawMessage, calls map[string]call, unlabeled Unlabeled) error {
+func label(t *dataset.Trajectory, obj map[string]json.RawMessage, calls map[string]int, unlabeled Unlabeled) error {
 	raw, ok := obj["labels"]
 	if !ok || strictjson.ValueKind(raw) == "null" {
 		if unlabeled == Skip && len(t.Turns) > 0 {
@@ -360,7 +361,7 @@ func label(t *dataset.Trajectory, obj map[string]json.RawMessage, calls map[stri
 		if !ok {
 			return fieldErr("labels."+strictjson.ShortKey(id), "names no tool call of the conversation")
 		}
-		tu := &t.Turns[c.turn]
+		tu := &t.Turns[c]
 		switch string(bytes.TrimSpace(v)) {
 		case "0":
 			tu.Label = 0

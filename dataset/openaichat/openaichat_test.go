@@ -87,6 +87,14 @@ func TestUnlabeledSkip(t *testing.T) {
 	if *sum != (Summary{Conversations: 3, Trajectories: 2, Skipped: 1, Actions: 4, Positives: 1}) {
 		t.Errorf("summary %+v", *sum)
 	}
+	// Convert alone takes the same defaults.
+	conv := []byte(`{"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}]}`)
+	if tr, err := Convert(conv, Options{}); tr != nil || err != nil {
+		t.Errorf("Convert without labels: %+v, %v; want it left out", tr, err)
+	}
+	if tr, err := Convert(conv, Options{Unlabeled: Benign}); err != nil || tr.Suite != "openai" || tr.Model != "unknown" || tr.Turns[0].LabelSource != dataset.LabelAssumed {
+		t.Errorf("Convert --unlabeled benign: %+v, %v", tr, err)
+	}
 }
 
 func TestParseUnlabeled(t *testing.T) {
