@@ -33,6 +33,7 @@ type Bolt struct {
 
 	counts
 	damage atomic.Pointer[error] // the first damage found; nil while healthy
+	scan   bool                  // List reads every session: a read-only file without indexes (index.go)
 }
 
 var (
@@ -108,6 +109,9 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		if rep.Problems > 0 {
 			err = &DamageError{Path: path, Problem: strings.Join(rep.Damaged[:min(3, len(rep.Damaged))], "; ")}
 		}
+		if err == nil {
+			err = s.ensureIndexes(rep.entries, opts.ReadOnly)
+		}
 	}
 	if err != nil {
 		s.Close()
@@ -117,6 +121,24 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// ensureIndexes rebuilds the list's indexes unless they hold exactly the
+// entries of the sessions stored; read-only, it makes List read every
+// session instead.
+func (s *Bolt) ensureIndexes(entries []indexEntry, readOnly bool) error {
+	ok := false
+	if err := s.view(func(tx *bolt.Tx) error { ok = indexed(tx, entries); return nil }); err != nil {
+		return err
+	}
+	switch {
+	case ok:
+		return nil
+	case readOnly:
+		s.scan = true
+		return nil
+	}
+	return s.update(func(tx *bolt.Tx) error { return reindex(tx, entries) })
 }
 
 // Path is the database file.
@@ -142,6 +164,9 @@ func (s *Bolt) Create(sess *Session) error {
 			return err
 		}
 		u.add(sess.Owner, 1, size)
+		if err := putIndex(tx, entryOf(sess)); err != nil {
+			return err
+		}
 		return b.Put([]byte(sess.ID), data)
 	})
 }
@@ -365,24 +390,38 @@ func (a activity) last() time.Time {
 }
 
 // List returns a page of sessions, oldest first (ties by id), without
-// steps.
+// steps: it reads the page's sessions alone, through the indexes (a
+// read-only store whose file has none reads every session).
 func (s *Bolt) List(q ListQuery) (Page, error) {
 	after, err := parseCursor(q.Cursor)
 	if err != nil {
 		return Page{}, err
 	}
-	var all []*Session
+	var p Page
 	err = s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
-			sess := new(Session)
-			if err := json.Unmarshal(v, sess); err != nil {
-				return fmt.Errorf("session %s: %w", shortText(string(k)), err)
-			}
-			if q.All || sess.Owner == q.Owner {
-				all = append(all, sess)
-			}
-			return nil
-		})
+		var err error
+		if s.scan {
+			p, err = listByScan(tx, q, after)
+		} else {
+			p, err = listIndexed(tx, q, after)
+		}
+		return err
+	})
+	return p, err
+}
+
+// listByScan reads every session for a page.
+func listByScan(tx *bolt.Tx, q ListQuery, after []byte) (Page, error) {
+	var all []*Session
+	err := tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
+		sess := new(Session)
+		if err := json.Unmarshal(v, sess); err != nil {
+			return fmt.Errorf("session %s: %w", shortText(string(k)), err)
+		}
+		if q.All || sess.Owner == q.Owner {
+			all = append(all, sess)
+		}
+		return nil
 	})
 	if err != nil {
 		return Page{}, err
@@ -407,6 +446,9 @@ func deleteSession(tx *bolt.Tx, id string, u *tally) error {
 		}
 	}
 	if err := tx.Bucket(sessionsBucket).Delete([]byte(id)); err != nil {
+		return err
+	}
+	if err := deleteIndex(tx, entryOf(sess)); err != nil {
 		return err
 	}
 	u.add(sess.Owner, -1, -size)
