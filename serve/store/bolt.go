@@ -34,6 +34,12 @@ type Bolt struct {
 	counts
 	damage atomic.Pointer[error] // the first damage found; nil while healthy
 	scan   bool                  // List reads every session: a read-only file without indexes (index.go)
+
+	// The space kept for deletes (reserve.go), under counts.mu.
+	reserved     bool      // DIR/sessions.reserve is whole
+	reserveTried time.Time // when it was last made or removed
+	readOnly     bool
+	failWrite    func() error // tests: the error every write transaction fails with (nil: none)
 }
 
 var (
@@ -111,6 +117,9 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		}
 		if err == nil {
 			err = s.ensureIndexes(rep.entries, opts.ReadOnly)
+		}
+		if s.readOnly = opts.ReadOnly; err == nil && !opts.ReadOnly {
+			s.keepReserve()
 		}
 	}
 	if err != nil {
@@ -339,7 +348,7 @@ func (s *Bolt) SetLabel(id string, n int, l StepLabel) error {
 
 // Delete removes a session and its steps.
 func (s *Bolt) Delete(id string) error {
-	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+	return s.freeing(func(tx *bolt.Tx, u *tally) error {
 		return deleteSession(tx, id, u)
 	})
 }
@@ -364,7 +373,8 @@ func (s *Bolt) Idle(before time.Time) ([]string, error) {
 // reports whether it did.
 func (s *Bolt) DeleteIdle(id string, before time.Time) (bool, error) {
 	deleted := false
-	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+	err := s.freeing(func(tx *bolt.Tx, u *tally) error {
+		deleted = false
 		v := tx.Bucket(sessionsBucket).Get([]byte(id))
 		var at activity
 		if v == nil || json.Unmarshal(v, &at) != nil || !at.last().Before(before) {
