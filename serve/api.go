@@ -87,6 +87,7 @@ type APIError struct {
 	Field   string `json:"field,omitempty"` // the request field at fault, by path
 
 	retryAfter string // the answer's Retry-After header ("": none)
+	cause      error  // what failed, for the log (not the answer)
 }
 
 func (e *APIError) Error() string { return e.Message }

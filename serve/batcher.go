@@ -437,7 +437,8 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 		switch {
 		case err != nil:
 			b.metrics.notApplied("error")
-			b.answer(j, outcome{err: &APIError{Status: 500, Code: "store_failed", Message: "the step could not be stored; it was not applied"}})
+			ae := storeFailed(err)
+			b.answer(j, outcome{err: &APIError{Status: 500, Code: "store_failed", Message: "the step could not be stored; it was not applied: " + ae.Message}})
 		case errors.As(errs[i], new(*store.LimitError)):
 			b.metrics.notApplied("state_full")
 			ae, _ := isAPIError(storeError(errs[i])) // 507 state_full

@@ -92,7 +92,23 @@ func storeError(err error) error {
 	case errors.As(err, &limit):
 		return &APIError{Status: 507, Code: "state_full", Message: limit.Error() + "; delete finished sessions (DELETE /v1/sessions/{id})"}
 	}
-	return err
+	if _, ok := isAPIError(err); ok || err == nil {
+		return err
+	}
+	return storeFailed(err)
+}
+
+// storeFailed is the answer to a write or read the store could not do: 500
+// store_failed, saying what to do when the disk is full.
+func storeFailed(err error) *APIError {
+	var full *store.DiskFullError
+	switch {
+	case errors.As(err, &full) && full.Reserve:
+		return &APIError{Status: 500, Code: "store_failed", cause: err, Message: "the disk holding the sessions database is full; delete finished sessions (DELETE /v1/sessions/{id}: space is kept for deletes), or an operator frees space on that disk"}
+	case errors.As(err, &full):
+		return &APIError{Status: 500, Code: "store_failed", cause: err, Message: "the disk holding the sessions database is full, and the space kept for deletes is used; an operator must free space on that disk, then finished sessions can be deleted"}
+	}
+	return &APIError{Status: 500, Code: "store_failed", cause: err, Message: "the sessions database could not be read or written"}
 }
 
 // claims are the sessions with a request in progress: a request that may

@@ -222,6 +222,9 @@ func (s *Server) wrap(route string, auth bool, h handlerFunc) http.Handler {
 				s.log.Error("internal error", "route", route, "error", err.Error())
 				ae = &APIError{Status: 500, Code: "internal", Message: "internal error"}
 			}
+			if ae.cause != nil {
+				s.log.Error("store failed", "route", route, "error", ae.cause.Error())
+			}
 			if ae.retryAfter != "" {
 				w.Header().Set("Retry-After", ae.retryAfter)
 			}

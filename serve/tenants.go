@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -233,29 +234,51 @@ func (p Principal) mayResume() error {
 	return nil
 }
 
-// SessionList is GET /v1/sessions: the sessions the caller sees, oldest
-// first, without their steps.
+// SessionList is GET /v1/sessions: a page of the sessions the caller
+// sees, oldest first, without their steps, and the cursor of the next
+// page ("" after the last).
 type SessionList struct {
-	Sessions []*Session `json:"sessions"`
+	Sessions   []*Session `json:"sessions"`
+	NextCursor string     `json:"next_cursor,omitempty"`
 }
 
-// list answers GET /v1/sessions: every session for an operator, an
-// agent's own for an agent.
+// The pages of GET /v1/sessions: limit sessions each, DefaultListLimit
+// unless the request says, at most MaxListLimit (a page holds whole
+// sessions, each up to about serve.max_body_bytes of prompt).
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 100
+)
+
+// list answers GET /v1/sessions?limit=N&cursor=C: a page of every
+// session for an operator, of an agent's own for an agent. It reads the
+// page's sessions alone, whatever other tenants store.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) (int, error) {
 	p := principalOf(r.Context())
-	q := store.ListQuery{Owner: p.Name, All: p.Role == RoleOperator, Limit: 1000}
-	out := SessionList{Sessions: []*Session{}}
-	for {
-		page, err := s.store.List(q)
-		if err != nil {
-			return 0, storeError(err)
+	q := store.ListQuery{Owner: p.Name, All: p.Role == RoleOperator, Limit: DefaultListLimit}
+	for key, values := range r.URL.Query() {
+		switch {
+		case key != "limit" && key != "cursor":
+			return 0, badField(ShortText(key), "unknown_field", "not a parameter of this list (limit, cursor)")
+		case len(values) > 1:
+			return 0, badField(key, "duplicate_key", "given %d times", len(values))
+		case key == "limit":
+			n, err := strconv.Atoi(values[0])
+			if err != nil || n < 1 || n > MaxListLimit {
+				return 0, badField("limit", "invalid_value", "want an integer from 1 to %d", MaxListLimit)
+			}
+			q.Limit = n
+		default:
+			q.Cursor = values[0]
 		}
-		out.Sessions = append(out.Sessions, page.Sessions...)
-		if page.Next == "" {
-			break
-		}
-		q.Cursor = page.Next
 	}
-	writeJSON(w, 200, out)
+	page, err := s.store.List(q)
+	if errors.Is(err, store.ErrBadCursor) {
+		return 0, badField("cursor", "invalid_value", "%v", err)
+	}
+	if err != nil {
+		return 0, storeError(err)
+	}
+	writeJSON(w, 200, SessionList{Sessions: page.Sessions, NextCursor: page.Next})
 	return 200, nil
 }

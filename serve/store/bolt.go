@@ -33,6 +33,13 @@ type Bolt struct {
 
 	counts
 	damage atomic.Pointer[error] // the first damage found; nil while healthy
+	scan   bool                  // List reads every session: a read-only file without indexes (index.go)
+
+	// The space kept for deletes (reserve.go), under counts.mu.
+	reserved     bool      // DIR/sessions.reserve is whole
+	reserveTried time.Time // when it was last made or removed
+	readOnly     bool
+	failWrite    func() error // tests: the error every write transaction fails with (nil: none)
 }
 
 var (
@@ -108,6 +115,12 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		if rep.Problems > 0 {
 			err = &DamageError{Path: path, Problem: strings.Join(rep.Damaged[:min(3, len(rep.Damaged))], "; ")}
 		}
+		if err == nil {
+			err = s.ensureIndexes(rep.entries, opts.ReadOnly)
+		}
+		if s.readOnly = opts.ReadOnly; err == nil && !opts.ReadOnly {
+			s.keepReserve()
+		}
 	}
 	if err != nil {
 		s.Close()
@@ -117,6 +130,24 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// ensureIndexes rebuilds the list's indexes unless they hold exactly the
+// entries of the sessions stored; read-only, it makes List read every
+// session instead.
+func (s *Bolt) ensureIndexes(entries []indexEntry, readOnly bool) error {
+	ok := false
+	if err := s.view(func(tx *bolt.Tx) error { ok = indexed(tx, entries); return nil }); err != nil {
+		return err
+	}
+	switch {
+	case ok:
+		return nil
+	case readOnly:
+		s.scan = true
+		return nil
+	}
+	return s.update(func(tx *bolt.Tx) error { return reindex(tx, entries) })
 }
 
 // Path is the database file.
@@ -142,6 +173,9 @@ func (s *Bolt) Create(sess *Session) error {
 			return err
 		}
 		u.add(sess.Owner, 1, size)
+		if err := putIndex(tx, entryOf(sess)); err != nil {
+			return err
+		}
 		return b.Put([]byte(sess.ID), data)
 	})
 }
@@ -314,7 +348,7 @@ func (s *Bolt) SetLabel(id string, n int, l StepLabel) error {
 
 // Delete removes a session and its steps.
 func (s *Bolt) Delete(id string) error {
-	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+	return s.freeing(func(tx *bolt.Tx, u *tally) error {
 		return deleteSession(tx, id, u)
 	})
 }
@@ -339,7 +373,8 @@ func (s *Bolt) Idle(before time.Time) ([]string, error) {
 // reports whether it did.
 func (s *Bolt) DeleteIdle(id string, before time.Time) (bool, error) {
 	deleted := false
-	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
+	err := s.freeing(func(tx *bolt.Tx, u *tally) error {
+		deleted = false
 		v := tx.Bucket(sessionsBucket).Get([]byte(id))
 		var at activity
 		if v == nil || json.Unmarshal(v, &at) != nil || !at.last().Before(before) {
@@ -365,24 +400,38 @@ func (a activity) last() time.Time {
 }
 
 // List returns a page of sessions, oldest first (ties by id), without
-// steps.
+// steps: it reads the page's sessions alone, through the indexes (a
+// read-only store whose file has none reads every session).
 func (s *Bolt) List(q ListQuery) (Page, error) {
 	after, err := parseCursor(q.Cursor)
 	if err != nil {
 		return Page{}, err
 	}
-	var all []*Session
+	var p Page
 	err = s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
-			sess := new(Session)
-			if err := json.Unmarshal(v, sess); err != nil {
-				return fmt.Errorf("session %s: %w", shortText(string(k)), err)
-			}
-			if q.All || sess.Owner == q.Owner {
-				all = append(all, sess)
-			}
-			return nil
-		})
+		var err error
+		if s.scan {
+			p, err = listByScan(tx, q, after)
+		} else {
+			p, err = listIndexed(tx, q, after)
+		}
+		return err
+	})
+	return p, err
+}
+
+// listByScan reads every session for a page.
+func listByScan(tx *bolt.Tx, q ListQuery, after []byte) (Page, error) {
+	var all []*Session
+	err := tx.Bucket(sessionsBucket).ForEach(func(k, v []byte) error {
+		sess := new(Session)
+		if err := json.Unmarshal(v, sess); err != nil {
+			return fmt.Errorf("session %s: %w", shortText(string(k)), err)
+		}
+		if q.All || sess.Owner == q.Owner {
+			all = append(all, sess)
+		}
+		return nil
 	})
 	if err != nil {
 		return Page{}, err
@@ -407,6 +456,9 @@ func deleteSession(tx *bolt.Tx, id string, u *tally) error {
 		}
 	}
 	if err := tx.Bucket(sessionsBucket).Delete([]byte(id)); err != nil {
+		return err
+	}
+	if err := deleteIndex(tx, entryOf(sess)); err != nil {
 		return err
 	}
 	u.add(sess.Owner, -1, -size)

@@ -191,6 +191,7 @@ type StateReport struct {
 	Problems int      // everything found damaged
 
 	tenants map[string]Usage // the readable sessions and their bytes, per owner
+	entries []indexEntry     // the readable sessions' index entries
 }
 
 func (r *StateReport) damaged(format string, args ...any) {
@@ -242,11 +243,11 @@ func (s *Bolt) check() *StateReport {
 	for _, id := range ids {
 		var steps int
 		var size int64
-		var owner string
+		var sess *Session
 		err := try(func() error {
 			return s.db.View(func(tx *bolt.Tx) error {
 				var err error
-				owner, steps, size, err = checkSession(tx, id)
+				sess, steps, size, err = checkSession(tx, id)
 				return err
 			})
 		})
@@ -257,8 +258,9 @@ func (s *Bolt) check() *StateReport {
 		rep.Sessions++
 		rep.Steps += steps
 		rep.Bytes += size
-		u := rep.tenants[owner]
-		rep.tenants[owner] = Usage{Sessions: u.Sessions + 1, Bytes: u.Bytes + size}
+		u := rep.tenants[sess.Owner]
+		rep.tenants[sess.Owner] = Usage{Sessions: u.Sessions + 1, Bytes: u.Bytes + size}
+		rep.entries = append(rep.entries, entryOf(sess))
 	}
 	if rep.Problems > 0 {
 		return rep
@@ -288,18 +290,18 @@ func problem(err error) string {
 
 // checkSession reads a session and its steps: the session decodes, with
 // its id; its steps are keyed 0 … step_count−1 and each decodes with its
-// index. It returns the session's owner, its steps and the bytes of both.
-func checkSession(tx *bolt.Tx, id string) (string, int, int64, error) {
+// index. It returns the session, its steps and the bytes of both.
+func checkSession(tx *bolt.Tx, id string) (*Session, int, int64, error) {
 	sess, size, err := getSession(tx, id)
 	if err != nil {
-		return "", 0, 0, err
+		return nil, 0, 0, err
 	}
 	if sess.ID != id {
-		return "", 0, 0, fmt.Errorf("stored under another id (%q)", shortText(sess.ID))
+		return nil, 0, 0, fmt.Errorf("stored under another id (%q)", shortText(sess.ID))
 	}
 	b := stepsOf(tx, id)
 	if b == nil {
-		return "", 0, 0, errors.New("no bucket of steps")
+		return nil, 0, 0, errors.New("no bucket of steps")
 	}
 	total, n := int64(size), 0
 	err = b.ForEach(func(k, v []byte) error {
@@ -315,12 +317,12 @@ func checkSession(tx *bolt.Tx, id string) (string, int, int64, error) {
 		return nil
 	})
 	if err != nil {
-		return "", 0, 0, err
+		return nil, 0, 0, err
 	}
 	if n != sess.StepCount {
-		return "", 0, 0, fmt.Errorf("%d steps stored, step_count %d", n, sess.StepCount)
+		return nil, 0, 0, fmt.Errorf("%d steps stored, step_count %d", n, sess.StepCount)
 	}
-	return sess.Owner, n, total, nil
+	return sess, n, total, nil
 }
 
 // CheckState reports what of DIR/sessions.db is readable, without changing

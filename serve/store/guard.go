@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -110,10 +111,52 @@ func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
 // updateUsage runs a read-write transaction safely with a tally of the
 // store's usage, which fn updates as it writes and which becomes the
 // store's when the transaction commits.
+// A write that fails for a full disk returns a *DiskFullError; one that
+// succeeds makes the space kept for deletes again if it is gone
+// (reserve.go).
 func (s *Bolt) updateUsage(fn func(tx *bolt.Tx, u *tally) error) error {
+	return s.write(func(u *tally) error { return s.updateLocked(fn, u) })
+}
+
+// freeing is updateUsage for a write that frees space (a delete): when it
+// fails for a full disk, it removes the space kept for deletes and runs
+// once more, writing there.
+func (s *Bolt) freeing(fn func(tx *bolt.Tx, u *tally) error) error {
 	return s.write(func(u *tally) error {
-		return s.safely(func() error { return s.db.Update(func(tx *bolt.Tx) error { return fn(tx, u) }) })
+		err := s.updateLocked(fn, u)
+		if errors.As(err, new(*DiskFullError)) && s.dropReserve() {
+			err = s.updateLocked(fn, u)
+		}
+		return err
 	})
+}
+
+// updateLocked runs a read-write transaction safely; s.mu is held.
+func (s *Bolt) updateLocked(fn func(tx *bolt.Tx, u *tally) error, u *tally) error {
+	// A failed transaction leaves u as it was: fn changes a copy.
+	t := u.clone()
+	err := s.safely(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			if err := fn(tx, t); err != nil {
+				return err
+			}
+			if s.failWrite != nil {
+				return s.failWrite()
+			}
+			return nil
+		})
+	})
+	if diskFull(err) {
+		return &DiskFullError{Dir: filepath.Dir(s.path), Reserve: s.reserved, Err: err}
+	}
+	if err != nil {
+		return err
+	}
+	*u = *t
+	if !s.reserved && !s.readOnly && time.Since(s.reserveTried) >= reserveRetry {
+		s.keepReserve()
+	}
+	return nil
 }
 
 // update runs a read-write transaction safely.

@@ -6,7 +6,6 @@ package store
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -47,9 +46,7 @@ func parseCursor(c string) ([]byte, error) {
 
 // pageOf is the page of at most limit sessions of all after the key after.
 func pageOf(all []*Session, after []byte, limit int) Page {
-	slices.SortFunc(all, func(a, b *Session) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(all, func(a, b *Session) int { return bytes.Compare(sessionKey(a), sessionKey(b)) })
 	p := Page{Sessions: []*Session{}}
 	for _, s := range all {
 		k := sessionKey(s)

@@ -2,7 +2,8 @@ package store
 
 // Memory keeps sessions as Bolt does, as JSON, in maps: the same answers,
 // errors, limits and byte counts, without a file (handler tests, and
-// anything that needs no persistence).
+// anything that needs no persistence). Its List decodes every session:
+// it is not meant for many.
 
 import (
 	"encoding/json"

@@ -8,6 +8,7 @@ package store
 
 import (
 	"fmt"
+	"maps"
 	"sync"
 )
 
@@ -60,6 +61,13 @@ type tally struct {
 	total   Usage
 	tenants map[string]Usage // the tenants this transaction changed
 	base    map[string]Usage // the store's, before it (read only)
+}
+
+// clone is a copy of t that can change apart.
+func (t *tally) clone() *tally {
+	c := *t
+	c.tenants = maps.Clone(t.tenants)
+	return &c
 }
 
 // of is tenant's usage.
