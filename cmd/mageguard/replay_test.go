@@ -16,7 +16,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -392,4 +396,147 @@ func TestOwnTrafficRoundTrip(t *testing.T) {
 			t.Errorf("validate: %v %q", err, o)
 		}
 	})
+}
+
+// TestReplayE2E is make replay-e2e (skipped unless
+// $MAGEGUARD_REPLAY_E2E names an output folder and $MAGEGUARD_BIN the
+// built binary): the round trip of TestOwnTrafficRoundTrip with the real
+// binary — `mageguard serve` and `mageguard mcp --monitor --listen` on a
+// random tiny checkpoint (configs/tiny.yaml), tenants' tokens, an MCP
+// server answering from the recording — then `data import sessions`,
+// `data validate`, two steps of `train` on the serve import and an `eval`
+// of the mcp import. $MAGEGUARD_REPLAY_TRAJECTORIES (default 4) synth
+// trajectories are played. Each phase's time is logged.
+func TestReplayE2E(t *testing.T) {
+	out, bin := os.Getenv("MAGEGUARD_REPLAY_E2E"), os.Getenv("MAGEGUARD_BIN")
+	if out == "" || bin == "" {
+		t.Skip("make replay-e2e: set MAGEGUARD_REPLAY_E2E (output folder) and MAGEGUARD_BIN (the binary)")
+	}
+	n := 4
+	if s := os.Getenv("MAGEGUARD_REPLAY_TRAJECTORIES"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			t.Fatalf("MAGEGUARD_REPLAY_TRAJECTORIES=%q: want a count >= 1", s)
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	start := time.Now()
+	phase := func(what string) {
+		t.Logf("replay-e2e: %-50s %6.1fs", what, time.Since(start).Seconds())
+		start = time.Now()
+	}
+	mg := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = "../.."
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("mageguard %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+	tiny := filepath.Join(tmp, "tiny")
+	mg("model", "init", "--config", "configs/tiny.yaml", "--out", tiny)
+	_, tokensText := replayTokens(t)
+	tokensFile := filepath.Join(tmp, "tokens.yaml")
+	if err := os.WriteFile(tokensFile, []byte(tokensText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	guard := []string{"--config", "configs/tiny.yaml", "--model", tiny, "--tokens-file", tokensFile}
+	trs := replayTrajectories(t, n)
+	phase("a tiny checkpoint (model init)")
+
+	serveState := filepath.Join(tmp, "serve")
+	base, stop := startBinary(t, bin, `serve: listening on (http://[^ ]+)`, "", append([]string{"serve", "--addr", "127.0.0.1:0", "--state", serveState}, guard...)...)
+	phase("serve started")
+	serveIDs := replayServe(t, base, trs)
+	stop()
+	phase(fmt.Sprintf("%d trajectories through serve", n))
+
+	down := newRecordedTools(t, trs)
+	ds := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return down.server }, nil))
+	defer ds.Close()
+	mcpState := filepath.Join(tmp, "mcp")
+	base, stop = startBinary(t, bin, `mcp: listening on (http://[^ ]+)`, "mcp: ready",
+		append([]string{"mcp", "--monitor", "--listen", "127.0.0.1:0", "--state", mcpState, "--upstream-url", ds.URL}, guard...)...)
+	phase("mcp --monitor started")
+	mcpIDs := replayGateway(t, base, filepath.Join(mcpState, "audit.jsonl"), down, trs)
+	stop()
+	phase(fmt.Sprintf("%d trajectories through mcp --monitor", n))
+
+	files := map[string]string{"serve": filepath.Join(out, "serve.jsonl"), "mcp": filepath.Join(out, "mcp.jsonl")}
+	for source, state := range map[string]string{"serve": serveState, "mcp": mcpState} {
+		t.Log(strings.TrimSpace(mg("data", "import", "sessions", "--state", state, "--out", files[source])))
+		t.Log(strings.TrimSpace(mg("data", "validate", files[source])))
+	}
+	checkImported(t, files["serve"], "serve", trs, serveIDs)
+	checkImported(t, files["mcp"], "mcp", trs, mcpIDs)
+	phase("import, validate and compare")
+
+	mg("train", "--config", "configs/tiny.yaml", "--model", tiny, "--data", files["serve"], "--out", filepath.Join(out, "train"),
+		"--set", "train.steps=2", "--set", "train.save_every=2", "--set", "train.eval_every=0", "--set", fmt.Sprintf("train.trajectories=%d", min(n, 4)))
+	if _, err := os.Stat(filepath.Join(out, "train", "checkpoint-2")); err != nil {
+		t.Errorf("train wrote no checkpoint-2: %v", err)
+	}
+	phase("train, 2 steps on the serve import")
+	mg("eval", "--config", "configs/tiny.yaml", "--model", filepath.Join(out, "train", "checkpoint-2"), "--data", files["mcp"], "--out", filepath.Join(out, "eval"))
+	if _, err := os.Stat(filepath.Join(out, "eval", "report.md")); err != nil {
+		t.Errorf("eval wrote no report: %v", err)
+	}
+	phase("eval of the trained checkpoint on the mcp import")
+}
+
+// startBinary starts the binary with args and returns the URL its stderr
+// announces (the first group of listening), once ready appears there too
+// (when given) and its /healthz answers 200; stop interrupts it and waits
+// for it to exit.
+func startBinary(t *testing.T, bin, listening, ready string, args ...string) (string, func()) {
+	t.Helper()
+	var stderr syncBuffer
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = "../.."
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cmd.Process.Signal(os.Interrupt)
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v\n%s", args[0], err, stderr.String())
+		}
+	}
+	t.Cleanup(stop)
+	re := regexp.MustCompile(listening)
+	var base string
+	pollUntil(t, 120*time.Second, args[0]+" to listen", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("%s exited: %v\n%s", args[0], err, stderr.String())
+		default:
+		}
+		if m := re.FindStringSubmatch(stderr.String()); m != nil && strings.Contains(stderr.String(), ready) {
+			base = m[1]
+			return true
+		}
+		return false
+	})
+	pollUntil(t, 120*time.Second, args[0]+"'s model to load", func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return base, stop
 }
