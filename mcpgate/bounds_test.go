@@ -95,4 +95,8 @@ func TestALongToolResultIsCutBeforeTheGuard(t *testing.T) {
 	if *steps[2].Observation != h.down.files["notes.txt"] {
 		t.Errorf("a short result observed as %q", *steps[2].Observation)
 	}
+	// The step's stored result is the same cut text, marker included.
+	if r := steps[0].Result; r == nil || *r != obs {
+		t.Errorf("the long call's stored result is not its cut observation")
+	}
 }

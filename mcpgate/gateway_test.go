@@ -74,6 +74,11 @@ func TestAllowBlockMonitor(t *testing.T) {
 				sess.UserPrompt != "Summarise notes.txt" {
 				t.Fatalf("stored: %+v %+v %v", sess, steps, err)
 			}
+			// Each step keeps its call's result, the last one's included.
+			wantResult := map[bool]string{false: notRun, true: "written"}[monitor]
+			if r0, r1 := steps[0].Result, steps[1].Result; r0 == nil || *r0 != h.down.files["notes.txt"] || r1 == nil || *r1 != wantResult {
+				t.Errorf("the steps' results: %v %v, want the file and %q", r0, r1, wantResult)
+			}
 			if monitor {
 				if sess.Status != serve.StatusActive || len(sess.Resumes) != 1 {
 					t.Errorf("monitor leaves the session active (resumed): %+v", sess)
@@ -92,8 +97,12 @@ func TestAllowBlockMonitor(t *testing.T) {
 			if res, err = c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil); err != nil || res.IsError {
 				t.Fatalf("after the resume: %v %+v", err, res)
 			}
-			if _, steps, _ := h.store.GetWithSteps(w.Session); len(steps) != 3 || *steps[2].Observation != notRun {
+			_, steps, _ = h.store.GetWithSteps(w.Session)
+			if len(steps) != 3 || *steps[2].Observation != notRun {
 				t.Errorf("the step after the block observes %q", *steps[2].Observation)
+			}
+			if r := steps[2].Result; r == nil || *r != h.down.files["notes.txt"] {
+				t.Errorf("the last step's result: %v", r)
 			}
 		})
 	}

@@ -90,6 +90,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 				s.g.log.Error("audit", "error", err.Error())
 			}
 			s.observation = ptr(notRun)
+			s.recordResult(step, notRun)
 			return blocked(p.Name, s.guardID, ans), nil
 		}
 		if err := s.g.opts.Guard.Resume(monitorOperator, s.guardID); err != nil {
@@ -141,12 +142,12 @@ func refused(format string, args ...any) *mcp.CallToolResult {
 // forwardCall audits the decision to forward (the call does not go out if
 // that fails), forwards the call, audits its outcome and keeps its result
 // for the next step's observation: a stepped call's result is that
-// observation; the result of a call forwarded without a step (Monitor) is
-// appended to the pending one with the call that produced it, so that the
-// memory still reads it. Before the session's first stepped call there is
-// no pending observation, and such a result is not kept: the memory reads
-// an observation only beside the stepped action it follows, and the first
-// step has none.
+// observation, and is stored as its step's result; the result of a call
+// forwarded without a step (Monitor) is appended to the pending one with
+// the call that produced it, so that the memory still reads it. Before the
+// session's first stepped call there is no pending observation, and such a
+// result is not kept: the memory reads an observation only beside the
+// stepped action it follows, and the first step has none.
 func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, rec *Record, stepped bool) (mcp.Result, error) {
 	rec.Forwarded = true
 	if err := s.g.audit(rec); err != nil {
@@ -169,10 +170,21 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 	switch {
 	case stepped:
 		s.observation = ptr(s.g.bound(observationText(result, err)))
+		s.recordResult(*rec.Step, *s.observation)
 	case s.observation != nil:
 		s.observation = ptr(s.g.bound(*s.observation + fmt.Sprintf(unassessed, rec.Tool, rec.Arguments) + observationText(result, err)))
 	}
 	return res, err
+}
+
+// recordResult stores what step n's call returned as its result in the
+// guard session (the next step's observation repeats it; the last step
+// has no next): data import sessions reads a step's result from here. A
+// failure is logged: the call has run and its answer goes to the client.
+func (s *session) recordResult(n int, text string) {
+	if err := s.g.opts.Guard.RecordResult(s.guardID, n, text); err != nil {
+		s.g.log.Error("record result", "session", s.guardID, "step", n, "error", err.Error())
+	}
 }
 
 // unassessed introduces, in the pending observation, the result of a call

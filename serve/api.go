@@ -342,6 +342,30 @@ func ParseLabel(data []byte) (*LabelRequest, error) {
 	return &req, nil
 }
 
+// ResultRequest is POST /v1/sessions/{id}/steps/{n}/result: what step n's
+// action returned, as the agent would send it as the next step's
+// observation.
+type ResultRequest struct {
+	Observation string // required
+}
+
+// ParseResult decodes a POST /v1/sessions/{id}/steps/{n}/result body.
+func ParseResult(data []byte) (*ResultRequest, error) {
+	m, err := strictObject(data, "", "observation")
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := m["observation"]
+	if !ok || string(raw) == "null" {
+		return nil, badField("observation", "missing_field", "required (what the step's action returned)")
+	}
+	var req ResultRequest
+	if req.Observation, err = jsonString(raw, "observation"); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
 // ParseEmpty accepts an empty body or an empty JSON object (resume).
 func ParseEmpty(data []byte) error {
 	if len(bytes.TrimSpace(data)) == 0 {

@@ -254,6 +254,8 @@ var (
 	// an operator can label a session while its agent runs.
 	labelRoute  = sessionRoute[*LabelRequest]{parse: ParseLabel, operator: errLabelOperatorOnly}
 	assessRoute = sessionRoute[*AssessRequest]{parse: ParseAssess, claim: true}
+	// A result, as a label, changes no state the guard reads: no claim.
+	resultRoute = sessionRoute[*ResultRequest]{parse: ParseResult}
 )
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, c *sessionCall[noBody]) (int, error) {
@@ -292,6 +294,24 @@ func (s *Server) label(w http.ResponseWriter, r *http.Request, c *sessionCall[*L
 	l := store.StepLabel{Label: c.req.Label, Note: c.req.Note, By: principalOf(r.Context()).Name, At: s.now().UTC()}
 	if err := s.store.SetLabel(c.id, n, l); err != nil {
 		return 0, storeError(err)
+	}
+	st, err := s.store.GetStep(c.id, n)
+	if err != nil {
+		return 0, storeError(err)
+	}
+	writeJSON(w, 200, st)
+	return 200, nil
+}
+
+// result records what step n's action returned: 404 unknown_step for a
+// step the session does not have; the answer is the step with its result.
+func (s *Server) result(w http.ResponseWriter, r *http.Request, c *sessionCall[*ResultRequest]) (int, error) {
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 || strconv.Itoa(n) != r.PathValue("n") {
+		return 0, errNoStep
+	}
+	if err := s.RecordResult(c.id, n, c.req.Observation); err != nil {
+		return 0, err
 	}
 	st, err := s.store.GetStep(c.id, n)
 	if err != nil {

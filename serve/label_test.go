@@ -76,3 +76,48 @@ func TestLabels(t *testing.T) {
 		t.Errorf("the agent's GET: %s", body)
 	}
 }
+
+// TestResults: the session's agent (or an operator) records what a step's
+// action returned, the last one standing, and GET shows it; another
+// agent's session is 404; a body without an observation, with an unknown
+// field or one not a string is 400; a missing step is 404.
+func TestResults(t *testing.T) {
+	ts := newTenantServer(t)
+	id := ts.create("Pay the bill") // agent a's
+	if code, body := ts.as(agentA, "POST", "/v1/sessions/"+id+"/assess", assessBody("read_file", `{}`, nil)); code != 200 {
+		t.Fatalf("assess: %d %s", code, body)
+	}
+	path := "/v1/sessions/" + id + "/steps/0/result"
+	for _, c := range []struct {
+		name, token, path string
+		body              any
+		code              int
+		errCode           string
+	}{
+		{"agent, another's session", agentB, path, map[string]any{"observation": "x"}, 404, "unknown_session"},
+		{"no observation", agentA, path, `{}`, 400, "missing_field"},
+		{"null observation", agentA, path, `{"observation": null}`, 400, "missing_field"},
+		{"observation a number", agentA, path, `{"observation": 1}`, 400, "invalid_type"},
+		{"unknown field", agentA, path, `{"observation": "x", "step": 0}`, 400, "unknown_field"},
+		{"step 1 of 1", agentA, "/v1/sessions/" + id + "/steps/1/result", map[string]any{"observation": "x"}, 404, "unknown_step"},
+	} {
+		code, body := ts.as(c.token, "POST", c.path, c.body)
+		if code != c.code || decode[ErrorBody](t, body).Error.Code != c.errCode {
+			t.Errorf("%s: %d %s, want %d %s", c.name, code, body, c.code, c.errCode)
+		}
+	}
+	if st, _ := ts.store.GetStep(id, 0); st.Result != nil {
+		t.Fatalf("a refused result was stored: %q", *st.Result)
+	}
+	if code, body := ts.as(operator, "POST", path, map[string]any{"observation": "first"}); code != 200 {
+		t.Fatalf("operator's result: %d %s", code, body)
+	}
+	code, body := ts.as(agentA, "POST", path, map[string]any{"observation": "the bill: IBAN X"})
+	if st := decode[Step](t, body); code != 200 || st.Result == nil || *st.Result != "the bill: IBAN X" {
+		t.Fatalf("agent's result: %d %s", code, body)
+	}
+	_, body = ts.as(agentA, "GET", "/v1/sessions/"+id, nil)
+	if v := decode[SessionView](t, body); v.Steps[0].Result == nil || *v.Steps[0].Result != "the bill: IBAN X" {
+		t.Errorf("GET shows result %v", v.Steps[0].Result)
+	}
+}

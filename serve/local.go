@@ -83,6 +83,20 @@ func (s *Server) Resume(by Principal, id string) error {
 	return s.resumeSession(id, sess)
 }
 
+// RecordResult records what step n of session id's action returned
+// (Step.Result), as POST /v1/sessions/{id}/steps/{n}/result does; the
+// gateway records every forwarded call's result with it, so that a
+// session's last result is kept too. A result longer than
+// serve.max_body_bytes is cut as Assess cuts an observation. It takes no
+// claim: it changes nothing the guard reads.
+func (s *Server) RecordResult(id string, n int, result string) error {
+	result, _ = prompt.ElideBytes(result, int(min(s.cfg.MaxBodyBytes, math.MaxInt32)))
+	if err := s.store.SetResult(id, n, result); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
 // MaxBodyBytes is serve.max_body_bytes: the largest request body the API
 // reads, and the bound an in-process front end puts on what it takes in
 // (mageguard mcp: a client's message; a tool result as an observation).

@@ -180,6 +180,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{id}/assess", onSession(s, assessRoute, s.assess))
 	v1("POST /v1/sessions/{id}/resume", onSession(s, resumeRoute, s.resume))
 	v1("POST /v1/sessions/{id}/steps/{n}/label", onSession(s, labelRoute, s.label))
+	v1("POST /v1/sessions/{id}/steps/{n}/result", onSession(s, resultRoute, s.result))
 	v1("GET /v1/sessions/{id}", onSession(s, getRoute, s.get))
 	v1("DELETE /v1/sessions/{id}", onSession(s, removeRoute, s.remove))
 	v1("/v1/", func(w http.ResponseWriter, r *http.Request) (int, error) {

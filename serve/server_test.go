@@ -39,7 +39,8 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 	}
 	sort.Strings(documented)
 	served := []string{"DELETE /v1/sessions/{id}", "GET /healthz", "GET /metrics", "GET /openapi.yaml", "GET /v1/sessions", "GET /v1/sessions/{id}",
-		"POST /v1/sessions", "POST /v1/sessions/{id}/assess", "POST /v1/sessions/{id}/resume", "POST /v1/sessions/{id}/steps/{n}/label"}
+		"POST /v1/sessions", "POST /v1/sessions/{id}/assess", "POST /v1/sessions/{id}/resume", "POST /v1/sessions/{id}/steps/{n}/label",
+		"POST /v1/sessions/{id}/steps/{n}/result"}
 	if !slices.Equal(documented, served) {
 		t.Errorf("documented %v, served %v", documented, served)
 	}

@@ -107,6 +107,7 @@ the user task) are skipped. Progress and a summary go to stderr.`,
 	ad.Flags().IntVar(&workers, "workers", 0, "parallel parsers (0 = number of CPUs)")
 	cmd.AddCommand(ad)
 	cmd.AddCommand(newDataImportOpenAICmd())
+	cmd.AddCommand(newDataImportSessionsCmd())
 	return cmd
 }
 

@@ -318,6 +318,17 @@ func (s *Bolt) Resume(id string, at time.Time) (*Session, error) {
 
 // SetLabel sets an operator's label on step n of a session.
 func (s *Bolt) SetLabel(id string, n int, l StepLabel) error {
+	return s.editStep(id, n, false, withLabel(l))
+}
+
+// SetResult records what step n's action returned.
+func (s *Bolt) SetResult(id string, n int, result string) error {
+	return s.editStep(id, n, true, withResult(result))
+}
+
+// editStep rewrites step n of a session with edit, counting the bytes it
+// adds; with limit, growth past a byte limit is refused.
+func (s *Bolt) editStep(id string, n int, limit bool, edit func(*Step)) error {
 	return s.updateUsage(func(tx *bolt.Tx, u *tally) error {
 		sess, _, err := getSession(tx, id)
 		if err != nil {
@@ -334,14 +345,20 @@ func (s *Bolt) SetLabel(id string, n int, l StepLabel) error {
 		if v == nil {
 			return fmt.Errorf("session %s step %d: %w", id, n, ErrNoStep)
 		}
-		data, err := labeled(v, l)
+		data, err := edited(v, edit)
 		if err != nil {
 			return fmt.Errorf("session %s step %d: %w", id, n, err)
+		}
+		grow := int64(len(data) - len(v))
+		if limit {
+			if err := u.admit(s.limits, sess.Owner, 0, grow); err != nil {
+				return err
+			}
 		}
 		if err := b.Put(stepKey(n), data); err != nil {
 			return err
 		}
-		u.add(sess.Owner, 0, int64(len(data)-len(v)))
+		u.add(sess.Owner, 0, grow)
 		return nil
 	})
 }

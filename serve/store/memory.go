@@ -164,6 +164,16 @@ func (m *Memory) put(u *tally, sess *Session, old int) error {
 
 // SetLabel sets an operator's label on step n of a session.
 func (m *Memory) SetLabel(id string, n int, l StepLabel) error {
+	return m.editStep(id, n, false, withLabel(l))
+}
+
+// SetResult records what step n's action returned.
+func (m *Memory) SetResult(id string, n int, result string) error {
+	return m.editStep(id, n, true, withResult(result))
+}
+
+// editStep rewrites step n of a session as Bolt.editStep does.
+func (m *Memory) editStep(id string, n int, limit bool, edit func(*Step)) error {
 	return m.write(func(u *tally) error {
 		sess, _, err := m.get(id)
 		if err != nil {
@@ -173,12 +183,18 @@ func (m *Memory) SetLabel(id string, n int, l StepLabel) error {
 			return fmt.Errorf("session %s step %d: %w", id, n, ErrNoStep)
 		}
 		old := m.steps[id][n]
-		data, err := labeled(old, l)
+		data, err := edited(old, edit)
 		if err != nil {
 			return fmt.Errorf("session %s step %d: %w", id, n, err)
 		}
+		grow := int64(len(data) - len(old))
+		if limit {
+			if err := u.admit(m.limits, sess.Owner, 0, grow); err != nil {
+				return err
+			}
+		}
 		m.steps[id][n] = data
-		u.add(sess.Owner, 0, int64(len(data)-len(old)))
+		u.add(sess.Owner, 0, grow)
 		return nil
 	})
 }

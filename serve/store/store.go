@@ -46,6 +46,10 @@ type Store interface {
 	// such step). A label counts in the usage but passes no limit: it is
 	// an operator's act, and small.
 	SetLabel(sessionID string, step int, l StepLabel) error
+	// SetResult records what step n's action returned (Step.Result), in
+	// place of any result it had (ErrNotFound, ErrNoStep as SetLabel). It
+	// passes the byte limits as a step does (a *LimitError).
+	SetResult(sessionID string, step int, result string) error
 	// Delete removes a session and its steps.
 	Delete(id string) error
 	// List returns a page of sessions, oldest first.
@@ -127,6 +131,11 @@ type Step struct {
 	LatencyMS     int64          `json:"latency_ms"`     // from the request's arrival to its decision
 	DecidedAt     time.Time      `json:"decided_at"`
 	Label         *StepLabel     `json:"label,omitempty"` // an operator's label (nil: none)
+	// Result is what this step's action returned, when the agent (or the
+	// MCP gateway, which runs the call) recorded it; nil: not recorded, and
+	// the next step's Observation is the only record of it (none for the
+	// last step).
+	Result *string `json:"result,omitempty"`
 }
 
 // StepLabel is an operator's label on a step: whether its action was
@@ -191,13 +200,23 @@ func resume(sess *Session, at time.Time) error {
 	return nil
 }
 
-// labeled is a stored step (JSON) with label l.
-func labeled(step []byte, l StepLabel) ([]byte, error) {
+// edited is a stored step (JSON) changed by edit.
+func edited(step []byte, edit func(*Step)) ([]byte, error) {
 	var st Step
 	if err := json.Unmarshal(step, &st); err != nil {
 		return nil, err
 	}
-	l.At = l.At.UTC()
-	st.Label = &l
+	edit(&st)
 	return json.Marshal(&st)
+}
+
+// withLabel sets label l (its time in UTC) on a step.
+func withLabel(l StepLabel) func(*Step) {
+	l.At = l.At.UTC()
+	return func(st *Step) { st.Label = &l }
+}
+
+// withResult sets the result of a step's action.
+func withResult(result string) func(*Step) {
+	return func(st *Step) { st.Result = &result }
 }

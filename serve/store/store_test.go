@@ -95,6 +95,9 @@ func TestUsageCountsWhatIsStored(t *testing.T) {
 		if _, err := s.Resume("s_1", at); err != nil {
 			t.Fatal(err)
 		}
+		if err := s.SetResult("s_1", 0, "the call's result"); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Delete("s_0"); err != nil {
 			t.Fatal(err)
 		}
@@ -254,6 +257,57 @@ func TestSetLabel(t *testing.T) {
 			}
 			if _, err := s.GetStep(c.id, c.n); !errors.Is(err, c.want) {
 				t.Errorf("get %s step %d: %v, want %v", c.id, c.n, err, c.want)
+			}
+		}
+	})
+}
+
+// TestSetResult: a step's result is recorded and replaced, its bytes
+// counted; growth past max_state_bytes is refused and leaves the step as
+// it was; an unknown session or step is an error.
+func TestSetResult(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s Store) {
+		if err := s.Create(&Session{ID: "s_a", Owner: "a", Status: StatusActive}); err != nil {
+			t.Fatal(err)
+		}
+		if errs, err := s.CommitSteps([]Commit{{"s_a", step(0, DecisionAllow)}}); err != nil || errs[0] != nil {
+			t.Fatal(err, errs)
+		}
+		before := s.Usage()
+		for _, r := range []string{"a long first result", "ok"} {
+			if err := s.SetResult("s_a", 0, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := s.GetStep("s_a", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Result == nil || *st.Result != "ok" {
+			t.Errorf("result %v, want ok", st.Result)
+		}
+		grow := int64(len(`,"result":"ok"`))
+		if u := s.Usage(); u.Bytes != before.Bytes+grow || s.UsageOf("a") != u {
+			t.Errorf("usage %+v after the result, %+v before (+%d)", u, before, grow)
+		}
+		s.SetLimits(Limits{MaxBytes: s.Usage().Bytes + 5})
+		var le *LimitError
+		if err := s.SetResult("s_a", 0, "a result more than 5 bytes longer"); !errors.As(err, &le) || le.Key != "max_state_bytes" {
+			t.Errorf("past max_state_bytes: %v", err)
+		}
+		if st, _ := s.GetStep("s_a", 0); st.Result == nil || *st.Result != "ok" {
+			t.Errorf("a refused result changed the step: %v", st.Result)
+		}
+		if err := s.SetResult("s_a", 0, "k"); err != nil {
+			t.Errorf("a shorter result past the limit: %v", err)
+		}
+		for _, c := range []struct {
+			id   string
+			n    int
+			want error
+		}{{"s_b", 0, ErrNotFound}, {"s_a", 1, ErrNoStep}, {"s_a", -1, ErrNoStep}} {
+			if err := s.SetResult(c.id, c.n, "x"); !errors.Is(err, c.want) {
+				t.Errorf("%s step %d: %v, want %v", c.id, c.n, err, c.want)
 			}
 		}
 	})
