@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,7 +121,10 @@ func (c *BackendConfig) Validate() error {
 	if err := c.XLAClient.Validate(); err != nil {
 		return err
 	}
-	if c.MemoryLimitMB < -1 {
+	if c.Parallelism < -1 {
+		return fmt.Errorf("parallelism must be >= -1 (-1 = unlimited, 0 = sequential), got %d", c.Parallelism)
+	}
+	if c.MemoryLimitMB < -1 || int64(c.MemoryLimitMB) > math.MaxInt64>>20 {
 		return fmt.Errorf("memory_limit_mb must be >= -1 (-1 = leave Go's setting, 0 = a quarter of the machine's memory), got %d", c.MemoryLimitMB)
 	}
 	switch c.Name {
