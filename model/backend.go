@@ -238,8 +238,10 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 	simplegofast.InstallGradient()
 	switch cfg.Name {
 	case "", "go":
-		if err := simplegofast.Install(); err != nil && !errors.Is(err, simplegofast.ErrUnsupported) {
-			return nil, fmt.Errorf("model backend go: %w (model.simplego_ops: true runs simplego's own executors)", err)
+		if !cfg.SimpleGoOps { // simplego's own executors need nothing of simplegofast
+			if err := simplegofast.Install(); err != nil && !errors.Is(err, simplegofast.ErrUnsupported) {
+				return nil, fmt.Errorf("model backend go: %w (model.simplego_ops: true runs simplego's own executors)", err)
+			}
 		}
 		spec := fmt.Sprintf("parallelism=%d", cfg.Parallelism)
 		if cfg.OpsSequential {
