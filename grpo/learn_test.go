@@ -181,14 +181,6 @@ func logCurve(t *testing.T, name string, r learnResult, twoPhases bool) {
 
 func first(r learnResult, p Phase) float64 { return r.curve[0][p] }
 
-func lastMean(r learnResult, p Phase, n int) float64 {
-	sum := 0.0
-	for _, row := range r.curve[len(r.curve)-n:] {
-		sum += row[p]
-	}
-	return sum / float64(n)
-}
-
 // learnSteps bounds every learning run; with the setups below the 3-step running mean of the
 // reward reaches 0.9 by step 7 to 11 for seeds 1–8 (see TestLearningSeeds).
 const learnSteps = 30

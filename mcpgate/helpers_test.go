@@ -1,5 +1,7 @@
 package mcpgate
 
+//lint:file-ignore SA1019 the gateway still forwards MCP's deprecated roots, sampling and logging, which these tests exercise
+
 import (
 	"context"
 	"errors"
@@ -215,14 +217,13 @@ func (d *downstream) work(ctx context.Context, r *mcp.CallToolRequest, _ struct{
 // harness is a gateway in front of a downstream, with a guard on a
 // scripted model, an audit log and a serve.Server over a temporary store.
 type harness struct {
-	t      *testing.T
-	gw     *Gateway
-	guard  *serve.Server
-	store  *serve.Store
-	model  *guardtest.Scripted
-	down   *downstream
-	audit  string
-	cancel context.CancelFunc
+	t     *testing.T
+	gw    *Gateway
+	guard *serve.Server
+	store *serve.Store
+	model *guardtest.Scripted
+	down  *downstream
+	audit string
 }
 
 // newHarness builds the harness; tokens, if given, authenticate the

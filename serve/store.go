@@ -24,6 +24,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/mageguard/mageguard/dataset"
 )
@@ -145,7 +146,7 @@ func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 		db, err = openBolt(path, bolt.Options{Timeout: opts.LockWait})
 		return err
 	})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("serve: %s is locked by another process (another mageguard serve on the same --state?)", path)
 	}
 	if err != nil {

@@ -122,10 +122,10 @@ func planCheck(t *check.T, all, parallel bool) {
 
 // planMeasure is one measured case.
 type planMeasure struct {
-	params               int64
-	plan                 int64  // the plan's training-step total
-	peak                 string // its peak phase
-	live, objects, start int64  // measured peaks above the heap before the model existed
+	params        int64
+	plan          int64  // the plan's training-step total
+	peak          string // its peak phase
+	live, objects int64  // measured peaks above the heap before the model existed
 }
 
 func measurePlanCase(t *check.T, pc planCase, sequential bool) planMeasure {
