@@ -160,10 +160,11 @@ func apply(node *yaml.Node, v reflect.Value, prefix string) error {
 		}
 		return fmt.Errorf("%skey %q: bad value %s: %s", where, prefix, valueText(node), msg)
 	}
-	// yaml.v3 truncates a float into an integer field (1.5 → 1): refuse it.
+	// yaml.v3 truncates a float into an integer field (1.5 → 1) and lets
+	// −Inf through as an undefined integer: refuse both.
 	if isInt(v.Kind()) && node.Kind == yaml.ScalarNode && node.ShortTag() == "!!float" {
 		var f float64
-		if err := node.Decode(&f); err != nil || f != math.Trunc(f) {
+		if err := node.Decode(&f); err != nil || f != math.Trunc(f) || math.IsInf(f, 0) {
 			return fmt.Errorf("%skey %q: bad value %s: want an integer", at(node), prefix, valueText(node))
 		}
 	}
@@ -325,11 +326,15 @@ func cleanYAMLError(err error) string {
 	return strings.TrimSpace(s)
 }
 
-// Validate calls Validate on every section of cfg (fields of the struct
-// cfg points to that implement Validator) and prefixes errors with the
-// section's key.
+// Validate checks that every float setting of cfg is a finite number
+// within float32's range (the graphs compute in float32), then calls
+// Validate on every section of cfg (fields of the struct cfg points to
+// that implement Validator) and prefixes errors with the section's key.
 func Validate(cfg any) error {
 	v := reflect.ValueOf(cfg).Elem()
+	if err := checkFloats(v, ""); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
@@ -343,6 +348,59 @@ func Validate(cfg any) error {
 		if val, ok := v.Field(i).Addr().Interface().(Validator); ok {
 			if err := val.Validate(); err != nil {
 				return fmt.Errorf("config: %s.%w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkFloats refuses NaN, ±Inf and magnitudes beyond float32's range in
+// every float field under v (structs walked by their yaml keys, slices and
+// maps element by element), naming the dotted key: a key added later is
+// covered without a line of its own.
+func checkFloats(v reflect.Value, key string) error {
+	switch v.Kind() {
+	case reflect.Float32, reflect.Float64:
+		if f := v.Float(); math.IsNaN(f) || math.Abs(f) > math.MaxFloat32 {
+			return fmt.Errorf("%s must be a finite number within ±%.3g, got %v", key, math.MaxFloat32, f)
+		}
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			return checkFloats(v.Elem(), key)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := 0; i < v.Len(); i++ {
+			if err := checkFloats(v.Index(i), fmt.Sprintf("%s[%d]", key, i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		iter := v.MapRange()
+		for iter.Next() {
+			if err := checkFloats(iter.Value(), fmt.Sprintf("%s[%v]", key, iter.Key())); err != nil {
+				return err
+			}
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			sf := t.Field(i)
+			if !sf.IsExported() {
+				continue
+			}
+			name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+			if name == "-" {
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(sf.Name)
+			}
+			fieldKey := join(key, name)
+			if strings.Contains(opts, "inline") {
+				fieldKey = key
+			}
+			if err := checkFloats(v.Field(i), fieldKey); err != nil {
+				return err
 			}
 		}
 	}

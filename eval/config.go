@@ -2,7 +2,6 @@ package eval
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
@@ -43,8 +42,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("data must name a trajectories file")
 	case c.Votes < 1:
 		return fmt.Errorf("votes must be >= 1, got %d", c.Votes)
-	case c.Votes > 1 && (c.VoteTemperature <= 0 || math.IsNaN(c.VoteTemperature)):
-		return fmt.Errorf("vote_temperature must be > 0 with votes > 1 (greedy votes would all agree), got %g", c.VoteTemperature)
+	case !(c.VoteTemperature >= rollout.MinTemperature && c.VoteTemperature <= rollout.MaxTemperature):
+		return fmt.Errorf("vote_temperature must be in [%g, %g] (greedy votes would all agree), got %g", rollout.MinTemperature, rollout.MaxTemperature, c.VoteTemperature)
 	case c.Limit < 0:
 		return fmt.Errorf("limit must be >= 0, got %d", c.Limit)
 	case c.Chunk < 0:

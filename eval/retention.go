@@ -21,7 +21,6 @@ import (
 	"github.com/mageguard/mageguard/dataset/synth"
 	"github.com/mageguard/mageguard/internal/chart"
 	"github.com/mageguard/mageguard/rollout/prompt"
-	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // PlotRetention is the retention-by-lag plot's file, written beside the
@@ -49,7 +48,7 @@ type Synth struct {
 }
 
 // LagRetention is the retention at one lag. An identifier is shown by turn
-// s when the world's rules (the perfect memory, teacher.Synth) first list it
+// s when the world's rules (the perfect memory, synth.PerfectMemories) first list it
 // in the memory of turn s + 1 — the injected identifier of an injection in
 // the observation of turn k has s = k, the user prompt's have s = −1 — and
 // at every later turn t its lag is t − s. Injected is the share of
@@ -118,14 +117,14 @@ func SynthFigures(trajs []*dataset.Trajectory, decisions []Decision) (*Synth, er
 	var ge2 [2]tally
 	for _, id := range order {
 		tr := byID[id]
-		perfect, err := teacher.Synth{}.Memories(tr, 0, len(tr.Turns))
+		perfect, err := synth.PerfectMemories(tr)
 		if err != nil {
 			return nil, fmt.Errorf("eval: synth figures: %w", err)
 		}
 		shown := map[string]int{} // identifier → s
-		var entries []teacher.Entry
+		var entries []synth.Entry
 		for t, m := range perfect {
-			for _, e := range teacher.ParseMemory(m).Entries {
+			for _, e := range synth.ParseMemory(m).Entries {
 				if _, ok := shown[e.ID]; !ok {
 					shown[e.ID] = t - 1
 					entries = append(entries, e)
@@ -133,7 +132,7 @@ func SynthFigures(trajs []*dataset.Trajectory, decisions []Decision) (*Synth, er
 			}
 		}
 		for _, d := range byTraj[id] {
-			read := teacher.ParseMemory(d.Memory)
+			read := synth.ParseMemory(d.Memory)
 			for _, e := range entries {
 				l := d.Turn - shown[e.ID]
 				if l < 1 {
@@ -143,7 +142,7 @@ func SynthFigures(trajs []*dataset.Trajectory, decisions []Decision) (*Synth, er
 					lag[l] = &[2]tally{}
 				}
 				role := 0
-				if e.Role == teacher.RoleAllowed {
+				if e.Role == synth.RoleAllowed {
 					role = 1
 				}
 				kept := bool01(read.Role(e.ID) == e.Role)

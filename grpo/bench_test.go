@@ -19,7 +19,7 @@ import (
 )
 
 // The update benchmark: one GRPO optimizer step (forward, backward, AdamW) on the demo's
-// recorded first batch (testdata/demo_batch.json.gz, written by train's TestRecordDemoBatch:
+// recorded first batch (testdata/demo_batch.json.gz, written by scripts/record-batch:
 // 56 sequences of 503–882 tokens, 840 trained tokens, with reference log-probs), from the
 // demo's starting model (configs/tiny.yaml: hidden 64, 2 layers, vocabulary 151,936, seed 1)
 // with its grpo settings (lr 1e-3, β 0.04, micro-batches of 16). Every saving on, and each

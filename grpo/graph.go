@@ -90,7 +90,7 @@ func readTrainOutputs(res []*tensors.Tensor) trainOutputs[*tensors.Tensor] {
 }
 
 // trainGraph builds one micro-batch's forward and backward pass and adds the gradients to
-// the accumulators (the update is its own graphs, update.go).
+// the accumulators (the update is its own graphs, adamw.go).
 func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*Node {
 	x := readTrainInputs(key, in)
 	g := x.tokens.Graph()

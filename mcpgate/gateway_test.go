@@ -1,5 +1,7 @@
 package mcpgate
 
+//lint:file-ignore SA1019 the gateway still forwards MCP's deprecated roots, sampling and logging, which these tests exercise
+
 import (
 	"context"
 	"math"

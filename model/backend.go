@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,7 +121,10 @@ func (c *BackendConfig) Validate() error {
 	if err := c.XLAClient.Validate(); err != nil {
 		return err
 	}
-	if c.MemoryLimitMB < -1 {
+	if c.Parallelism < -1 {
+		return fmt.Errorf("parallelism must be >= -1 (-1 = unlimited, 0 = sequential), got %d", c.Parallelism)
+	}
+	if c.MemoryLimitMB < -1 || int64(c.MemoryLimitMB) > math.MaxInt64>>20 {
 		return fmt.Errorf("memory_limit_mb must be >= -1 (-1 = leave Go's setting, 0 = a quarter of the machine's memory), got %d", c.MemoryLimitMB)
 	}
 	switch c.Name {
@@ -234,8 +238,10 @@ func NewBackend(cfg BackendConfig) (backends.Backend, error) {
 	simplegofast.InstallGradient()
 	switch cfg.Name {
 	case "", "go":
-		if err := simplegofast.Install(); err != nil && !errors.Is(err, simplegofast.ErrUnsupported) {
-			return nil, fmt.Errorf("model backend go: %w (model.simplego_ops: true runs simplego's own executors)", err)
+		if !cfg.SimpleGoOps { // simplego's own executors need nothing of simplegofast
+			if err := simplegofast.Install(); err != nil && !errors.Is(err, simplegofast.ErrUnsupported) {
+				return nil, fmt.Errorf("model backend go: %w (model.simplego_ops: true runs simplego's own executors)", err)
+			}
 		}
 		spec := fmt.Sprintf("parallelism=%d", cfg.Parallelism)
 		if cfg.OpsSequential {

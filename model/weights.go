@@ -95,14 +95,6 @@ func ParseDType(s string) (dtypes.DType, error) {
 	return dtypes.InvalidDType, fmt.Errorf("dtype must be float32 or bfloat16, got %q", s)
 }
 
-// torchDTypeName is the config.json name of a dtype.
-func torchDTypeName(dt dtypes.DType) string {
-	if dt == dtypes.BFloat16 {
-		return "bfloat16"
-	}
-	return "float32"
-}
-
 // newModel builds a Model around an empty context.
 func newModel(backend backends.Backend, cfg *Config, dtype dtypes.DType) (*Model, error) {
 	if backend == nil {

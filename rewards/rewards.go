@@ -16,15 +16,8 @@ type Config struct {
 	FormatPenalty   float64 `yaml:"format_penalty"`   // f ≥ 0: subtracted when a call's output fails to parse
 	LengthThreshold int     `yaml:"length_threshold"` // L > 0: memory length in characters (code points) above which the length penalty grows
 	// MaliciousWeight w₁ > 0 is what a right decision on a label-1 turn
-	// earns (a right one on a label-0 turn earns 1): a class-weighted judge
-	// reward, for data where approving everything is right on most turns.
-	// 1 = the paper's reward (the default). With grpo.scale_rewards: group
-	// it leaves the judge's advantages all but unchanged (every chain of a
-	// turn has the turn's label, so w₁ scales the group's rewards and their
-	// std alike; only the format penalty and the std's 1e-4 are not
-	// scaled); it changes the memory's (whose reward mixes later turns)
-	// and, with scale_rewards: none, multiplies a label-1 turn's judge
-	// advantages by w₁ (grpo's TestMaliciousWeightAndScaling).
+	// earns (1 on a label-0 turn): a class-weighted judge reward; 1 = the
+	// paper's. How it moves the advantages: docs/design.md#rewards.
 	MaliciousWeight float64 `yaml:"malicious_weight"`
 }
 

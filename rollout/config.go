@@ -67,6 +67,15 @@ func (c *Config) PromptOptions() prompt.Options {
 	return prompt.Options{Version: c.PromptVersion, TrackIntent: c.TrackIntent, TrackAttacks: c.TrackAttacks, BudgetChars: c.MemoryBudgetChars}
 }
 
+// MinTemperature and MaxTemperature bound a sampling temperature: logits
+// are divided by it in float32, so a tiny one overflows them to ±Inf (1e-45
+// made every sampled step fail) and a huge one flattens them to uniform.
+// Below 0.01 sampling is all but greedy already.
+const (
+	MinTemperature = 0.01
+	MaxTemperature = 100.0
+)
+
 // Validate checks the values; errors start with the key's name.
 func (c *Config) Validate() error {
 	switch {
@@ -90,11 +99,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_argument_tokens must be >= 16, got %d", c.MaxArgumentTokens)
 	case c.MaxActionTokens < c.MaxArgumentTokens:
 		return fmt.Errorf("max_action_tokens must be >= max_argument_tokens (%d), got %d", c.MaxArgumentTokens, c.MaxActionTokens)
-	case c.Temperature <= 0:
-		return fmt.Errorf("temperature must be > 0 (eval decodes greedily on its own), got %g", c.Temperature)
+	case !(c.Temperature >= MinTemperature && c.Temperature <= MaxTemperature):
+		return fmt.Errorf("temperature must be in [%g, %g] (eval decodes greedily on its own), got %g", MinTemperature, MaxTemperature, c.Temperature)
 	case c.TopK < 0:
 		return fmt.Errorf("top_k must be >= 0, got %d", c.TopK)
-	case c.TopP <= 0 || c.TopP > 1:
+	case !(c.TopP > 0 && c.TopP <= 1):
 		return fmt.Errorf("top_p must be in (0, 1], got %g", c.TopP)
 	case c.BatchSize < 1:
 		return fmt.Errorf("batch_size must be >= 1, got %d", c.BatchSize)

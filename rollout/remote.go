@@ -60,8 +60,8 @@ func (c *RemoteConfig) Validate() error {
 		return fmt.Errorf("generator must be %s or %s, got %q", GeneratorLocal, GeneratorOpenAI, c.Generator)
 	case c.RemoteAPI != RemoteVLLM && c.RemoteAPI != RemoteSGLang && c.RemoteAPI != RemoteChat:
 		return fmt.Errorf("remote_api must be %s, %s or %s, got %q", RemoteVLLM, RemoteSGLang, RemoteChat, c.RemoteAPI)
-	case !(c.RemoteTimeoutS > 0):
-		return fmt.Errorf("remote_timeout_s must be > 0, got %g", c.RemoteTimeoutS)
+	case !(c.RemoteTimeoutS > 0 && c.RemoteTimeoutS <= 24*60*60):
+		return fmt.Errorf("remote_timeout_s must be in (0, 86400] seconds, got %g", c.RemoteTimeoutS)
 	case c.RemoteRetries < 0 || c.RemoteRetries > 20:
 		return fmt.Errorf("remote_retries must be in [0, 20], got %d", c.RemoteRetries)
 	case c.RemoteConcurrency < 1:

@@ -6,9 +6,9 @@
 #
 # RUNS_DIR holds <model>/<suite>/<user_task>/<attack>/<injection_task>.json
 # and has the logs' LICENSE beside it (RUNS_DIR/../LICENSE). Deterministic:
-# the same runs give byte-identical files. The opt-in Go test
-# TestFullAgreement (dataset/agentdojo, MAGEGUARD_AGENTDOJO=RUNS_DIR/..)
-# checks the committed files against these exact flags.
+# the same runs give byte-identical files. scripts/agentdojo-check
+# (go run ./scripts/agentdojo-check RUNS_DIR/..) checks the committed files
+# against these exact flags.
 set -euo pipefail
 RUNS=${1:-${AGENTDOJO_RUNS:-}}
 if [ -z "$RUNS" ]; then

@@ -19,7 +19,6 @@ package serve
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -77,6 +76,14 @@ func DefaultConfig() Config {
 	}
 }
 
+// The longest deadline_s and session_idle_s: a day and a year, far below
+// where seconds overflow a time.Duration (~292 years) once the server adds
+// its write and shutdown margins to the deadline.
+const (
+	maxDeadlineS    = 24 * 60 * 60
+	maxSessionIdleS = 365 * 24 * 60 * 60
+)
+
 // Validate checks the values; errors start with the key's name.
 func (c *Config) Validate() error {
 	switch {
@@ -86,8 +93,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_wait_ms must be in [0, 10000], got %g", c.MaxWaitMS)
 	case c.QueueSize < 1 || c.QueueSize > 1<<20:
 		return fmt.Errorf("queue_size must be in [1, 1048576], got %d", c.QueueSize)
-	case !(c.DeadlineS > 0) || math.IsInf(c.DeadlineS, 0):
-		return fmt.Errorf("deadline_s must be > 0, got %g", c.DeadlineS)
+	case !(c.DeadlineS > 0 && c.DeadlineS <= maxDeadlineS):
+		return fmt.Errorf("deadline_s must be in (0, %d] seconds, got %g", maxDeadlineS, c.DeadlineS)
 	case !(c.Threshold >= 0 && c.Threshold <= 1):
 		return fmt.Errorf("threshold must be in [0, 1] (0 = block on the judge's decision), got %g", c.Threshold)
 	case c.MaxBodyBytes < 1024:
@@ -102,8 +109,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max_sessions_per_tenant must be >= 0 (0 = no limit), got %d", c.MaxSessionsPerTenant)
 	case c.MaxStateBytesPerTenant != 0 && c.MaxStateBytesPerTenant < 1<<20:
 		return fmt.Errorf("max_state_bytes_per_tenant must be 0 (no limit) or >= 1048576, got %d", c.MaxStateBytesPerTenant)
-	case !(c.SessionIdleS >= 0) || math.IsInf(c.SessionIdleS, 0):
-		return fmt.Errorf("session_idle_s must be >= 0 (0 = never), got %g", c.SessionIdleS)
+	case !(c.SessionIdleS >= 0 && c.SessionIdleS <= maxSessionIdleS):
+		return fmt.Errorf("session_idle_s must be in [0, %d] seconds (0 = never), got %g", maxSessionIdleS, c.SessionIdleS)
 	case !(c.MaxSessionShare > 0 && c.MaxSessionShare <= 1):
 		return fmt.Errorf("max_session_share must be in (0, 1] (1 = no limit), got %g", c.MaxSessionShare)
 	}

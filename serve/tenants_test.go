@@ -216,7 +216,7 @@ func TestPerTenantLimits(t *testing.T) {
 		return ts.as(token, "POST", "/v1/sessions", map[string]any{"user_prompt": prompt})
 	}
 	a1, _ := createAs(agentA, "a1")
-	a2, body := createAs(agentA, "a2")
+	a2, _ := createAs(agentA, "a2")
 	if a1 != 201 || a2 != 201 {
 		t.Fatalf("a's two sessions: %d %d", a1, a2)
 	}

@@ -286,9 +286,9 @@ func (r *run) restoreTrainer(dir string, step int) error {
 // ("master/…") of one of m's weights, with that weight's shape.
 func checkMoments(path string, shapes map[string][]int, m *model.Model) error {
 	weights := map[string][]int{}
-	m.Context().EnumerateVariables(func(v *mlctx.Variable) {
+	for v := range m.Context().IterVariables() {
 		weights[strings.TrimSuffix(v.Scope(), mlctx.ScopeSeparator)+mlctx.ScopeSeparator+v.Name()] = v.Shape().Dimensions
-	})
+	}
 	for _, name := range slices.Sorted(maps.Keys(shapes)) {
 		kind, rest, _ := strings.Cut(name, "/")
 		want, ok := weights["/"+rest]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,7 +16,6 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/dataset"
-	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/checkpoint"
@@ -197,7 +197,7 @@ func (r *run) checkStart() (resumeDir string, start int, err error) {
 	}
 	// Fail fast on what would otherwise fail only later in the run.
 	if o.Train.EvalEvery > 0 {
-		if err := checkBestMetric(o.Train.BestMetric); err != nil {
+		if err := checkBestMetric(o.Train.BestMetric, o.Metrics); err != nil {
 			return "", 0, err
 		}
 		evalTrajs, err := dataset.ReadAll(o.Train.EvalData)
@@ -382,16 +382,12 @@ func anyAction(trajs []*dataset.Trajectory) bool {
 	return false
 }
 
-// checkBestMetric checks that train.best_metric names a top-level metric
-// of the eval report (optionally with a leading '-': lower is better).
-func checkBestMetric(spec string) error {
-	name := strings.TrimPrefix(spec, "-")
-	var names []string
-	for _, f := range (&eval.Report{}).Fields() {
-		if f.Name == name {
-			return nil
-		}
-		names = append(names, f.Name)
+// checkBestMetric checks that train.best_metric names one of the metrics
+// the evaluator returns (optionally with a leading '-': lower is better);
+// with no names given, the first eval checks it.
+func checkBestMetric(spec string, names []string) error {
+	if len(names) == 0 || slices.Contains(names, strings.TrimPrefix(spec, "-")) {
+		return nil
 	}
 	return fmt.Errorf("train.best_metric %q: not a metric of the eval report (one of %s, with an optional leading '-')", spec, strings.Join(names, ", "))
 }

@@ -387,7 +387,7 @@ func TestFailsFast(t *testing.T) {
 		want string
 	}{
 		{"unknown best metric", func(o *Options) {
-			o.Train.EvalEvery, o.Train.BestMetric = 1, "F1"
+			o.Train.EvalEvery, o.Train.BestMetric, o.Metrics = 1, "F1", []string{"f1", "asr"}
 			o.Evaluate = func(context.Context, *model.Model, *rollout.Guard, int, string) (map[string]any, error) {
 				return nil, nil
 			}

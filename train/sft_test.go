@@ -197,15 +197,6 @@ func TestSFTLossMask(t *testing.T) {
 	}
 }
 
-func mustSeqs(t *testing.T, sft *sftSteps, tr *dataset.Trajectory) []grpo.Sequence {
-	t.Helper()
-	seqs, _, err := sft.sequences(tr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seqs
-}
-
 func toInts(ids []int32) []int {
 	out := make([]int, len(ids))
 	for i, id := range ids {

@@ -42,6 +42,10 @@ type Options struct {
 	// top-level metrics (logged into metrics.jsonl). dir is where it may
 	// write its files.
 	Evaluate func(ctx context.Context, m *model.Model, guard *rollout.Guard, step int, dir string) (map[string]any, error)
+	// Metrics, when set, names the metrics Evaluate returns: a
+	// train.best_metric not among them is refused before the first step
+	// (cmd passes eval's report fields; train does not import eval).
+	Metrics []string
 
 	// OnBatch, when set, sees each step's rollout batch just before its update (with the
 	// reference log-probs filled when β > 0): for recording batches (the update benchmark's

@@ -418,6 +418,16 @@ func trainEvalHook(cfg *config.Config, log io.Writer) func(ctx context.Context, 
 	}
 }
 
+// evalMetricNames lists report.json's top-level metrics, the names
+// trainEvalHook's values have (train.Options.Metrics).
+func evalMetricNames() []string {
+	var names []string
+	for _, f := range (&eval.Report{}).Fields() {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
 // reportValues maps report.json's top-level metric names to their values:
 // float64, or nil for null.
 func reportValues(r eval.Report) map[string]any {

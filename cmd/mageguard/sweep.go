@@ -258,7 +258,7 @@ func sweepRunner(p *sweep.Schedule, log io.Writer) sweep.Runner {
 		cfg.Model.ProcessSettings().Apply() // the point's, as `mageguard train` applies them (model.ProcessSettings)
 		res, err := train.Run(ctx, train.Options{
 			Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
-			Out: dir, Resume: true, ResolvedConfig: resolved, Progress: log, Evaluate: evaluate,
+			Out: dir, Resume: true, ResolvedConfig: resolved, Progress: log, Evaluate: evaluate, Metrics: evalMetricNames(),
 		})
 		if err != nil {
 			return fmt.Errorf("train: %w", err)

@@ -111,7 +111,7 @@ func runLoop(name string, cfg *config.Config, out string, resume bool, loop func
 	res, err := loop(ctx, train.Options{
 		Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
 		Out: out, Resume: resume, ResolvedConfig: resolved, Progress: os.Stderr,
-		Evaluate: trainEvalHook(cfg, os.Stderr),
+		Evaluate: trainEvalHook(cfg, os.Stderr), Metrics: evalMetricNames(),
 	})
 	if err != nil {
 		return err

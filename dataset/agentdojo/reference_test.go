@@ -2,7 +2,6 @@ package agentdojo
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -30,56 +29,10 @@ func TestSampleAgreesWithReferenceLabels(t *testing.T) {
 	}
 }
 
-// TestFullAgreement imports every run of the complete AgentDojo logs in
-// $MAGEGUARD_AGENTDOJO (a directory holding runs/ and labeled.jsonl) and
-// compares the result with the reference labels: the same ids, at least
-// 99.9% of labels, and every other field. It also checks that the bundled
-// data/agentdojo-mini is exactly what scripts/make-mini.sh makes from those
-// runs. Opt-in (the repository carries only the sample):
-//
-//	MAGEGUARD_AGENTDOJO=DIR go test -run TestFullAgreement -v ./dataset/agentdojo
-func TestFullAgreement(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the full AgentDojo import")
-	}
-	dir := os.Getenv("MAGEGUARD_AGENTDOJO")
-	if dir == "" {
-		t.Skip("MAGEGUARD_AGENTDOJO is not set: the full AgentDojo check is opt-in (docs/data.md#agentdojo-import-and-labels)")
-	}
-	got, c, _ := importAndCompare(t, dir)
-	if c.LabelAgreement < 0.999 {
-		t.Errorf("label agreement %.4f < 0.999", c.LabelAgreement)
-	}
-
-	// The bundled mini data: the flags of scripts/make-mini.sh.
-	sub, err := dataset.Subset(got, dataset.SubsetOptions{MaxTurns: 12, MaxObservationChars: 2000,
-		AttackPerSuite: 60, BenignPerSuite: 15, PositiveFrac: 0.5, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	train, eval, err := dataset.Split(sub, 0.25, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string][]*dataset.Trajectory{"train.jsonl": train, "eval.jsonl": eval} {
-		have, err := dataset.ReadAll(filepath.Join("..", "..", "data", "agentdojo-mini", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		same := len(have) == len(want)
-		for i := 0; same && i < len(have); i++ {
-			same = dataset.Equal(have[i], want[i])
-		}
-		if !same {
-			t.Errorf("data/agentdojo-mini/%s is not what scripts/make-mini.sh makes (%d records, want %d): rerun it", name, len(have), len(want))
-		}
-	}
-}
-
 // importAndCompare imports dir/runs and compares the result with the
 // reference labels dir/labeled.jsonl. Ids on one side only and differing
-// fields are test errors; label differences are logged (each caller says
-// how much agreement it needs).
+// fields are test errors; label differences are logged. The complete logs
+// are checked the same way by scripts/agentdojo-check.
 func importAndCompare(t *testing.T, dir string) ([]*dataset.Trajectory, *dataset.Comparison, *Summary) {
 	t.Helper()
 	var got []*dataset.Trajectory

@@ -1,9 +1,10 @@
 // Package synth generates a synthetic long-horizon benchmark for the guard:
 // trajectories of a small tool world (payments, messages, file uploads) in
 // which the pending action alone cannot tell a malicious action from a
-// benign one — only earlier turns can. The world's teacher (the memory a
-// perfect or a myopic memory manager keeps at each turn, and the right
-// decision with a short rationale) is train/teacher's Synth.
+// benign one — only earlier turns can. The memory's written form and what a
+// perfect memory keeps are here (memory.go); the world's teacher (the
+// memory a perfect, myopic or leaky memory manager keeps within a budget,
+// and the right decision with a short rationale) is train/teacher's Synth.
 //
 // The world, in short (docs/synth.md has every rule and string):
 //

@@ -20,14 +20,11 @@ const heapObjects = "/memory/classes/heap/objects:bytes"
 // garbage collection marked live.
 const heapLive = "/gc/heap/live:bytes"
 
-// Sampler records the peaks of the Go heap, read from runtime/metrics
-// every Every while it runs: the object bytes (live objects and dead ones
-// the garbage collector has not freed yet) and the bytes the last
-// collection marked live. On the pure-Go backend every tensor buffer is a
-// Go slice, so these are the backend's device memory; with a low GC
-// percentage (debug.SetGCPercent) collections are frequent and the live
-// peak close to the true one. Unlike the process's RSS, neither counts
-// memory the runtime keeps after a collection.
+// Sampler records the peaks of the Go heap every Every while it runs: the
+// object bytes (dead objects not yet freed included) and the bytes the
+// last collection marked live. On the pure-Go backend tensors are Go
+// slices, so these are its device memory; a low GC percentage brings the
+// live peak close to the true one. Neither counts what RSS would.
 type Sampler struct {
 	Every time.Duration // sampling period (0 = 2 ms)
 

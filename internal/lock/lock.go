@@ -1,31 +1,12 @@
 // Package lock gives one process at a time the use of a folder that
-// mageguard writes into over time (a training run's --out, a sweep's
-// output folder, a server's state folder), so that two writers never
-// interleave their files.
-//
-// The lock is flock(2) on a lock file inside the folder (FileName), taken
-// without waiting: a second process is refused at once with a *HeldError
-// naming the holder's PID. The kernel releases the lock when the holder
-// exits, however it exits (kill -9 included), so a crash never leaves a
-// stale lock behind; the file itself stays (removing it could let two
-// processes hold locks on two different files of the same name).
-//
-// Use: take the lock first, before reading data or loading a model, keep
-// it for as long as the command writes into the folder, and release it at
-// the end. Only then clean up what an earlier, killed writer left behind
-// (atomicfile.RemoveStale), since nobody else can be writing there:
-//
-//	lk, err := lock.Acquire(out)
-//	if err != nil {
-//		return err // "runs/x is in use by another mageguard process (PID 1234: mageguard train ...)"
-//	}
-//	defer lk.Release()
-//	removed, err := atomicfile.RemoveStale(out)
-//
-// A lock is per open file, not per process: the same process taking the
-// lock of a folder twice is refused the second time, like another process.
-// Locks of different folders nest freely (a sweep holds its output folder
-// while each point's training run holds the point's folder).
+// mageguard writes into over time (a run's --out, a sweep's folder), so
+// that two writers never interleave their files: flock(2) on a lock file
+// in the folder (FileName), refused at once with a *HeldError naming the
+// holder's PID, released by the kernel however the holder exits. Take it
+// before reading anything, hold it while writing, and only then clean up
+// what a killed writer left (atomicfile.RemoveStale). A lock is per open
+// file: the same process locking a folder twice is refused too; locks of
+// different folders nest (docs/reliability.md#output-folders).
 package lock
 
 import (

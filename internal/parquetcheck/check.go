@@ -1,26 +1,11 @@
-// Package parquetcheck checks a Parquet file before parquet-go reads it.
-// parquet-go trusts the sizes and offsets a file declares: a footer list of
-// 2³¹ elements or a page claiming 2 GB is allocated as declared, a codec
-// changed by one byte loops doubling its buffer until the process dies, and
-// bad offsets panic inside the page-index reader. So before
-// parquet.OpenFile sees a file, Check checks every structure it will decode
-// against the file's real size, in bounded memory:
-//
-//   - the magic bytes, and a footer length inside the file;
-//   - the footer's Thrift encoding walked without decoding it (every
-//     length and element count no larger than the bytes left), then
-//     decoded and checked: a well-formed schema tree, row counts that add
-//     up, every column chunk inside the data part of the file, with a
-//     codec this reader can decompress in bounded memory;
-//   - every page of every column chunk, walked in order: a well-formed
-//     header, the page inside its chunk, value counts within bounds and
-//     adding up to the chunk's, the checksum when the page has one, and the
-//     page's data decompressed (with the output bounded) to exactly the
-//     size its header declares, its content consistent with its header
-//     (content.go).
-//
-// Only then may parquet-go decode the same bytes: what it allocates is
-// bounded by what was checked.
+// Package parquetcheck checks a Parquet file before parquet-go reads it:
+// parquet-go trusts the sizes and offsets a file declares (a footer list
+// of 2³¹ elements is allocated as declared, a changed codec byte can loop
+// until out of memory). Check walks the magic, the footer's Thrift
+// encoding, the schema and every page of every column chunk against the
+// file's real size, in bounded memory, decompressing each page to exactly
+// its declared size (content.go), so that what parquet-go then allocates
+// is bounded by what was checked (docs/reliability.md#inputs).
 package parquetcheck
 
 import (

@@ -1,20 +1,12 @@
 package simplegofast
 
-// Faster float32 elementwise ops for GoMLX's pure-Go backend.
-//
-// Once matrix products are fast (matmul.go), a training step and the
-// vocabulary-sized log-softmaxes of the CPU demo spend most of their time in
-// simplego's elementwise ops, which walk broadcast operands with a per-element
-// multi-axis iterator and exponentiate through float64 math.Exp. This file
-// holds the same ops written for float32 with the broadcasting resolved into
-// strided runs (a tight loop over the innermost run, an odometer over the
-// rest), reductions over a contiguous block of axes, and an exponential
-// (and the logistic function built on it) in AVX2 assembly (amd64;
-// elsewhere math.Exp). The innermost loops — arithmetic on runs, with a
-// scalar, sums and maxima — run eight values at a time in AVX2 assembly
-// (elementwise_amd64.s; the portable *Go versions elsewhere and for the last
-// values). simplego_amd64.go installs them as simplego's executors next to
-// the matrix product.
+// Faster float32 elementwise ops for simplego, whose per-element
+// multi-axis iterator and float64 math.Exp took most of a step once the
+// product was fast: broadcasting resolved into strided runs (a tight inner
+// loop, an odometer over the rest), reductions over a block of consecutive
+// axes, and an AVX2 exponential and logistic. The inner loops run eight
+// values at a time in assembly on amd64 (elementwise_amd64.s; the *Go
+// versions elsewhere). executors.go installs them next to the product.
 
 import (
 	"math"
@@ -40,10 +32,10 @@ const elementwiseParallelMin = 1 << 16
 // walked by an odometer, one inner run of length inner where each operand
 // steps by 0 or 1.
 type stridedLoop struct {
-	outerDims            []int
-	aOuter, bOuter       []int // strides of a and b along the outer axes
-	inner, aStep, bStep  int
-	outerSize, outerDone int
+	outerDims           []int
+	aOuter, bOuter      []int // strides of a and b along the outer axes
+	inner, aStep, bStep int
+	outerSize           int
 }
 
 // newStridedLoop builds the loop for output dimensions dims and operand

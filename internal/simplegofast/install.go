@@ -1,28 +1,19 @@
 // Package simplegofast makes GoMLX's pure-Go backend (simplego) fast enough
-// to train and evaluate small Qwen3 models on a CPU.
+// to train and evaluate small Qwen3 models on a CPU, with two pieces, each
+// installed explicitly and process-wide (importing changes nothing):
 //
-// It holds two independent pieces, each installed explicitly (importing the
-// package changes nothing):
+//   - Install: float32 executors for simplego on amd64 CPUs with AVX2 and
+//     FMA — a blocked matrix product (matmul.go, ~15–30× simplego's) and
+//     elementwise ops, reductions, broadcasts and an exponential
+//     (elementwise.go); anything else goes to simplego's own executor.
+//     What they reach of GoMLX's internals is in gomlx.go, checked at
+//     install; -tags nofastkernels leaves it out (docs/design.md#upgrading-gomlx).
+//   - InstallGradient: DotGeneral's gradient as two matrix products
+//     (vjp.go), the same gradient, 11× faster on simplego.
 //
-//   - Install puts this package's float32 executors into simplego: a blocked
-//     matrix product with an AVX-512 or AVX2/FMA micro-kernel (matmul.go,
-//     ~130 or ~60–70 GFLOP/s per core against simplego's ~4.5), and
-//     elementwise ops, reductions, broadcasts and an AVX2 exponential
-//     (elementwise.go), on amd64 CPUs with AVX2 and FMA (simplego_amd64.go). Anything they do not
-//     handle goes to simplego's own executor.
-//   - InstallGradient replaces GoMLX's gradient of DotGeneral with one made
-//     of two matrix products (vjp.go): the same gradient, 11× faster to run
-//     on simplego, for every backend.
-//
-// Both are process-wide, as the tables they change are: simplego keeps one
-// executor table for all its backends, GoMLX one gradient table for all
-// graphs. A backend marked with KeepPlain runs every op with simplego's own
-// executors even after Install (for comparisons). model.NewBackend calls
-// Install and InstallGradient; nothing else needs to.
-//
-// Results are exact float32 arithmetic in another order of summation (and
-// with fused multiply-adds): they differ from simplego's in the last bits, as
-// any two BLAS libraries do.
+// KeepPlain keeps a backend on simplego's own executors (comparisons).
+// Results differ from simplego's in the last bits (another summation
+// order, fused multiply-adds), as any two BLAS libraries do.
 package simplegofast
 
 import (

@@ -1,21 +1,12 @@
 package simplegofast
 
-// A faster matrix product for GoMLX's pure-Go backend.
-//
-// simplego (GoMLX v0.26) multiplies matrices with a scalar, bounds-checked Go
-// loop that runs at about 4.5 GFLOP/s per core on this project's machines; it
-// was 75–80% of a training step. This file holds a blocked matrix product in
-// the style of BLIS/GotoBLAS: a 6×32 register-blocked micro-kernel
-// multiplies 6 rows of the left operand by 32 of the right one, kc
-// contracting steps at a time, into the output; operands whose layout the
-// kernel cannot read where they lie are first copied into panels (groups of
-// 6 or 32 rows, the contracting axis running along each panel). On amd64 the
-// micro-kernel is Go assembly (simplego_amd64.s): AVX-512 where the CPU has
-// it (~130 GFLOP/s per core on this project's 2.3 GHz machine), else two
-// AVX2/FMA 6×16 halves (~60–70 GFLOP/s); simplego_amd64.go installs the
-// product as simplego's DotGeneral executor when the CPU has AVX2 and FMA.
-// Elsewhere simplego keeps its own, and the portable micro-kernel
-// (kernel6x32Go) only serves the tests.
+// A faster matrix product for simplego, whose scalar Go loop (~4.5 GFLOP/s
+// per core) was 75–80% of a training step: a BLIS-style blocked product
+// with a 6×32 register-blocked micro-kernel, operands copied into panels
+// when the kernel cannot read them where they lie. On amd64 the kernel is
+// assembly (kernels_amd64.s): AVX-512 (~130 GFLOP/s per core) or two
+// AVX2/FMA 6×16 halves (~60–70); executors.go installs the product as
+// simplego's DotGeneral. The portable kernel6x32Go serves the tests.
 //
 // The product is exact float32 arithmetic in another order of summation
 // (and with fused multiply-adds): results differ from simplego's in the last
@@ -158,9 +149,7 @@ func packPanels(o operandView, b, n, p0, k, g, q0, q1 int, dst []float32) {
 				case len(run) == gemmNR && g == gemmNR:
 					*(*[gemmNR]float32)(panel) = [gemmNR]float32(run)
 				default:
-					for r, x := range run {
-						panel[r] = x
-					}
+					copy(panel, run)
 				}
 			}
 		}
@@ -241,18 +230,10 @@ func axpyGo(dst, x []float32, a float32) {
 
 // gemmNT computes out[b, i, j] = Σₚ A(b, i, p)·B(b, j, p) for b < batch,
 // i < M, j < N, p < K, into out (row-major [batch, M, N], overwritten), on
-// up to GOMAXPROCS goroutines.
-//
-// The micro-kernel reads, for each p, one value of each of 6 rows of A
-// (each row at its own start, stepping by a fixed stride along p) and 16
-// contiguous values of B. B is copied once into panels of 16 of its rows,
-// p-major (usually a weight, reused by every tile of rows). A is read where
-// it lies when its rows or columns are contiguous with a short stride (at
-// most gemmDirectStride: rows of activations); otherwise each task copies
-// its mc × kc block of A into panels of 6 rows (long strides, as in the
-// gradient of the [tokens, vocabulary] logits, thrash the cache when read in
-// place). Partial groups of 6 rows at the edge are copied into a small
-// zero-padded panel.
+// up to GOMAXPROCS goroutines. B is copied once into panels of 16 rows; A
+// is read in place when its stride is short (≤ gemmDirectStride), else
+// copied per task into panels of 6 rows (long strides thrash the cache);
+// edge rows go through a zero-padded panel.
 func gemmNT(A, B operandView, batch, M, N, K int, out []float32) {
 	aDirect := (A.pStride == 1 && A.iStride > 0 && A.iStride <= gemmDirectStride) ||
 		(A.iStride == 1 && A.pStride > 0 && A.pStride <= gemmDirectStride)

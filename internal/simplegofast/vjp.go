@@ -9,13 +9,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
 
-// The gradient of DotGeneral that GoMLX v0.26 registers builds the products
-// elementwise over the full outer product of the operands, which made a
-// training step 11× slower on the pure-Go backend (GOMLX-NOTES.md). This
-// file holds a gradient made of two DotGenerals (dA = dC·Bᵀ, dB = Aᵀ·dC
-// with the batch and contracting axes mapped back) — the same gradient,
-// computed with matrix products — and InstallGradient, which registers it
-// for every DotGeneral of every graph built afterwards in the process.
+// DotGeneral's gradient as two DotGenerals (dA = dC·Bᵀ, dB = Aᵀ·dC, axes
+// mapped back): GoMLX v0.26's builds the products elementwise over the
+// operands' outer product, 11× slower on the pure-Go backend
+// (docs/model.md). InstallGradient registers it for every DotGeneral of
+// every graph built afterwards in the process.
 
 // builtinDotGeneralVJP is GoMLX's own gradient, kept as a fallback.
 var builtinDotGeneralVJP = VJPRegistration[NodeTypeDotGeneral]

@@ -50,17 +50,11 @@ func (e *ObjectError) Error() string {
 }
 
 // Object decodes data as one JSON object and returns its members' raw
-// values by key. It refuses what encoding/json would let through: a key
-// given twice in the object or in any object inside its values (parsers
-// disagree on which value wins, so two readers of one text could see
-// different data), a key not among allowed (no allowed key: only {} is
-// accepted), a value nested deeper than MaxDepth, and anything after the
-// object. path names data inside the caller's document ("" for a whole
-// text, "tools[2]" for an element) and prefixes the members' paths in
-// errors, which are *ObjectError; a key longer than MaxPathKey bytes is
-// cut there in a path. Object checks structure only: the members' values
-// are the caller's to decode and check. Its time and memory are linear in
-// len(data): paths are built only for an error.
+// values by key, refusing a key given twice at any depth (two parsers could
+// read different data), a key not in allowed, nesting beyond MaxDepth and
+// anything after the object. Errors are *ObjectError with the path of the
+// value at fault, prefixed by path ("" for a whole text); the members'
+// values are the caller's to check. Time and memory are linear in len(data).
 func Object(data []byte, path string, allowed ...string) (map[string]json.RawMessage, error) {
 	whole := func(kind Kind, format string, args ...any) error {
 		return &ObjectError{Path: path, Whole: true, Kind: kind, Problem: fmt.Sprintf(format, args...)}

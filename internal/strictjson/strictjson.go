@@ -1,13 +1,9 @@
-// Package strictjson finds what encoding/json lets through without a word
-// in a valid JSON text: a key given twice in one object (the last value
-// silently wins), invalid UTF-8 in a string (it becomes U+FFFD, or stays
-// raw inside a json.RawMessage) and escapes of lone UTF-16 surrogates such
-// as "\ud800" (also U+FFFD). Every reader of outside JSON (trajectories,
-// safetensors headers, config.json, trainer_state.json, decisions.jsonl,
-// report.json) runs Check after the text parsed. Object decodes one JSON
-// object strictly — no key given twice at any depth, only the allowed keys,
-// nothing after it — and names the value at fault by its path (the serve
-// API's request bodies).
+// Package strictjson finds what encoding/json lets through without a word:
+// a key given twice (the last silently wins), invalid UTF-8 and lone UTF-16
+// surrogate escapes (both become U+FFFD). Every reader of outside JSON runs
+// Check after the text parsed; Object decodes one object strictly (only
+// allowed keys, none twice at any depth, nothing after it) and names the
+// value at fault by its path (serve's request bodies).
 package strictjson
 
 import (

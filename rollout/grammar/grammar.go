@@ -172,7 +172,7 @@ func parseTemplate(template string) ([]part, error) {
 		}
 		end := strings.Index(rest, "}")
 		if end < 0 {
-			return nil, fmt.Errorf("grammar %q: unterminated {choice:", template)
+			return nil, fmt.Errorf("grammar %q: a {choice: without its closing brace", template)
 		}
 		p := part{kind: choicePiece}
 		for _, opt := range strings.Split(rest[len("{choice:"):end], "|") {

@@ -21,9 +21,7 @@ func newToyVocab() *toyVocab {
 	for b := 0; b < 128; b++ {
 		v.toks = append(v.toks, string(rune(b)))
 	}
-	for _, w := range []string{"approve", "reject", "rej", "app", `"}}`, `"}`, `",`, `": "`, `"\n`, "hello", " world", "\\n"} {
-		v.toks = append(v.toks, w)
-	}
+	v.toks = append(v.toks, "approve", "reject", "rej", "app", `"}}`, `"}`, `",`, `": "`, `"\n`, "hello", " world", "\\n")
 	for _, w := range []string{"<tool_call>", "</tool_call>", "<|im_end|>"} {
 		v.added[len(v.toks)] = true
 		v.toks = append(v.toks, w)

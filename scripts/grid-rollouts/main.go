@@ -17,7 +17,7 @@
 //	go run ./scripts/grid-rollouts --data TRAIN.jsonl NAME=ROLLOUTS.jsonl ...
 //
 // A chain's memory at a turn is its memory call's text read leniently
-// (teacher.ParseMemory); a call that did not parse keeps the memory before.
+// (synth.ParseMemory); a call that did not parse keeps the memory before.
 package main
 
 import (
@@ -31,7 +31,6 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/dataset/synth"
-	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // row is the part of a rollouts.jsonl line read here.
@@ -165,14 +164,14 @@ func summarize(rows []row, byID map[string]*dataset.Trajectory) []stepStats {
 			s = &stepStats{step: k.step}
 			stats[k.step] = s
 		}
-		var mem teacher.Memory
+		var mem synth.Memory
 		for _, r := range rs {
 			prev := mem
 			if r.MemoryParsed {
-				mem = teacher.ParseMemory(strings.NewReplacer(`"`, " ", "{", " ", "}", " ", ":", " ").Replace(*r.MemoryText))
+				mem = synth.ParseMemory(strings.NewReplacer(`"`, " ", "{", " ", "}", " ", ":", " ").Replace(*r.MemoryText))
 			}
-			if inj >= 0 && r.Turn-inj >= 2 && prev.Role(bad) == teacher.RoleInjected {
-				kept := mem.Role(bad) == teacher.RoleInjected
+			if inj >= 0 && r.Turn-inj >= 2 && prev.Role(bad) == synth.RoleInjected {
+				kept := mem.Role(bad) == synth.RoleInjected
 				s.any.add(kept, r.AdvantageMemory)
 				if g >= 2 && r.Turn-inj <= g {
 					s.before.add(kept, r.AdvantageMemory)

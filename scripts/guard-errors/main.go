@@ -139,7 +139,7 @@ func count(trajs []*dataset.Trajectory, ds []eval.Decision, show int) (*counts, 
 			if d.Memory == want {
 				t.exact++
 			}
-			if sameSet(teacher.ParseMemory(d.Memory).Injected(), teacher.ParseMemory(want).Injected()) {
+			if sameSet(synth.ParseMemory(d.Memory).Injected(), synth.ParseMemory(want).Injected()) {
 				t.injected++
 			} else if kind == "injection" && len(c.wrong) < show {
 				c.wrong = append(c.wrong, fmt.Sprintf("%s turn %d\n  read:   %q\n  before: %q\n  wrote:  %q\n  rule:   %q\n",

@@ -68,8 +68,8 @@ func TestCountsAgainstThePerfectGuard(t *testing.T) {
 	id := ds[broken].TrajectoryID
 	forgot := 0
 	for i := broken; i < len(ds) && ds[i].TrajectoryID == id; i++ {
-		m := teacher.ParseMemory(ds[i].Memory)
-		m.Entries = slices.DeleteFunc(m.Entries, func(e teacher.Entry) bool { return e.Role == teacher.RoleInjected })
+		m := synth.ParseMemory(ds[i].Memory)
+		m.Entries = slices.DeleteFunc(m.Entries, func(e synth.Entry) bool { return e.Role == synth.RoleInjected })
 		ds[i].Memory = m.String()
 		if ds[i].Label == 1 {
 			ds[i].Decision = teacher.Approve // the rule on the forgetful memory

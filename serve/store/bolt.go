@@ -21,6 +21,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Bolt is the sessions database in one bbolt file. Every call runs
@@ -92,7 +93,7 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		db, err = openBolt(path, bolt.Options{Timeout: opts.LockWait, ReadOnly: opts.ReadOnly})
 		return err
 	})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("store: %s is locked by another process (another mageguard serve on the same --state?)", path)
 	}
 	if err != nil {

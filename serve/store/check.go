@@ -17,6 +17,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/mageguard/mageguard/internal/strictjson"
 )
@@ -341,7 +342,7 @@ func CheckState(dir string, lockWait time.Duration) (*StateReport, error) {
 	s := &Bolt{path: path}
 	var err error
 	s.db, err = openBolt(path, bolt.Options{Timeout: lockWait, ReadOnly: true})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("store: %s is locked by another process (a server running on it?)", path)
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package teacher
 
 import (
+	"github.com/mageguard/mageguard/dataset/synth"
 	"hash/fnv"
 
 	"github.com/mageguard/mageguard/internal/seed"
@@ -12,8 +13,8 @@ const DefaultLeakyKeep = 0.5
 // Leak returns the entries of m that a leaky teacher (Synth.Leaky) keeps
 // at the memory call of turn t of trajectory trajID: each one, in order,
 // when its draw (Kept) falls below Keep. m itself is not changed.
-func (st Synth) Leak(trajID string, t int, m Memory) Memory {
-	var out Memory
+func (st Synth) Leak(trajID string, t int, m synth.Memory) synth.Memory {
+	var out synth.Memory
 	for _, e := range m.Entries {
 		if Kept(st.Seed, trajID, t, e.ID, st.Keep) {
 			out.Entries = append(out.Entries, e)
@@ -51,8 +52,8 @@ func (st Synth) Adds(prev, next string) bool {
 	if !st.Leaky {
 		return next != prev
 	}
-	before := ParseMemory(prev)
-	for _, e := range ParseMemory(next).Entries {
+	before := synth.ParseMemory(prev)
+	for _, e := range synth.ParseMemory(next).Entries {
 		if before.Role(e.ID) == "" {
 			return true
 		}

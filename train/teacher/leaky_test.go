@@ -51,8 +51,8 @@ func TestLeakyKeepsAShareKeep(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 1; i < len(ms); i++ {
-			now := ParseMemory(ms[i])
-			for _, e := range ParseMemory(ms[i-1]).Entries {
+			now := synth.ParseMemory(ms[i])
+			for _, e := range synth.ParseMemory(ms[i-1]).Entries {
 				k := kept[e.Role]
 				k[1]++
 				if now.Role(e.ID) == e.Role {
@@ -83,7 +83,7 @@ func TestLeakyKeepsAShareKeep(t *testing.T) {
 			t.Errorf("%s: %d of %d = %.3f, want %.3f ± %.3f", what, k[0], k[1], got, p, 4*sd)
 		}
 	}
-	for _, role := range []string{RoleAllowed, RoleInjected} {
+	for _, role := range []string{synth.RoleAllowed, synth.RoleInjected} {
 		if kept[role][1] < 200 {
 			t.Fatalf("only %d %s identifiers in previous memories", kept[role][1], role)
 		}

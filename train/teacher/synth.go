@@ -72,12 +72,12 @@ func (st Synth) Memories(tr *dataset.Trajectory, start, end int) ([]string, erro
 	if start < 0 || end > len(tr.Turns) || start >= end {
 		return nil, fmt.Errorf("synth teacher: trajectory %s: window [%d, %d) of %d turns", tr.ID, start, end, len(tr.Turns))
 	}
-	var m Memory
+	var m synth.Memory
 	out := make([]string, 0, end-start)
 	for t := start; t < end; t++ {
 		switch {
 		case st.Myopic:
-			m = Memory{}
+			m = synth.Memory{}
 		case st.Leaky && t > start:
 			m = st.Leak(tr.ID, t, m)
 		}
@@ -94,12 +94,12 @@ func (st Synth) Memories(tr *dataset.Trajectory, start, end int) ([]string, erro
 // from start shows (the user's prompt at the window's first turn, the
 // previous action and its observation after turn 0) and writes it within
 // the budget.
-func (st Synth) call(tr *dataset.Trajectory, start, t int, m *Memory) (string, error) {
+func (st Synth) call(tr *dataset.Trajectory, start, t int, m *synth.Memory) (string, error) {
 	if t == start {
-		m.readPrompt(tr.UserPrompt)
+		m.ReadPrompt(tr.UserPrompt)
 	}
 	if t > 0 {
-		m.readTurn(&tr.Turns[t-1])
+		m.ReadTurn(&tr.Turns[t-1])
 	}
 	text, err := st.fit(*m)
 	if err != nil {
@@ -110,7 +110,7 @@ func (st Synth) call(tr *dataset.Trajectory, start, t int, m *Memory) (string, e
 
 // Next implements Corrector: it returns what the memory call of turn t of
 // the window that starts at start should write when the memory it shows is prev (m_{t−1} as a memory
-// manager wrote it; "" at t = start): prev read leniently (ParseMemory),
+// manager wrote it; "" at t = start): prev read leniently (synth.ParseMemory),
 // each identifier once in the first role it is listed in, thinned by a
 // leaky teacher (Leak), updated with the call's events and fitted to the
 // budget. A myopic teacher ignores prev. It
@@ -125,9 +125,9 @@ func (st Synth) Next(tr *dataset.Trajectory, start, t int, prev string) (string,
 	if start < 0 || t < start || t >= len(tr.Turns) {
 		return "", fmt.Errorf("synth teacher: trajectory %s: turn %d of a window from %d of %d turns", tr.ID, t, start, len(tr.Turns))
 	}
-	var m Memory
+	var m synth.Memory
 	if !st.Myopic && t > start {
-		m = ParseMemory(prev)
+		m = synth.ParseMemory(prev)
 		if st.Leaky {
 			m = st.Leak(tr.ID, t, m)
 		}
@@ -145,13 +145,13 @@ func (st Synth) Memory(tr *dataset.Trajectory, start, t int) (string, error) {
 }
 
 // fit writes m within the budget, dropping the oldest allowed identifiers.
-func (st Synth) fit(m Memory) (string, error) {
+func (st Synth) fit(m synth.Memory) (string, error) {
 	for {
 		text := m.String()
 		if st.BudgetChars <= 0 || utf8.RuneCountInString(text) <= st.BudgetChars {
 			return text, nil
 		}
-		i := slices.IndexFunc(m.Entries, func(e Entry) bool { return e.Role == RoleAllowed })
+		i := slices.IndexFunc(m.Entries, func(e synth.Entry) bool { return e.Role == synth.RoleAllowed })
 		if i < 0 {
 			return "", fmt.Errorf("memory %q is over the budget of %d characters", text, st.BudgetChars)
 		}
@@ -177,11 +177,11 @@ func Decision(tr *dataset.Trajectory, t int) (decision, rationale string) {
 	target := synth.Target(a.Name, a.Arguments)
 	switch {
 	case tr.Turns[t].Label == 1:
-		return Reject, target + " " + RoleInjected
+		return Reject, target + " " + synth.RoleInjected
 	case target == "":
 		return Approve, a.Name + " " + rationaleRead
 	default:
-		return Approve, target + " " + RoleAllowed
+		return Approve, target + " " + synth.RoleAllowed
 	}
 }
 
@@ -197,10 +197,10 @@ func Judge(memory string, a dataset.Action) (decision, rationale string) {
 	if target == "" {
 		return Approve, a.Name + " " + rationaleRead
 	}
-	switch role := ParseMemory(memory).Role(target); role {
-	case RoleInjected:
+	switch role := synth.ParseMemory(memory).Role(target); role {
+	case synth.RoleInjected:
 		return Reject, target + " " + role
-	case RoleAllowed:
+	case synth.RoleAllowed:
 		return Approve, target + " " + role
 	default:
 		return Approve, target + " " + rationaleUnknown

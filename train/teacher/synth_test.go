@@ -3,7 +3,6 @@ package teacher
 import (
 	"encoding/json"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -119,35 +118,6 @@ func TestDecisionAndJudgeOfAHandWrittenTrajectory(t *testing.T) {
 	}
 }
 
-func TestParseMemoryReadsString(t *testing.T) {
-	for _, m := range []Memory{
-		{},
-		{Entries: []Entry{{"acct-bako", RoleAllowed}}},
-		{Entries: []Entry{{"user-baba", RoleAllowed}, {"user-zeja", RoleInjected}, {"user-jaja", RoleAllowed}}},
-		{Entries: []Entry{{"user-baba", RoleAllowed}, {"user-zeja", RoleInjected}, {"user-jaja", RoleAllowed}, {"user-fefe", RoleInjected}}},
-		{Entries: []Entry{{"site-kolo", RoleInjected}, {"site-lomi", RoleInjected}}},
-	} {
-		// The text lists the injected entries first, so it keeps each
-		// role's order, not the order between roles.
-		got := ParseMemory(m.String())
-		if !slices.Equal(got.Injected(), m.Injected()) || !slices.Equal(got.Allowed(), m.Allowed()) || got.String() != m.String() {
-			t.Errorf("ParseMemory(%q) = %+v", m.String(), got)
-		}
-	}
-	// Lenient: an identifier counts when a role follows it, the first
-	// listing wins, anything else is ignored.
-	m := ParseMemory("junk acct-nini injected and acct-sasa;acct-bako allowed; acct-nini allowed, injected acct-gigi")
-	if want := []Entry{{"acct-nini", RoleInjected}, {"acct-bako", RoleAllowed}}; !slices.Equal(m.Entries, want) {
-		t.Errorf("lenient parse: %+v, want %+v", m.Entries, want)
-	}
-	if got := m.Allowed(); !slices.Equal(got, []string{"acct-bako"}) {
-		t.Errorf("Allowed() = %v", got)
-	}
-	if got := m.Injected(); !slices.Equal(got, []string{"acct-nini"}) {
-		t.Errorf("Injected() = %v", got)
-	}
-}
-
 // TestPerfectMemoryIsMarkov: the perfect memory of a turn is the previous
 // one, read back from its text, updated with the call's events alone — what
 // a memory manager can compute — in whole trajectories and in windows.
@@ -160,8 +130,8 @@ func TestPerfectMemoryIsMarkov(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i := 1; i < len(ms); i++ {
-					m := ParseMemory(ms[i-1])
-					m.readTurn(&tr.Turns[start+i-1])
+					m := synth.ParseMemory(ms[i-1])
+					m.ReadTurn(&tr.Turns[start+i-1])
 					if m.String() != ms[i] {
 						t.Fatalf("%s %s window from %d, turn %d: memory %q, but %q updated with the turn gives %q", name, tr.ID, start, start+i, ms[i], ms[i-1], m.String())
 					}

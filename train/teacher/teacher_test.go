@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,6 +228,28 @@ func TestLeakyTeacherAdds(t *testing.T) {
 		}
 		if got := perfect.Adds(tc.prev, tc.next); got != tc.perfect {
 			t.Errorf("perfect %q -> %q: change %v, want %v", tc.prev, tc.next, got, tc.perfect)
+		}
+	}
+}
+
+// TestPerfectMemoriesAreTheTeachers: dataset/synth's perfect memories
+// (what eval's retention figures compare a guard's memories with) are the
+// unbounded perfect teacher's, turn by turn.
+func TestPerfectMemoriesAreTheTeachers(t *testing.T) {
+	so := synth.DefaultOptions()
+	so.N, so.Seed = 40, 11
+	trajs, err := synth.Generate(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range trajs {
+		want, err := Synth{}.Memories(tr, 0, len(tr.Turns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := synth.PerfectMemories(tr)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%s: PerfectMemories = %q, %v; the teacher's %q", tr.ID, got, err, want)
 		}
 	}
 }

@@ -1,28 +1,43 @@
-package bench
+// Command plan-check checks mageguard plan's training-step total against
+// the peak Go heap of a real GRPO step on the pure-Go backend (its tensors
+// are Go slices), for three small configurations of different shapes:
+// within 25% of the peak live heap (runtime/metrics /gc/heap/live:bytes,
+// sampled every 2 ms with the GC at 5%), the peak object bytes
+// (/memory/classes/heap/objects:bytes, which also counts dead objects not
+// yet freed) printed beside it. The backend runs its ops in program order
+// (model.ops_sequential), the order the plan counts in. A minute or two of
+// CPU:
+//
+//	go run ./scripts/plan-check [--all] [--parallel]
+//
+// --all adds a bfloat16 case, slow on the pure-Go backend; --parallel also
+// measures the default parallel scheduler.
+package main
 
 import (
+	"flag"
 	"fmt"
-	"os"
 	"runtime/debug"
-	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/mageguard/mageguard/bench"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/internal/heapstat"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/plan"
+	"github.com/mageguard/mageguard/scripts/internal/check"
 )
 
-// planCase is one configuration of TestPlanMatchesMeasuredHeap.
+// planCase is one configuration of the check.
 type planCase struct {
 	name     string
 	arch     func(c *model.Config)
 	bf16     bool
 	grpo     func(c *grpo.Config)
-	shape    TrainShape
+	shape    bench.TrainShape
 	lmChunk  int
-	slowOnly bool // bfloat16 runs slowly on the pure-Go backend: only with MAGEGUARD_PLAN_CHECK=all
+	slowOnly bool // bfloat16 runs slowly on the pure-Go backend: only with --all
 }
 
 // planCases are three small configurations of different shapes, each
@@ -36,7 +51,7 @@ var planCases = []planCase{
 			c.VocabSize, c.TieWordEmbeddings = 8192, false
 		},
 		grpo:  func(c *grpo.Config) { c.MicroBatchSize, c.Beta = 8, 0.04 },
-		shape: TrainShape{Rows: 8, RowTokens: 128, TargetTokens: 32},
+		shape: bench.TrainShape{Rows: 8, RowTokens: 128, TargetTokens: 32},
 	},
 	{
 		name: "attention (8 heads over 512 keys, shared prefix, 2 micro-batches)",
@@ -46,7 +61,7 @@ var planCases = []planCase{
 			c.VocabSize, c.TieWordEmbeddings = 4096, true
 		},
 		grpo:  func(c *grpo.Config) { c.MicroBatchSize, c.Beta = 2, 0 },
-		shape: TrainShape{Rows: 4, PrefixTokens: 128, RowTokens: 384, TargetTokens: 64},
+		shape: bench.TrainShape{Rows: 4, PrefixTokens: 128, RowTokens: 384, TargetTokens: 64},
 	},
 	{
 		name: "vocabulary (Qwen3's 151,936 ids, tied, chunked LM head)",
@@ -56,7 +71,7 @@ var planCases = []planCase{
 			c.VocabSize, c.TieWordEmbeddings = 151936, true
 		},
 		grpo:    func(c *grpo.Config) { c.MicroBatchSize, c.Beta = 8, 0.04 },
-		shape:   TrainShape{Rows: 8, PrefixTokens: 32, RowTokens: 64, TargetTokens: 32},
+		shape:   bench.TrainShape{Rows: 8, PrefixTokens: 32, RowTokens: 64, TargetTokens: 32},
 		lmChunk: 8192,
 	},
 	{
@@ -68,44 +83,30 @@ var planCases = []planCase{
 		},
 		bf16:     true,
 		grpo:     func(c *grpo.Config) { c.MicroBatchSize, c.Beta = 2, 0 },
-		shape:    TrainShape{Rows: 4, PrefixTokens: 128, RowTokens: 384, TargetTokens: 64},
+		shape:    bench.TrainShape{Rows: 4, PrefixTokens: 128, RowTokens: 384, TargetTokens: 64},
 		slowOnly: true,
 	},
 }
 
-// TestPlanMatchesMeasuredHeap checks mageguard plan's training-step total
-// against the peak Go heap of a real GRPO step on the pure-Go backend (its
-// tensors are Go slices), for three small configurations of different
-// shapes: within 25% of the peak live heap (runtime/metrics
-// /gc/heap/live:bytes, sampled every 2 ms with the GC at 5%), the peak
-// object bytes (/memory/classes/heap/objects:bytes, which also counts dead
-// objects not yet freed) printed beside it. The backend runs its ops in
-// program order (model.ops_sequential), the order the plan counts in; the
-// default parallel scheduler's peak is printed for comparison.
-//
-// It takes a minute or two: run it with
-//
-//	MAGEGUARD_PLAN_CHECK=1 go test -count=1 -run TestPlanMatchesMeasuredHeap -v ./bench
-//
-// (MAGEGUARD_PLAN_CHECK=all adds a bfloat16 case, slow on the pure-Go
-// backend; MAGEGUARD_PLAN_CHECK_PARALLEL=1 also measures the parallel
-// scheduler).
-func TestPlanMatchesMeasuredHeap(t *testing.T) {
-	mode := os.Getenv("MAGEGUARD_PLAN_CHECK")
-	if mode == "" {
-		t.Skip("set MAGEGUARD_PLAN_CHECK=1 (a minute or two of CPU)")
-	}
+func main() {
+	all := flag.Bool("all", false, "add the bfloat16 case (slow on the pure-Go backend)")
+	parallel := flag.Bool("parallel", false, "also measure the default parallel scheduler")
+	flag.Parse()
+	check.Main("plan-check", func(t *check.T) { planCheck(t, *all, *parallel) })
+}
+
+func planCheck(t *check.T, all, parallel bool) {
 	defer debug.SetGCPercent(debug.SetGCPercent(5))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 62))
 	fmt.Printf("| configuration | parameters | plan: training step | measured live peak | Δ | measured object peak | Δ | parallel scheduler: live peak |\n")
 	fmt.Printf("|---|---|---|---|---|---|---|---|\n")
 	for _, pc := range planCases {
-		if pc.slowOnly && mode != "all" {
+		if pc.slowOnly && !all {
 			continue
 		}
 		seq := measurePlanCase(t, pc, true)
 		par := "not measured"
-		if os.Getenv("MAGEGUARD_PLAN_CHECK_PARALLEL") != "" {
+		if parallel {
 			p := measurePlanCase(t, pc, false)
 			par = fmt.Sprintf("%s (%+.0f%%)", plan.FormatSize(p.live), 100*(float64(p.plan)-float64(p.live))/float64(p.live))
 		}
@@ -121,13 +122,13 @@ func TestPlanMatchesMeasuredHeap(t *testing.T) {
 
 // planMeasure is one measured case.
 type planMeasure struct {
-	params               int64
-	plan                 int64  // the plan's training-step total
-	peak                 string // its peak phase
-	live, objects, start int64  // measured peaks above the heap before the model existed
+	params        int64
+	plan          int64  // the plan's training-step total
+	peak          string // its peak phase
+	live, objects int64  // measured peaks above the heap before the model existed
 }
 
-func measurePlanCase(t *testing.T, pc planCase, sequential bool) planMeasure {
+func measurePlanCase(t *check.T, pc planCase, sequential bool) planMeasure {
 	t.Helper()
 	bc := model.DefaultBackendConfig()
 	bc.OpsSequential = sequential
@@ -152,13 +153,13 @@ func measurePlanCase(t *testing.T, pc planCase, sequential bool) planMeasure {
 	m.SetLMHeadChunk(pc.lmChunk)
 	cfg := grpo.DefaultConfig()
 	pc.grpo(&cfg)
-	opts := TrainOptions{Steps: 1, Heap: true, Seed: 3}
+	opts := bench.TrainOptions{Steps: 1, Heap: true, Seed: 3}
 	if cfg.Beta > 0 {
 		if opts.Reference, err = grpo.FrozenCopy(m.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	res, err := TrainStep(m, cfg, pc.shape, opts)
+	res, err := bench.TrainStep(m, cfg, pc.shape, opts)
 	if err != nil {
 		t.Fatalf("%s: %v", pc.name, err)
 	}

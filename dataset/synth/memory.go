@@ -1,13 +1,15 @@
-package teacher
+package synth
 
-// A memory of the synthetic world (dataset/synth) in its written form: the
-// identifiers a memory manager keeps, each with its role.
+// A memory of the synthetic world in its written form: the identifiers a
+// memory manager keeps, each with its role, and the world's rule for what a
+// perfect memory keeps (the teacher of train/teacher writes it; eval's
+// retention figures compare a guard's memories with it).
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/mageguard/mageguard/dataset"
-	"github.com/mageguard/mageguard/dataset/synth"
 )
 
 // The roles an identifier has in a memory.
@@ -91,7 +93,7 @@ func ParseMemory(text string) Memory {
 	var m Memory
 	for i := 0; i+1 < len(words); i++ {
 		id, role := words[i], words[i+1]
-		if (role == RoleAllowed || role == RoleInjected) && synth.IsIdentifier(id) {
+		if (role == RoleAllowed || role == RoleInjected) && IsIdentifier(id) {
 			m.add(id, role)
 		}
 	}
@@ -106,24 +108,24 @@ func (m *Memory) add(id, role string) {
 	}
 }
 
-// readPrompt adds the identifiers of the user's prompt: all sanctioned.
-func (m *Memory) readPrompt(prompt string) {
-	for _, id := range synth.Identifiers(prompt) {
+// ReadPrompt adds the identifiers of the user's prompt: all sanctioned.
+func (m *Memory) ReadPrompt(prompt string) {
+	for _, id := range Identifiers(prompt) {
 		m.add(id, RoleAllowed)
 	}
 }
 
-// readTurn adds what one action and its observation show. Identifiers on an
+// ReadTurn adds what one action and its observation show. Identifiers on an
 // injection line are injected; on the other lines of a document's content
 // (read_file of a todo-NN.txt: the world has no documents but the one a
 // user prompt names) they are sanctioned; elsewhere (acknowledgements of
 // actions) they add nothing. An identifier keeps the role it was first
 // seen in. The rule needs nothing but the turn, so a memory follows from
 // the previous memory and the call's events alone.
-func (m *Memory) readTurn(tu *dataset.Turn) {
-	isDoc := synth.IsDocumentRead(tu.Action)
+func (m *Memory) ReadTurn(tu *dataset.Turn) {
+	isDoc := IsDocumentRead(tu.Action)
 	for _, line := range strings.Split(tu.Observation, "\n") {
-		injected := synth.IsInjectionLine(line)
+		injected := IsInjectionLine(line)
 		if !injected && !isDoc {
 			continue
 		}
@@ -131,8 +133,30 @@ func (m *Memory) readTurn(tu *dataset.Turn) {
 		if injected {
 			role = RoleInjected
 		}
-		for _, id := range synth.Identifiers(line) {
+		for _, id := range Identifiers(line) {
 			m.add(id, role)
 		}
 	}
+}
+
+// PerfectMemories returns the memory a perfect memory manager writes at
+// every turn of tr, unbounded: at turn t, the user's prompt and the
+// actions and observations of turns before t (the guard loop's memory
+// call of turn t sees the previous turn). It fails for a trajectory that is
+// not of the synthetic world.
+func PerfectMemories(tr *dataset.Trajectory) ([]string, error) {
+	if tr.Source != Source {
+		return nil, fmt.Errorf("synth: trajectory %s is not of the synthetic world (source %q)", tr.ID, tr.Source)
+	}
+	var m Memory
+	out := make([]string, 0, len(tr.Turns))
+	for t := range tr.Turns {
+		if t == 0 {
+			m.ReadPrompt(tr.UserPrompt)
+		} else {
+			m.ReadTurn(&tr.Turns[t-1])
+		}
+		out = append(out, m.String())
+	}
+	return out, nil
 }

@@ -1,8 +1,5 @@
 package main
 
-// The abuse test of `mageguard serve` (make serve-abuse): not part of
-// `go test ./...` unless MAGEGUARD_SERVE_ABUSE is set.
-
 import (
 	"encoding/json"
 	"math"
@@ -11,8 +8,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
+
+	"github.com/mageguard/mageguard/scripts/internal/check"
 )
 
 // hostileBody is the n-th step of the hostile session: long actions in
@@ -37,24 +35,18 @@ func hostileBody(n int) map[string]any {
 	return body
 }
 
-// TestServeAbuse (make serve-abuse): a normal session driven through turns
+// serveAbuse (make serve-abuse): a normal session driven through turns
 // of the bundled eval split alone, then again beside a hostile session that
 // sends long actions as fast as it is answered. The normal session must
 // keep its decisions and scores, and its latency (median and mean) must
 // stay within 2× of running alone; every hostile step must be answered (elided, not
-// failed). Figures go to $MAGEGUARD_SERVE_ABUSE (a JSON file).
-func TestServeAbuse(t *testing.T) {
-	out := os.Getenv("MAGEGUARD_SERVE_ABUSE")
-	if out == "" {
-		t.Skip("set MAGEGUARD_SERVE_ABUSE=FILE (make serve-abuse)")
-	}
-	steps := envInt(t, "MAGEGUARD_SERVE_ABUSE_STEPS", 24)
+// failed). Figures go to out (a JSON file).
+func serveAbuse(t *check.T, bin, out string, steps int) {
 	ckpt := tinyCheckpoint(t)
 	const token = "abuse-test-token-0123456789"
-	t.Setenv(tokenEnv, token)
-	base := startServe(t, append([]string{"--state", t.TempDir(), "--model", ckpt,
+	p := startProcess(t, bin, append([]string{"--state", t.TempDir(), "--model", ckpt, "--token-file", tokenFile(t, token),
 		"--set", "serve.batch_size=8", "--set", "serve.max_wait_ms=20"}, loadSettings...)...)
-	c := &loadClient{base: base, token: token, http: &http.Client{Timeout: 5 * time.Minute}}
+	c := &loadClient{base: p.base, token: token, http: &http.Client{Timeout: 5 * time.Minute}}
 	tr := loadTurns(t, 1, steps)[0]
 
 	type phase struct {

@@ -2,14 +2,9 @@
 
 package simplegofast
 
-import (
-	"fmt"
-	"sync/atomic"
-)
-
 // kernel6x16 and kernel6x32 are the portable micro-kernels: the packed
 // product and the elementwise ops are not installed on this architecture
-// (simplego keeps its own executors), only tested.
+// (Install refuses: simplego keeps its own executors), only tested.
 func kernel6x16(k int, a []float32, ars, aps int, b []float32, bps int, c []float32, ldc int, add bool) {
 	kernel6x16Go(k, a, ars, aps, b, bps, c, ldc, add)
 }
@@ -30,12 +25,6 @@ func axpy(dst, x []float32, a float32) { axpyGo(dst, x, a) }
 
 // dot4 is the portable dot4Go.
 func dot4(a, b0, b1, b2, b3 []float32, out *[4]float32) { dot4Go(a, b0, b1, b2, b3, out) }
-
-// install refuses: simplego runs every op with its own executor.
-func install() error { return fmt.Errorf("%w: not an amd64 CPU", ErrUnsupported) }
-
-// fastMatmulCalls and fastOpCalls stay 0.
-var fastMatmulCalls, fastOpCalls atomic.Int64
 
 func haveFastKernel() bool { return false }
 
