@@ -218,14 +218,13 @@ func (d *downstream) work(ctx context.Context, r *mcp.CallToolRequest, _ struct{
 // harness is a gateway in front of a downstream, with a guard on a
 // scripted model, an audit log and a serve.Server over a temporary store.
 type harness struct {
-	t      *testing.T
-	gw     *Gateway
-	guard  *serve.Server
-	store  *store.Bolt
-	model  *guardtest.Scripted
-	down   *downstream
-	audit  string
-	cancel context.CancelFunc
+	t     *testing.T
+	gw    *Gateway
+	guard *serve.Server
+	store *store.Bolt
+	model *guardtest.Scripted
+	down  *downstream
+	audit string
 }
 
 // newHarness builds the harness; tokens, if given, authenticate the
