@@ -50,6 +50,15 @@ type Metrics struct {
 	Elapsed             float64        `json:"elapsed"`        // seconds since the run (or resume) started
 	Eval                map[string]any `json:"eval,omitempty"` // held-out metrics (report.json, top level) on eval steps
 
+	// With grpo.rollout_correction (absent without), over the counted
+	// tokens of the last optimizer step: the weights c, the fraction whose
+	// weight is 0, and the mean of r − 1 − log r with r = π_old/π_rollout
+	// per token (an estimate of KL(π_rollout ‖ π_old)).
+	RolloutWeightMean *float64 `json:"rollout_weight_mean,omitempty"`
+	RolloutWeightMax  *float64 `json:"rollout_weight_max,omitempty"`
+	RolloutMasked     *float64 `json:"rollout_masked,omitempty"`
+	RolloutKL         *float64 `json:"rollout_kl,omitempty"`
+
 	// Actions and user messages elided (rollout.max_argument_tokens,
 	// max_action_tokens and max_user_tokens), and the tokens left out.
 	ElidedArguments    int `json:"elided_arguments"`     // action names and argument strings cut in place
@@ -255,6 +264,10 @@ func (g *grpoSteps) update(step int, seqs []grpo.Sequence, m *Metrics) error {
 	m.Loss, m.GradNorm, m.KL, m.ClipFraction = last.Loss, last.GradNorm, last.MeanKL, last.ClipFrac
 	m.Ratio, m.Entropy, m.LR = last.MeanRatio, last.Entropy, last.LR
 	m.Sequences, m.CompletionTokens = last.Sequences, last.Tokens
+	if r.opts.GRPO.Corrects() {
+		m.RolloutWeightMean, m.RolloutWeightMax = &last.RolloutWeightMean, &last.RolloutWeightMax
+		m.RolloutMasked, m.RolloutKL = &last.RolloutMasked, &last.RolloutKL
+	}
 	return nil
 }
 
@@ -287,9 +300,14 @@ func memoryCalls(seqs []grpo.Sequence) []grpo.Sequence {
 	return out
 }
 
-// sequence turns a guard call into a GRPO sequence with its phase's advantage.
+// sequence turns a guard call into a GRPO sequence with its phase's advantage
+// and the sampler's log-probs, when the generator gave one per token.
 func sequence(c *rollout.Call, phase grpo.Phase, adv, reward float64) grpo.Sequence {
-	return newSequence(c.Prompt, c.Completion, c.Forced, phase, float32(adv), float32(reward))
+	s := newSequence(c.Prompt, c.Completion, c.Forced, phase, float32(adv), float32(reward))
+	if len(c.LogProbs) == len(c.Completion) {
+		s.LogProbs = c.LogProbs
+	}
+	return s
 }
 
 // scored is one trajectory's group after scoring: rewards (with their

@@ -152,8 +152,8 @@ type judgeCall struct {
 // periodic eval are train's.
 //
 // Trajectories the teacher has no targets for are left out (and counted);
-// opts.GRPO's beta, num_iterations, clip_epsilon and scale_rewards do not
-// apply.
+// opts.GRPO's beta, num_iterations, clip_epsilon, clip_epsilon_high,
+// scale_rewards, loss and rollout_correction do not apply.
 func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) (*Result, error) {
 	if tch == nil {
 		return nil, errors.New("sft: no teacher")
@@ -167,6 +167,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) 
 	// the trainer's −log π diagnostics (grpo.Stats.Entropy).
 	opts.GRPO.Beta = 0
 	opts.GRPO.NumIterations = 1
+	opts.GRPO.Loss, opts.GRPO.RolloutCorrection = grpo.LossGRPO, grpo.CorrectionNone
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}
