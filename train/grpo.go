@@ -84,6 +84,7 @@ type grpoSteps struct {
 	r        *run
 	refCtx   *mlctx.Context // π_ref (nil when beta = 0)
 	rollouts *jsonlFile     // rollouts.jsonl (with train.log_rollouts)
+	tokens   *jsonlFile     // tokens.jsonl (with train.log_tokens)
 }
 
 // prepare builds π_ref, the frozen starting model (rebuilt from model.path
@@ -113,12 +114,20 @@ func (g *grpoSteps) prepare(r *run, resumeDir string, start int) error {
 			return err
 		}
 	}
+	if o.Train.LogTokens {
+		if g.tokens, err = openJSONL(filepath.Join(o.Out, "tokens.jsonl"), start); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 func (g *grpoSteps) close() {
 	if g.rollouts != nil {
 		g.rollouts.close()
+	}
+	if g.tokens != nil {
+		g.tokens.close()
 	}
 }
 
@@ -139,12 +148,12 @@ func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
 		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens,
 		ElidedArguments: rstats.ElidedArguments, ElidedActions: rstats.ElidedActions, ElidedActionTokens: rstats.ElidedActionTokens,
 		ElidedUserMessages: rstats.ElidedUsers, ElidedUserTokens: rstats.ElidedUserTokens}
-	seqs, rows, err := g.score(step, episodes, chains, m)
+	seqs, origins, rows, err := g.score(step, episodes, chains, m)
 	if err != nil {
 		return nil, err
 	}
 	t1 := time.Now()
-	if err := g.update(step, seqs, m); err != nil {
+	if err := g.update(step, seqs, origins, m); err != nil {
 		return nil, err
 	}
 	m.UpdateSeconds = time.Since(t1).Seconds()
@@ -174,24 +183,25 @@ func (g *grpoSteps) rollOut(episodes []*rollout.Episode, step int) ([]*rollout.C
 // score computes the rewards and advantages per trajectory (its G chains
 // are the group at each turn) and returns one sequence per memory and
 // judge call, with the step's rollouts.jsonl rows when they are logged; it
-// fills m's rollout means.
-func (g *grpoSteps) score(step int, episodes []*rollout.Episode, chains []*rollout.Chain, m *Metrics) ([]grpo.Sequence, []rolloutRow, error) {
+// fills m's rollout means. origins[i] says where seqs[i] comes from.
+func (g *grpoSteps) score(step int, episodes []*rollout.Episode, chains []*rollout.Chain, m *Metrics) ([]grpo.Sequence, []seqOrigin, []rolloutRow, error) {
 	o := g.r.opts
 	G := o.Rollout.GroupSize
 	var seqs []grpo.Sequence
+	var origins []seqOrigin
 	var rows []rolloutRow
 	var nTurns, nMem int
 	for e, ep := range episodes {
 		group := chains[e*G : (e+1)*G]
 		sc, err := scoreGroup(o.Rewards, o.GRPO.ScaleRewards, ep, group)
 		if err != nil {
-			return nil, nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
+			return nil, nil, nil, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
 		}
-		gs := groupSequences(group, sc)
+		gs, gOrigins := groupSequences(group, sc), groupOrigins(ep, group)
 		if o.Train.MemoryOnly {
-			gs = memoryCalls(gs)
+			gs, gOrigins = memoryCalls(gs), memoryOrigins(gOrigins)
 		}
-		seqs = append(seqs, gs...)
+		seqs, origins = append(seqs, gs...), append(origins, gOrigins...)
 		for c, ch := range group {
 			for t := range ch.Turns {
 				tu := &ch.Turns[t]
@@ -235,15 +245,26 @@ func (g *grpoSteps) score(step int, episodes []*rollout.Episode, chains []*rollo
 		}
 	}
 	m.NonzeroAdvantages /= float64(len(seqs))
-	return seqs, rows, nil
+	return seqs, origins, rows, nil
 }
 
 // update takes the GRPO update on seqs and records its diagnostics in m.
 // Forced tokens (structured decoding) carry no choice and are left out of
 // the loss.
-func (g *grpoSteps) update(step int, seqs []grpo.Sequence, m *Metrics) error {
+func (g *grpoSteps) update(step int, seqs []grpo.Sequence, origins []seqOrigin, m *Metrics) error {
 	r := g.r
-	sortForBatch(seqs)
+	if len(origins) != len(seqs) {
+		return fmt.Errorf("step %d: %d sequences but %d origins", step, len(seqs), len(origins))
+	}
+	order := batchOrder(seqs)
+	sorted, sortedOrigins := make([]grpo.Sequence, len(seqs)), make([]seqOrigin, len(seqs))
+	for i, j := range order {
+		sorted[i], sortedOrigins[i] = seqs[j], origins[j]
+		if origins[j].phase != seqs[j].Phase {
+			return fmt.Errorf("step %d: sequence %d is a %s call but its origin a %s one", step, j, seqs[j].Phase, origins[j].phase)
+		}
+	}
+	seqs, origins = sorted, sortedOrigins
 	batch, err := grpo.NewBatch(seqs)
 	if err != nil {
 		return fmt.Errorf("step %d: %w", step, err)
@@ -256,9 +277,19 @@ func (g *grpoSteps) update(step int, seqs []grpo.Sequence, m *Metrics) error {
 	if r.opts.OnBatch != nil {
 		r.opts.OnBatch(step, batch)
 	}
+	r.trainer.SetRecordTokens(g.tokens != nil)
 	stats, err := r.trainer.Update(batch)
 	if err != nil {
 		return fmt.Errorf("step %d: %w", step, err)
+	}
+	if g.tokens != nil {
+		for it, st := range stats {
+			for _, rec := range tokenRecords(step, it+1, seqs, origins, batch, st.Terms) {
+				if err := g.tokens.write(rec); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	last := stats[len(stats)-1]
 	m.Loss, m.GradNorm, m.KL, m.ClipFraction = last.Loss, last.GradNorm, last.MeanKL, last.ClipFrac
@@ -286,6 +317,44 @@ func groupSequences(group []*rollout.Chain, sc *scored) []grpo.Sequence {
 		}
 	}
 	return seqs
+}
+
+// seqOrigin says where a trained sequence comes from: its trajectory, turn
+// (numbered in the trajectory), chain and phase.
+type seqOrigin struct {
+	trajectoryID string
+	turn, chain  int
+	phase        grpo.Phase
+}
+
+// groupOrigins returns the origins of groupSequences' sequences, in its
+// order.
+func groupOrigins(ep *rollout.Episode, group []*rollout.Chain) []seqOrigin {
+	var out []seqOrigin
+	for _, ch := range group {
+		for t := range ch.Turns {
+			tu := &ch.Turns[t]
+			o := seqOrigin{trajectoryID: ep.Traj.ID, turn: tu.Index, chain: ch.Index, phase: grpo.PhaseMemory}
+			if tu.Memory != nil {
+				out = append(out, o)
+			}
+			o.phase = grpo.PhaseJudge
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// memoryOrigins returns the memory calls' origins, in order (memoryCalls'
+// sequences').
+func memoryOrigins(origins []seqOrigin) []seqOrigin {
+	var out []seqOrigin
+	for _, o := range origins {
+		if o.phase == grpo.PhaseMemory {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // memoryCalls returns the memory calls' sequences of seqs, in order
@@ -395,4 +464,69 @@ func newRolloutRow(step int, ep *rollout.Episode, ch *rollout.Chain, t int, sc *
 		}
 	}
 	return row
+}
+
+// tokenRecord is one line of tokens.jsonl: one trained sequence at one
+// optimizer iteration of a step. The per-token arrays have one entry per
+// completion token; entries whose mask is 0 (tokens the grammar forced)
+// hold 0. The step's loss in metrics.jsonl (its last iteration's) is
+// Σ weight · Σ_k mask · loss_term over the records of that step and
+// iteration.
+type tokenRecord struct {
+	Step         int       `json:"step"`
+	Iteration    int       `json:"iteration"` // 1 … grpo.num_iterations
+	Role         string    `json:"role"`      // memory | judge
+	TrajectoryID string    `json:"trajectory_id"`
+	Turn         int       `json:"turn"`
+	Chain        int       `json:"chain"`
+	Advantage    float32   `json:"advantage"`
+	Weight       float64   `json:"weight"` // the sequence's aggregation weight: 1/(N_seq·max(1, Σ_k m)) or 1/N_tok
+	Mask         []int     `json:"mask"`
+	LogP         []float32 `json:"logp"`         // log π_θ at this iteration, before its update
+	LogPOld      []float32 `json:"logp_old"`     // log π_old (the rollout's weights)
+	LogPRollout  []float32 `json:"logp_rollout"` // the sampler's, recorded at generation; null when the generator gave none
+	LogPRef      []float32 `json:"logp_ref"`     // null without a reference (β = 0)
+	LossTerm     []float32 `json:"loss_term"`    // ℓ_k before aggregation
+}
+
+// tokenRecords returns the tokens.jsonl records of one iteration: seqs in
+// batch order, origins theirs, terms the iteration's (grpo.Stats.Terms).
+func tokenRecords(step, iteration int, seqs []grpo.Sequence, origins []seqOrigin, b *grpo.Batch, terms *grpo.TokenTerms) []tokenRecord {
+	recs := make([]tokenRecord, len(seqs))
+	for i, s := range seqs {
+		n := len(s.Completion)
+		rec := tokenRecord{
+			Step: step, Iteration: iteration, Role: s.Phase.String(),
+			TrajectoryID: origins[i].trajectoryID, Turn: origins[i].turn, Chain: origins[i].chain,
+			Advantage: s.Advantage, Weight: terms.Weight[i],
+			Mask: make([]int, n), LogP: make([]float32, n), LogPOld: make([]float32, n), LossTerm: make([]float32, n),
+		}
+		if b.RolloutLogProbs != nil {
+			rec.LogPRollout = make([]float32, n)
+		}
+		if b.RefLogProbs != nil {
+			rec.LogPRef = make([]float32, n)
+		}
+		j := 0 // the token's column in the batch: the counted tokens, in order
+		for k := range n {
+			if k < len(s.Forced) && s.Forced[k] {
+				continue
+			}
+			rec.Mask[k] = 1
+			rec.LogP[k], rec.LossTerm[k] = terms.LogP[i][j], terms.LossTerm[i][j]
+			rec.LogPOld[k] = terms.LogP[i][j] // μ = 1: π_old is the policy of this iteration
+			if b.OldLogProbs != nil {
+				rec.LogPOld[k] = b.OldLogProbs[i][j]
+			}
+			if rec.LogPRollout != nil {
+				rec.LogPRollout[k] = b.RolloutLogProbs[i][j]
+			}
+			if rec.LogPRef != nil {
+				rec.LogPRef[k] = b.RefLogProbs[i][j]
+			}
+			j++
+		}
+		recs[i] = rec
+	}
+	return recs
 }

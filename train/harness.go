@@ -314,13 +314,27 @@ func (r *run) episodes(idx []int) []*rollout.Episode {
 // judge ones, so this keeps the padding small; the loss is a sum over
 // sequences, so order is free.
 func sortForBatch(seqs []grpo.Sequence) {
-	sort.SliceStable(seqs, func(a, b int) bool {
-		sa, sb := &seqs[a], &seqs[b]
+	sorted := make([]grpo.Sequence, len(seqs))
+	for i, j := range batchOrder(seqs) {
+		sorted[i] = seqs[j]
+	}
+	copy(seqs, sorted)
+}
+
+// batchOrder returns the indexes of seqs in sortForBatch's order.
+func batchOrder(seqs []grpo.Sequence) []int {
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		sa, sb := &seqs[order[a]], &seqs[order[b]]
 		if sa.Phase != sb.Phase {
 			return sa.Phase < sb.Phase
 		}
 		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
 	})
+	return order
 }
 
 // newSequence is a GRPO sequence of prompt and completion (token ids) with

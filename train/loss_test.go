@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -46,5 +47,179 @@ func TestRolloutCorrectionMetrics(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTokensFollowTheFormulas: a tiny run with grpo.num_iterations 2, for each loss and each
+// rollout correction, writes tokens.jsonl whose every loss_term follows the loss's formula
+// (docs/design.md#turn-wise-grpo, written out here again) from the record's own log-probs,
+// whose weights are the aggregation's, and whose terms sum, over a step's last iteration, to
+// the step's loss in metrics.jsonl.
+func TestTokensFollowTheFormulas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	cases := []struct {
+		name string
+		edit func(g *grpo.Config)
+	}{
+		{"grpo", func(g *grpo.Config) {}},
+		{"dapo, clip-higher, beta 0.04", func(g *grpo.Config) { g.Loss, g.ClipEpsilonHigh, g.Beta = grpo.LossDAPO, 0.28, 0.04 }},
+		{"gspo", func(g *grpo.Config) { g.Loss, g.ClipEpsilon = grpo.LossGSPO, 0.05 }},
+		{"cispo, beta 0.04", func(g *grpo.Config) { g.Loss, g.ClipEpsilonHigh, g.Beta = grpo.LossCISPO, 4, 0.04 }},
+		{"tis per token, cap 1", func(g *grpo.Config) { g.RolloutCorrection, g.RolloutCorrectionCap = grpo.CorrectionTIS, 1 }},
+		{"tis per sequence", func(g *grpo.Config) {
+			g.RolloutCorrection, g.RolloutCorrectionLevel = grpo.CorrectionTIS, grpo.LevelSequence
+		}},
+		{"mis per token, cap 1", func(g *grpo.Config) { g.RolloutCorrection, g.RolloutCorrectionCap = grpo.CorrectionMIS, 1 }},
+		{"mis per sequence, token-mean", func(g *grpo.Config) {
+			g.RolloutCorrection, g.RolloutCorrectionLevel, g.LossAggregation = grpo.CorrectionMIS, grpo.LevelSequence, grpo.AggTokenMean
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := microOptions(t, filepath.Join(t.TempDir(), "out"))
+			o.Train.LogTokens, o.GRPO.NumIterations, o.Train.Steps = true, 2, 1
+			o.GRPO.LearningRate = 0.2 // π_θ moves away from π_old by the second iteration
+			c.edit(&o.GRPO)
+			if _, err := Run(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+			checkTokens(t, o.GRPO, readJSONL[tokenRecord](t, filepath.Join(o.Out, "tokens.jsonl")), readJSONL[Metrics](t, filepath.Join(o.Out, "metrics.jsonl")))
+		})
+	}
+}
+
+// checkTokens recomputes every loss term, weight and step loss of recs.
+func checkTokens(t *testing.T, g grpo.Config, recs []tokenRecord, ms []Metrics) {
+	t.Helper()
+	type key struct{ step, iteration int }
+	byIter := map[key][]tokenRecord{}
+	for _, r := range recs {
+		byIter[key{r.Step, r.Iteration}] = append(byIter[key{r.Step, r.Iteration}], r)
+	}
+	if len(byIter) != len(ms)*g.NumIterations {
+		t.Fatalf("records of %d (step, iteration) pairs, want %d", len(byIter), len(ms)*g.NumIterations)
+	}
+	epsHigh := g.ClipEpsilonHigh
+	if epsHigh == 0 {
+		epsHigh = g.ClipEpsilon
+	}
+	lo, hi, C := 1-g.ClipEpsilon, 1+epsHigh, g.RolloutCorrectionCap
+	clip := func(x float64) float64 { return math.Min(math.Max(x, lo), hi) }
+	tokenMean := g.LossAggregation == grpo.AggTokenMean || g.Loss == grpo.LossDAPO
+	forced, moved, corrected := 0, 0.0, 0
+	for k, rs := range byIter {
+		nTok, nSeq := 0.0, 0.0
+		for _, r := range rs {
+			n := 0.0
+			for _, m := range r.Mask {
+				n += float64(m)
+			}
+			nTok += n
+			if n > 0 {
+				nSeq++
+			}
+		}
+		loss := 0.0
+		for _, r := range rs {
+			K := len(r.Mask)
+			if len(r.LogP) != K || len(r.LogPOld) != K || len(r.LossTerm) != K || (r.LogPRef != nil && len(r.LogPRef) != K) || len(r.LogPRollout) != K {
+				t.Fatalf("step %d iteration %d: per-token arrays of different lengths", k.step, k.iteration)
+			}
+			if (g.Beta > 0) != (r.LogPRef != nil) {
+				t.Fatalf("logp_ref %v with beta %v", r.LogPRef, g.Beta)
+			}
+			n, sumD, sumLogR := 0.0, 0.0, 0.0
+			for i, m := range r.Mask {
+				if m != 0 && m != 1 {
+					t.Fatalf("mask %d", m)
+				}
+				if m == 0 {
+					forced++
+					continue
+				}
+				n++
+				sumD += float64(r.LogP[i]) - float64(r.LogPOld[i])
+				sumLogR += float64(r.LogPOld[i]) - float64(r.LogPRollout[i])
+			}
+			wantWeight := 0.0
+			if n > 0 {
+				wantWeight = 1 / nTok
+				if !tokenMean {
+					wantWeight = 1 / (nSeq * n)
+				}
+			}
+			if math.Abs(r.Weight-wantWeight) > 1e-12 {
+				t.Fatalf("step %d iteration %d: weight %v, want %v", k.step, k.iteration, r.Weight, wantWeight)
+			}
+			A := float64(r.Advantage)
+			s := math.Exp(sumD / math.Max(1, n)) // GSPO's sequence ratio
+			termSum := 0.0
+			for i, m := range r.Mask {
+				if m == 0 {
+					if r.LossTerm[i] != 0 {
+						t.Fatalf("a forced token has loss term %v", r.LossTerm[i])
+					}
+					continue
+				}
+				lp, old := float64(r.LogP[i]), float64(r.LogPOld[i])
+				rho := math.Exp(lp - old)
+				moved = math.Max(moved, math.Abs(lp-old))
+				var obj float64
+				switch g.Loss {
+				case grpo.LossGSPO:
+					obj = math.Min(s*A, clip(s)*A)
+				case grpo.LossCISPO:
+					obj = math.Min(rho, hi) * A * lp
+				default:
+					obj = math.Min(rho*A, clip(rho)*A)
+				}
+				c := 1.0
+				if g.RolloutCorrection != grpo.CorrectionNone {
+					logR := old - float64(r.LogPRollout[i])
+					if g.RolloutCorrectionLevel == grpo.LevelSequence {
+						logR = sumLogR
+					}
+					ratio := math.Exp(logR)
+					if g.RolloutCorrection == grpo.CorrectionTIS {
+						c = math.Min(ratio, C)
+					} else if ratio < 1/C || ratio > C {
+						c = 0
+					}
+					if c != 1 {
+						corrected++
+					}
+				}
+				kl := 0.0
+				if r.LogPRef != nil {
+					d := float64(r.LogPRef[i]) - lp
+					kl = math.Exp(d) - d - 1
+				}
+				want := -c*obj + g.Beta*kl
+				if math.Abs(float64(r.LossTerm[i])-want) > 2e-5*math.Max(1, math.Abs(want)) {
+					t.Fatalf("step %d iteration %d %s %s turn %d chain %d token %d: loss_term %v, formula %v",
+						k.step, k.iteration, r.Role, r.TrajectoryID, r.Turn, r.Chain, i, r.LossTerm[i], want)
+				}
+				termSum += float64(r.LossTerm[i])
+			}
+			loss += r.Weight * termSum
+		}
+		if k.iteration == g.NumIterations {
+			m := ms[k.step-1]
+			if math.Abs(m.Loss-loss) > 1e-5*math.Max(1, math.Abs(loss)) || float64(m.Sequences) != nSeq || float64(m.CompletionTokens) != nTok {
+				t.Errorf("step %d: metrics loss %v seqs %d tokens %d; from tokens.jsonl %v, %v, %v", k.step, m.Loss, m.Sequences, m.CompletionTokens, loss, nSeq, nTok)
+			}
+		}
+	}
+	t.Logf("%d records, %d forced tokens, largest |log π_θ − log π_old| %.3g, %d tokens with c ≠ 1", len(recs), forced, moved, corrected)
+	if forced == 0 {
+		t.Error("no forced token: the mask is not exercised")
+	}
+	if moved < 1e-3 {
+		t.Errorf("largest |log π_θ − log π_old| %v: the ratio is not exercised", moved)
+	}
+	if g.RolloutCorrection != grpo.CorrectionNone && g.RolloutCorrectionCap == 1 && corrected == 0 {
+		t.Error("no weight differs from 1: the correction is not exercised")
 	}
 }
