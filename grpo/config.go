@@ -25,7 +25,8 @@ const (
 const (
 	// LossGRPO is the clipped token ratio min(ρA, clip(ρ, 1−ε, 1+ε_high)A).
 	LossGRPO = "grpo"
-	// LossDAPO is LossGRPO's ratio with token-mean aggregation, whatever loss_aggregation says.
+	// LossDAPO is LossGRPO's ratio with token-mean aggregation and dynamic sampling, whatever
+	// loss_aggregation and dynamic_sampling say.
 	LossDAPO = "dapo"
 	// LossGSPO clips the sequence's geometric-mean ratio s_b instead of each token's.
 	LossGSPO = "gspo"
@@ -111,6 +112,15 @@ type Config struct {
 	RolloutCorrectionLevel string `yaml:"rollout_correction_level"`
 	// RolloutCorrectionCap is C, finite and ≥ 1.
 	RolloutCorrectionCap float64 `yaml:"rollout_correction_cap"`
+
+	// DynamicSampling (package train) leaves out of a step the trajectories whose trained
+	// sequences all have advantage 0 (each of their groups earned one reward) and draws more
+	// trajectories until the step has train.trajectories with a non-zero advantage, or
+	// DynamicSamplingDraws extra draws are spent. On under loss dapo whatever it says.
+	DynamicSampling bool `yaml:"dynamic_sampling"`
+	// DynamicSamplingDraws is the budget: extra draws of train.trajectories trajectories each
+	// that a step may take under dynamic sampling, ≥ 1.
+	DynamicSamplingDraws int `yaml:"dynamic_sampling_draws"`
 }
 
 // EpsilonHigh returns ε_high: ClipEpsilonHigh, or ClipEpsilon when it is 0.
@@ -130,6 +140,10 @@ func (c *Config) Aggregation() string {
 	return c.LossAggregation
 }
 
+// DynamicSamplingOn reports whether steps draw more trajectories when theirs have advantage 0
+// everywhere: dynamic_sampling, or loss dapo.
+func (c *Config) DynamicSamplingOn() bool { return c.DynamicSampling || c.Loss == LossDAPO }
+
 // Corrects reports whether a rollout correction weighs the objective.
 func (c *Config) Corrects() bool { return c.RolloutCorrection != CorrectionNone }
 
@@ -137,7 +151,7 @@ func (c *Config) Corrects() bool { return c.RolloutCorrection != CorrectionNone 
 // 1.0, 10 warm-up steps then a constant rate, ε = 0.2, β = 0.04, μ = 1, group scaling,
 // seq-mean-token-mean, micro-batches of 8 sequences sharing their prompt prefix, sequences of
 // advantage 0 skipped when β = 0; loss grpo with ε_high = ε, no rollout correction (C = 2 at
-// the token level when one is chosen).
+// the token level when one is chosen), no dynamic sampling (4 extra draws when on).
 func DefaultConfig() Config {
 	return Config{
 		LearningRate:      1e-6,
@@ -163,6 +177,7 @@ func DefaultConfig() Config {
 		RolloutCorrection:      CorrectionNone,
 		RolloutCorrectionLevel: LevelToken,
 		RolloutCorrectionCap:   2,
+		DynamicSamplingDraws:   4,
 	}
 }
 
@@ -200,6 +215,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("rollout_correction_level must be %s or %s, got %q", LevelToken, LevelSequence, c.RolloutCorrectionLevel)
 	case !finiteAtLeast(c.RolloutCorrectionCap, 1):
 		return fmt.Errorf("rollout_correction_cap must be a finite number ≥ 1, got %v", c.RolloutCorrectionCap)
+	case c.DynamicSamplingDraws < 1 || c.DynamicSamplingDraws > 1000:
+		return fmt.Errorf("dynamic_sampling_draws must be in [1, 1000], got %d", c.DynamicSamplingDraws)
 	case !finiteAtLeast(c.Beta, 0):
 		return fmt.Errorf("beta must be a finite number ≥ 0, got %v", c.Beta)
 	case c.NumIterations < 1:

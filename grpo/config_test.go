@@ -36,6 +36,8 @@ func TestValidate(t *testing.T) {
 		{"cispo with a high bound of 4, tis per sequence", func(c *grpo.Config) {
 			c.Loss, c.ClipEpsilonHigh, c.RolloutCorrection, c.RolloutCorrectionLevel = grpo.LossCISPO, 4, grpo.CorrectionTIS, grpo.LevelSequence
 		}, ""},
+		{"draws 0", func(c *grpo.Config) { c.DynamicSamplingDraws = 0 }, "dynamic_sampling_draws must be in [1, 1000], got 0"},
+		{"draws 1001", func(c *grpo.Config) { c.DynamicSamplingDraws = 1001 }, "dynamic_sampling_draws must be in [1, 1000], got 1001"},
 		{"loss", func(c *grpo.Config) { c.Loss = "ppo" }, `loss must be grpo, dapo, gspo or cispo, got "ppo"`},
 		{"epsilon high below epsilon", func(c *grpo.Config) { c.ClipEpsilonHigh = 0.1 }, "clip_epsilon_high must be 0 (= clip_epsilon) or a finite number ≥ clip_epsilon (0.2), got 0.1"},
 		{"epsilon high +Inf", func(c *grpo.Config) { c.ClipEpsilonHigh = math.Inf(1) }, "clip_epsilon_high must be 0 (= clip_epsilon) or a finite number ≥ clip_epsilon (0.2), got +Inf"},

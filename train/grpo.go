@@ -59,6 +59,12 @@ type Metrics struct {
 	RolloutMasked     *float64 `json:"rollout_masked,omitempty"`
 	RolloutKL         *float64 `json:"rollout_kl,omitempty"`
 
+	// With dynamic sampling (absent without): the draws of
+	// train.trajectories trajectories the step took (1 + extra draws), and
+	// how many trajectories with a non-zero advantage it trained on.
+	DynamicDraws *int `json:"dynamic_draws,omitempty"`
+	DynamicKept  *int `json:"dynamic_kept,omitempty"`
+
 	// Actions and user messages elided (rollout.max_argument_tokens,
 	// max_action_tokens and max_user_tokens), and the tokens left out.
 	ElidedArguments    int `json:"elided_arguments"`     // action names and argument strings cut in place
@@ -135,19 +141,18 @@ func (g *grpoSteps) close() {
 func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
 	r := g.r
 	t0 := time.Now()
-	episodes := r.episodes(r.sample(step))
-	chains, rstats, err := g.rollOut(episodes, step)
+	episodes, chains, rstats, draws, kept, err := g.draw(ctx, step)
 	if err != nil {
-		return nil, fmt.Errorf("step %d: rollout: %w", step, err)
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, err
 	}
 	tRollout := time.Since(t0)
 	m := &Metrics{Step: step, GeneratedTokens: rstats.NewTokens, PromptTokens: rstats.PromptTokens,
 		ElidedObservations: rstats.ElidedObs, ElidedTokens: rstats.ElidedTokens,
 		ElidedArguments: rstats.ElidedArguments, ElidedActions: rstats.ElidedActions, ElidedActionTokens: rstats.ElidedActionTokens,
 		ElidedUserMessages: rstats.ElidedUsers, ElidedUserTokens: rstats.ElidedUserTokens}
+	if r.opts.GRPO.DynamicSamplingOn() {
+		m.DynamicDraws, m.DynamicKept = &draws, &kept
+	}
 	seqs, origins, rows, err := g.score(step, episodes, chains, m)
 	if err != nil {
 		return nil, err
@@ -169,14 +174,102 @@ func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
 	return m, nil
 }
 
+// draw samples the step's trajectories and rolls them out. Without dynamic
+// sampling that is one draw of train.trajectories. With it (grpo.dynamic_sampling,
+// or loss dapo), the trajectories whose trained sequences all have
+// advantage 0 are left out and more are drawn, train.trajectories at a
+// time, until train.trajectories with a non-zero advantage are kept (the
+// first ones) or grpo.dynamic_sampling_draws extra draws are spent (said in
+// the log); when none is kept, the step trains on the first draw, as
+// without dynamic sampling. Every draw depends only on (train.seed, step,
+// draw), so a resumed run draws what an uninterrupted one would. It
+// returns the episodes with their chains (G per episode, in order), the
+// rollouts' stats over all draws, the draws taken and the trajectories
+// kept.
+func (g *grpoSteps) draw(ctx context.Context, step int) ([]*rollout.Episode, []*rollout.Chain, rollout.Stats, int, int, error) {
+	r := g.r
+	o := r.opts
+	N, G := o.Train.Trajectories, o.Rollout.GroupSize
+	var stats rollout.Stats
+	var firstEps, keptEps []*rollout.Episode
+	var firstChains, keptChains []*rollout.Chain
+	draws := 0
+	for d := 0; d == 0 || (o.GRPO.DynamicSamplingOn() && len(keptEps) < N && d <= o.GRPO.DynamicSamplingDraws); d++ {
+		idx := r.sample(step)
+		if d > 0 {
+			idx = SampleStep(r.positive, N, o.Train.Balance, seed.Mix(o.Train.Seed, uint64(d)), step)
+		}
+		episodes := r.episodes(idx)
+		chains, rstats, err := g.rollOut(episodes, step, d)
+		if err != nil {
+			return nil, nil, stats, 0, 0, fmt.Errorf("step %d: rollout: %w", step, err)
+		}
+		if ctx.Err() != nil {
+			return nil, nil, stats, 0, 0, ctx.Err()
+		}
+		stats.Add(rstats)
+		draws++
+		if d == 0 {
+			firstEps, firstChains = episodes, chains
+		}
+		if !o.GRPO.DynamicSamplingOn() {
+			return episodes, chains, stats, draws, 0, nil
+		}
+		for e, ep := range episodes {
+			group := chains[e*G : (e+1)*G]
+			nonzero, err := g.hasAdvantage(ep, group)
+			if err != nil {
+				return nil, nil, stats, 0, 0, fmt.Errorf("step %d: trajectory %s: %w", step, ep.Traj.ID, err)
+			}
+			if nonzero && len(keptEps) < N {
+				keptEps, keptChains = append(keptEps, ep), append(keptChains, group...)
+			}
+		}
+	}
+	if len(keptEps) < N {
+		fmt.Fprintf(r.log, "step %d: dynamic sampling kept %d of %d trajectories with a non-zero advantage after %d extra draws (grpo.dynamic_sampling_draws spent)\n",
+			step, len(keptEps), N, draws-1)
+	}
+	if len(keptEps) == 0 {
+		return firstEps, firstChains, stats, draws, 0, nil
+	}
+	return keptEps, keptChains, stats, draws, len(keptEps), nil
+}
+
+// hasAdvantage reports whether a trajectory's group gives a sequence that
+// is trained on (the memory calls' alone with train.memory_only) a
+// non-zero advantage.
+func (g *grpoSteps) hasAdvantage(ep *rollout.Episode, group []*rollout.Chain) (bool, error) {
+	o := g.r.opts
+	sc, err := scoreGroup(o.Rewards, o.GRPO.ScaleRewards, ep, group)
+	if err != nil {
+		return false, err
+	}
+	seqs := groupSequences(group, sc)
+	if o.Train.MemoryOnly {
+		seqs = memoryCalls(seqs)
+	}
+	for _, s := range seqs {
+		if s.Advantage != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // rollOut runs G chains (rollout.group_size) of the guard over each
 // episode with the current policy, sampling with the rollout section's
-// settings from (train.seed, step).
-func (g *grpoSteps) rollOut(episodes []*rollout.Episode, step int) ([]*rollout.Chain, rollout.Stats, error) {
+// settings from (train.seed, step), and for dynamic sampling's extra draws
+// from (train.seed, step, draw).
+func (g *grpoSteps) rollOut(episodes []*rollout.Episode, step, draw int) ([]*rollout.Chain, rollout.Stats, error) {
 	o := g.r.opts
+	s := seed.Mix(o.Train.Seed, uint64(step))
+	if draw > 0 {
+		s = seed.Mix(s, uint64(draw))
+	}
 	return g.r.guard.Run(episodes, rollout.RunOptions{Chains: o.Rollout.GroupSize, Sampling: generate.Sampling{
 		Temperature: o.Rollout.Temperature, TopK: o.Rollout.TopK, TopP: o.Rollout.TopP,
-		Seed: seed.Mix(o.Train.Seed, uint64(step)),
+		Seed: s,
 	}})
 }
 

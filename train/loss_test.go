@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mageguard/mageguard/grpo"
@@ -221,5 +222,125 @@ func checkTokens(t *testing.T, g grpo.Config, recs []tokenRecord, ms []Metrics) 
 	}
 	if g.RolloutCorrection != grpo.CorrectionNone && g.RolloutCorrectionCap == 1 && corrected == 0 {
 		t.Error("no weight differs from 1: the correction is not exercised")
+	}
+}
+
+// TestDynamicSampling: with grpo.dynamic_sampling every step trains on trajectories with a
+// non-zero advantage, as many as train.trajectories when the draws find them, drawing more
+// when the first draw has too few; when no draw has any (nothing parses: every group earns one
+// reward), the budget is spent, said in the log, and the step trains on its first draw.
+func TestDynamicSampling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	t.Run("draws until it has enough", func(t *testing.T) {
+		o := microOptions(t, filepath.Join(t.TempDir(), "out"))
+		o.GRPO.DynamicSampling, o.Train.Trajectories, o.Train.Steps = true, 3, 3
+		if _, err := Run(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+		ms := readJSONL[Metrics](t, filepath.Join(o.Out, "metrics.jsonl"))
+		rows := readJSONL[rolloutRow](t, filepath.Join(o.Out, "rollouts.jsonl"))
+		extra := 0
+		for _, m := range ms {
+			if m.DynamicDraws == nil || m.DynamicKept == nil {
+				t.Fatalf("step %d: no dynamic sampling figures", m.Step)
+			}
+			draws, kept := *m.DynamicDraws, *m.DynamicKept
+			extra += draws - 1
+			if draws < 1 || draws > 1+o.GRPO.DynamicSamplingDraws || kept > o.Train.Trajectories || (kept < o.Train.Trajectories && draws != 1+o.GRPO.DynamicSamplingDraws) {
+				t.Errorf("step %d: %d draws, %d kept", m.Step, draws, kept)
+			}
+			// rollouts.jsonl holds the trained groups: kept of them, each with a non-zero advantage.
+			G := o.Rollout.GroupSize
+			groups := map[string]bool{} // trajectory (with its draw's rows) → some non-zero advantage
+			n := 0
+			for _, r := range rows {
+				if r.Step != m.Step {
+					continue
+				}
+				n++
+				groups[r.TrajectoryID] = groups[r.TrajectoryID] || r.AdvantageJudge != 0 || r.AdvantageMemory != 0
+			}
+			if n != kept*G*o.Train.MaxTurns {
+				t.Errorf("step %d: %d rollout rows, want %d kept × %d chains", m.Step, n, kept, G)
+			}
+			for id, nonzero := range groups {
+				if !nonzero {
+					t.Errorf("step %d: trajectory %s trained with advantage 0 everywhere", m.Step, id)
+				}
+			}
+		}
+		if extra == 0 {
+			t.Error("no step drew more: the extra draws are not exercised")
+		}
+	})
+	t.Run("budget spent", func(t *testing.T) {
+		o := microOptions(t, filepath.Join(t.TempDir(), "out"))
+		o.GRPO.DynamicSampling, o.GRPO.DynamicSamplingDraws, o.Train.Steps = true, 2, 1
+		o.Rollout.Structured = false
+		o.Rollout.MaxMemoryTokens, o.Rollout.MaxJudgeTokens = 1, 1 // nothing parses
+		var log strings.Builder
+		o.Progress = &log
+		if _, err := Run(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+		m := readJSONL[Metrics](t, filepath.Join(o.Out, "metrics.jsonl"))[0]
+		if *m.DynamicDraws != 3 || *m.DynamicKept != 0 || m.NonzeroAdvantages != 0 {
+			t.Errorf("%d draws, %d kept, nonzero advantages %v; want 3, 0, 0", *m.DynamicDraws, *m.DynamicKept, m.NonzeroAdvantages)
+		}
+		if !strings.Contains(log.String(), "step 1: dynamic sampling kept 0 of 2 trajectories with a non-zero advantage after 2 extra draws") {
+			t.Errorf("the log does not say the budget was spent:\n%s", log.String())
+		}
+		if rows := readJSONL[rolloutRow](t, filepath.Join(o.Out, "rollouts.jsonl")); len(rows) != o.Train.Trajectories*o.Rollout.GroupSize {
+			t.Errorf("%d rollout rows, want the first draw's %d", len(rows), o.Train.Trajectories*o.Rollout.GroupSize)
+		}
+	})
+}
+
+// TestDynamicSamplingResumes: with dynamic sampling, a run interrupted after step 2 and resumed
+// ends with the weights and metrics of an uninterrupted one.
+func TestDynamicSamplingResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	base := t.TempDir()
+	straight := microOptions(t, filepath.Join(base, "straight"))
+	straight.GRPO.DynamicSampling, straight.Train.Trajectories, straight.Train.Steps = true, 3, 3
+	if _, err := Run(context.Background(), straight); err != nil {
+		t.Fatal(err)
+	}
+	o := straight
+	o.Out = filepath.Join(base, "resumed")
+	ctx, cancel := context.WithCancel(context.Background())
+	o.Progress = &cancelAfter{n: "step 2/3", cancel: cancel}
+	if res, err := Run(ctx, o); err != nil || res.Steps != 2 {
+		t.Fatalf("interrupted run: %+v, %v", res, err)
+	}
+	o.Progress, o.Resume = nil, true
+	if res, err := Run(context.Background(), o); err != nil || res.Steps != 3 {
+		t.Fatalf("resumed run: %+v, %v", res, err)
+	}
+	a, b := weights(t, filepath.Join(straight.Out, "checkpoint-3")), weights(t, filepath.Join(o.Out, "checkpoint-3"))
+	for name, x := range a {
+		for i := range x {
+			if x[i] != b[name][i] {
+				t.Fatalf("%s[%d]: straight %v, resumed %v", name, i, x[i], b[name][i])
+			}
+		}
+	}
+	ma, mb := readJSONL[Metrics](t, filepath.Join(straight.Out, "metrics.jsonl")), readJSONL[Metrics](t, filepath.Join(o.Out, "metrics.jsonl"))
+	if len(ma) != 3 || len(mb) != 3 {
+		t.Fatalf("%d and %d metrics lines, want 3", len(ma), len(mb))
+	}
+	extra := 0
+	for i := range ma {
+		if ma[i].Loss != mb[i].Loss || *ma[i].DynamicDraws != *mb[i].DynamicDraws || *ma[i].DynamicKept != *mb[i].DynamicKept {
+			t.Errorf("step %d: straight loss %v draws %d kept %d, resumed %v %d %d", i+1, ma[i].Loss, *ma[i].DynamicDraws, *ma[i].DynamicKept, mb[i].Loss, *mb[i].DynamicDraws, *mb[i].DynamicKept)
+		}
+		extra += *ma[i].DynamicDraws - 1
+	}
+	if extra == 0 {
+		t.Error("no step drew more: the resume of extra draws is not exercised")
 	}
 }
