@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -65,6 +66,10 @@ type Metrics struct {
 	DynamicDraws *int `json:"dynamic_draws,omitempty"`
 	DynamicKept  *int `json:"dynamic_kept,omitempty"`
 
+	// With rollouts on a server: the name of the adapter the step's
+	// rollouts requested (the weights after the previous step).
+	ServedAdapter string `json:"served_adapter,omitempty"`
+
 	// Actions and user messages elided (rollout.max_argument_tokens,
 	// max_action_tokens and max_user_tokens), and the tokens left out.
 	ElidedArguments    int `json:"elided_arguments"`     // action names and argument strings cut in place
@@ -91,6 +96,13 @@ type grpoSteps struct {
 	refCtx   *mlctx.Context // π_ref (nil when beta = 0)
 	rollouts *jsonlFile     // rollouts.jsonl (with train.log_rollouts)
 	tokens   *jsonlFile     // tokens.jsonl (with train.log_tokens)
+
+	// With rollouts on a server (run.remote): the prefix of the adapters'
+	// names, the training step whose adapter the server serves (−1: none
+	// yet) and its name.
+	servePrefix string
+	served      int
+	servedName  string
 }
 
 // prepare builds π_ref, the frozen starting model (rebuilt from model.path
@@ -100,6 +112,7 @@ type grpoSteps struct {
 // step).
 func (g *grpoSteps) prepare(r *run, resumeDir string, start int) error {
 	g.r = r
+	g.served, g.servePrefix = -1, fmt.Sprintf("mageguard-%x", time.Now().UnixNano())
 	o := r.opts
 	var err error
 	if o.GRPO.Beta > 0 && r.model.Adapter() != nil {
@@ -141,6 +154,11 @@ func (g *grpoSteps) close() {
 func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
 	r := g.r
 	t0 := time.Now()
+	if r.remote != nil && g.served != step-1 { // the first step of this process
+		if err := g.serve(ctx, step-1); err != nil {
+			return nil, err
+		}
+	}
 	episodes, chains, rstats, draws, kept, err := g.draw(ctx, step)
 	if err != nil {
 		return nil, err
@@ -153,6 +171,7 @@ func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
 	if r.opts.GRPO.DynamicSamplingOn() {
 		m.DynamicDraws, m.DynamicKept = &draws, &kept
 	}
+	m.ServedAdapter = g.servedName
 	seqs, origins, rows, err := g.score(step, episodes, chains, m)
 	if err != nil {
 		return nil, err
@@ -160,6 +179,11 @@ func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
 	t1 := time.Now()
 	if err := g.update(step, seqs, origins, m); err != nil {
 		return nil, err
+	}
+	if r.remote != nil {
+		if err := g.serve(ctx, step); err != nil {
+			return nil, err
+		}
 	}
 	m.UpdateSeconds = time.Since(t1).Seconds()
 	m.RolloutSeconds = tRollout.Seconds()
@@ -622,4 +646,39 @@ func tokenRecords(step, iteration int, seqs []grpo.Sequence, origins []seqOrigin
 		recs[i] = rec
 	}
 	return recs
+}
+
+// serve writes the adapter as it is after training step step into
+// Out/served/step-STEP, has the server load it under a new name, names it
+// in the next requests, and unloads and removes the one it replaces: the
+// rollouts of step+1 (and an eval after step) run on the weights the
+// trainer holds.
+func (g *grpoSteps) serve(ctx context.Context, step int) error {
+	r := g.r
+	dir, err := filepath.Abs(filepath.Join(r.opts.Out, "served", fmt.Sprintf("step-%d", step)))
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := r.saveModel(dir); err != nil {
+		return fmt.Errorf("step %d: served adapter: %w", step, err)
+	}
+	name := fmt.Sprintf("%s-step-%d", g.servePrefix, step)
+	if err := r.remote.LoadLoRA(ctx, name, dir); err != nil {
+		return fmt.Errorf("step %d: %w", step, err)
+	}
+	r.remote.SetModel(name)
+	prevName, prevStep := g.servedName, g.served
+	g.served, g.servedName = step, name
+	if prevName != "" {
+		if err := r.remote.UnloadLoRA(ctx, prevName); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		if err := os.RemoveAll(filepath.Join(r.opts.Out, "served", fmt.Sprintf("step-%d", prevStep))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
