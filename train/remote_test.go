@@ -17,6 +17,7 @@ import (
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/grammar"
 	"github.com/mageguard/mageguard/rollout/localgen"
+	"github.com/mageguard/mageguard/train/teacher"
 )
 
 // loraStub is a stand-in for a vLLM server with runtime LoRA updating: POST
@@ -215,5 +216,30 @@ func TestRemoteRolloutsServeTheTrainedAdapter(t *testing.T) {
 	}
 	if last := kl[true][len(kl[true])-1]; !(last > 1e-4) {
 		t.Errorf("stale adapter served: last step KL(π_rollout ‖ π_old) %v, want it far above the current adapter's (≤ 1e-6)", last)
+	}
+}
+
+// TestRemoteGeneratorRefusals: rollouts on a server need a LoRA adapter (full weights are
+// not loaded into a server every step) and a token-level API, and sft refuses a server (only
+// GRPO loads its adapter after every step).
+func TestRemoteGeneratorRefusals(t *testing.T) {
+	remote := func(o *Options) {
+		o.Rollout.Generator, o.Rollout.Endpoint = rollout.GeneratorOpenAI, "http://127.0.0.1:1/v1"
+	}
+	o := microOptions(t, filepath.Join(t.TempDir(), "out"))
+	remote(&o)
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "model.lora.rank 0") {
+		t.Errorf("full fine-tuning on a server's rollouts: error %v", err)
+	}
+	o = loraOptions(t, t.TempDir(), "float32")
+	remote(&o)
+	o.Rollout.RemoteAPI, o.Rollout.RemoteModel = rollout.RemoteChat, "gpt"
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "remote_api chat") {
+		t.Errorf("a chat API: error %v", err)
+	}
+	o = loraOptions(t, t.TempDir(), "float32")
+	remote(&o)
+	if _, err := SFT(context.Background(), o, DefaultSFTConfig(), teacher.Synth{BudgetChars: 100}); err == nil || !strings.Contains(err.Error(), "sft needs the local model") {
+		t.Errorf("sft on a server: error %v", err)
 	}
 }

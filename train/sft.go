@@ -158,6 +158,10 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) 
 	if tch == nil {
 		return nil, errors.New("sft: no teacher")
 	}
+	if opts.Rollout.Generator != rollout.GeneratorLocal {
+		// Only GRPO loads its adapter into a server after every step.
+		return nil, fmt.Errorf("sft: rollout.generator is %q: sft needs the local model, set rollout.generator: %s", opts.Rollout.Generator, rollout.GeneratorLocal)
+	}
 	// The cross-entropy through the GRPO trainer. With advantage 1 for
 	// every sequence, no old log-probs (ρ = exp(log π − sg(log π)) = 1, so
 	// the clip is inactive), one iteration and β = 0, the GRPO loss
