@@ -102,8 +102,10 @@ LEARN_GRID_OUT     ?= runs/learn-grid
 LEARN_GRID_GAMMAS  ?= 0 0.5 0.9
 LEARN_GRID_LAMBDAS ?= 0 1
 LEARN_GRID_SEEDS   ?= 1 2 3
+LEARN_GRID_LOSSES  ?=
 learn-grid: build
 	LEARN_GRID_GAMMAS="$(LEARN_GRID_GAMMAS)" LEARN_GRID_LAMBDAS="$(LEARN_GRID_LAMBDAS)" LEARN_GRID_SEEDS="$(LEARN_GRID_SEEDS)" \
+	  LEARN_GRID_LOSSES="$(LEARN_GRID_LOSSES)" \
 	  scripts/learn-grid.sh $(LEARN_GRID_OUT)
 
 # The load test of `mageguard serve` on loopback (scripts/serve-load): a

@@ -66,9 +66,12 @@ type Batch struct {
 	LossMask    [][]float32 // [B][K] 1 = the entry is a completion token that counts, 0 = padding
 	OldLogProbs [][]float32 // [B][K] log π_old at TargetPos; nil = the current policy (filled by Update when num_iterations > 1)
 	RefLogProbs [][]float32 // [B][K] log π_ref at TargetPos; needed only when beta > 0
-	Advantages  []float32   // [B] the advantage of the sequence's own phase: the phase mask
-	Phase       []Phase     // [B] the role that produced the completion (diagnostics)
-	Rewards     []float32   // [B] the sequence's reward (diagnostics; nil = not reported)
+	// RolloutLogProbs [B][K] are the sampler's log π_rollout at TargetPos, recorded at
+	// generation; needed only with a rollout correction.
+	RolloutLogProbs [][]float32
+	Advantages      []float32 // [B] the advantage of the sequence's own phase: the phase mask
+	Phase           []Phase   // [B] the role that produced the completion (diagnostics)
+	Rewards         []float32 // [B] the sequence's reward (diagnostics; nil = not reported)
 }
 
 // subset returns the batch of rows of b in that order (the rows' slices shared, not copied).
@@ -76,7 +79,8 @@ func (b *Batch) subset(rows []int) *Batch {
 	return &Batch{
 		Tokens: pickRows(b.Tokens, rows), AttnMask: pickRows(b.AttnMask, rows), TargetPos: pickRows(b.TargetPos, rows),
 		LossMask: pickRows(b.LossMask, rows), OldLogProbs: pickRows(b.OldLogProbs, rows), RefLogProbs: pickRows(b.RefLogProbs, rows),
-		Advantages: pickRows(b.Advantages, rows), Phase: pickRows(b.Phase, rows), Rewards: pickRows(b.Rewards, rows),
+		RolloutLogProbs: pickRows(b.RolloutLogProbs, rows),
+		Advantages:      pickRows(b.Advantages, rows), Phase: pickRows(b.Phase, rows), Rewards: pickRows(b.Rewards, rows),
 	}
 }
 
@@ -99,7 +103,10 @@ type Sequence struct {
 	// Forced marks completion tokens that carry no choice (forced by
 	// structured decoding): they are neither targets nor in the loss, so the
 	// LM head never runs at their positions. nil: every token counts.
-	Forced    []bool
+	Forced []bool
+	// LogProbs are the sampler's log-probs of the completion tokens, one per token (recorded at
+	// generation: the local model's or a server's); nil when not known.
+	LogProbs  []float32
 	Phase     Phase
 	Advantage float32 // the advantage of this call's phase, turn and chain
 	Reward    float32 // its reward (diagnostics)
@@ -118,12 +125,18 @@ func (s *Sequence) chosen() []int {
 
 // NewBatch lays sequences out as a Batch: L = the longest prompt + completion, K = the
 // most completion tokens that count in one sequence, padding entries of TargetPos set to 1.
+// When every sequence carries the sampler's log-probs, they become RolloutLogProbs.
 func NewBatch(seqs []Sequence) (*Batch, error) {
 	L, K := 2, 1
+	withRollout := len(seqs) > 0
 	for i, s := range seqs {
 		if len(s.Prompt) == 0 {
 			return nil, fmt.Errorf("grpo: sequence %d has an empty prompt", i)
 		}
+		if s.LogProbs != nil && len(s.LogProbs) != len(s.Completion) {
+			return nil, fmt.Errorf("grpo: sequence %d has %d completion tokens but %d log-probs", i, len(s.Completion), len(s.LogProbs))
+		}
+		withRollout = withRollout && s.LogProbs != nil
 		L = max(L, len(s.Prompt)+len(s.Completion))
 		K = max(K, len(s.chosen()))
 	}
@@ -139,8 +152,16 @@ func NewBatch(seqs []Sequence) (*Batch, error) {
 		for k := range K {
 			pos[k] = 1 // padding entries: any valid position, masked out
 		}
+		var rollout []float32
+		if withRollout {
+			rollout = make([]float32, K)
+			b.RolloutLogProbs = append(b.RolloutLogProbs, rollout)
+		}
 		for j, k := range s.chosen() {
 			pos[j], mask[j] = int32(len(s.Prompt)+k), 1
+			if withRollout {
+				rollout[j] = s.LogProbs[k]
+			}
 		}
 		b.Tokens = append(b.Tokens, tokens)
 		b.AttnMask = append(b.AttnMask, attn)
@@ -158,8 +179,9 @@ func (b *Batch) Len() int { return len(b.Tokens) }
 
 func finite32(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
 
-// validate checks shapes and values; needOld/needRef say whether those log-probs must be set.
-func (b *Batch) validate(needRef bool) error {
+// validate checks shapes and values; needRef and needRollout say whether those log-probs
+// must be set.
+func (b *Batch) validate(needRef, needRollout bool) error {
 	B := b.Len()
 	if B == 0 {
 		return fmt.Errorf("empty batch")
@@ -176,6 +198,9 @@ func (b *Batch) validate(needRef bool) error {
 	}
 	if needRef && len(b.RefLogProbs) != B {
 		return fmt.Errorf("beta > 0 needs reference log-probs for all %d sequences, got %d rows", B, len(b.RefLogProbs))
+	}
+	if needRollout && len(b.RolloutLogProbs) != B {
+		return fmt.Errorf("a rollout correction needs the sampler's log-probs for all %d sequences, got %d rows", B, len(b.RolloutLogProbs))
 	}
 	L, K := len(b.Tokens[0]), len(b.TargetPos[0])
 	for i := range B {
@@ -213,6 +238,9 @@ func (b *Batch) validate(needRef bool) error {
 			}
 			if needRef && (len(b.RefLogProbs[i]) != K || !finite32(b.RefLogProbs[i][k])) {
 				return fmt.Errorf("sequence %d token %d: reference log-prob missing or not finite", i, k)
+			}
+			if needRollout && (len(b.RolloutLogProbs[i]) != K || !finite32(b.RolloutLogProbs[i][k]) || b.RolloutLogProbs[i][k] > 0) {
+				return fmt.Errorf("sequence %d token %d: the sampler's log-prob is missing, not finite or above 0", i, k)
 			}
 		}
 	}

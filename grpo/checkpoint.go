@@ -45,11 +45,12 @@ type StageInputs struct {
 func (t *Trainer) SetStagedPolicy(sp StagedPolicy) { t.staged = &sp }
 
 // stageKey picks a stage graph: which stage (-1 the embedding, Layers the head), forward or
-// backward, and whether a prefix is shared; the head's also whether old/ref are inputs.
+// backward, and whether a prefix is shared; the head's also whether old/ref/rollout are inputs
+// and whether it returns per-token values.
 type stageKey struct {
-	stage            int
-	backward, shared bool
-	hasOld, hasRef   bool
+	stage                              int
+	backward, shared                   bool
+	hasOld, hasRef, hasRollout, tokens bool
 }
 
 // stageArgs lays out a stage graph's inputs: the micro-batch's prefix (when shared), tokens and
@@ -114,23 +115,13 @@ func (t *Trainer) stageGraph(ctx *context.Context, key stageKey, in []*Node) []*
 		return sp.Layer(ctx, key.stage, rest[:n], si)
 	case key.stage == sp.Layers: // the head: the objective and its gradients
 		state, rest := rest[:n], rest[n:]
-		x := trainInputs{tokens: si.Tokens, attn: si.AttnMask, pos: rest[0], mask: rest[1], adv: rest[2]}
-		rest = rest[3:]
-		if key.hasOld {
-			x.old, rest = rest[0], rest[1:]
-		}
-		if key.hasRef {
-			x.ref, rest = rest[0], rest[1:]
-		}
-		x.denom = rest[0]
+		x := trainInputs{tokens: si.Tokens, attn: si.AttnMask}
+		tk := trainKey{hasOld: key.hasOld, hasRef: key.hasRef, hasRollout: key.hasRollout, shared: key.shared, tokens: key.tokens}
+		readObjectiveInputs(tk, rest, &x)
 		logp := ConvertDType(sp.Head(ctx, state, si, x.pos), float32DType)
-		old := x.old
-		if old == nil {
-			old = StopGradient(logp)
-		}
-		obj := buildObjective(t.cfg, logp, old, x.ref, x.mask, x.adv, x.denom)
-		grads := t.accumulate(ctx, g, obj.Loss, state)
-		return append(trainOutputList(trainOutputs[*Node]{loss: obj.Loss, seqRatio: obj.SeqRatio, seqKL: obj.SeqKL, seqClipped: obj.SeqClipped, seqNegLogP: obj.SeqNegLogP}), grads...)
+		loss, outs := t.objectiveOutputs(tk, logp, x)
+		grads := t.accumulate(ctx, g, loss, state)
+		return append(outs, grads...)
 	case key.stage >= 0: // a layer's backward
 		state, cot := rest[:n], rest[n:2*n]
 		return t.accumulate(ctx, g, inner(sp.Layer(ctx, key.stage, state, si), cot), state)
@@ -224,20 +215,13 @@ func (t *Trainer) checkpointedMicroBatch(mb *microBatch, key trainKey, denom flo
 
 	// The head: the objective, ∂loss/∂s_L and the head's gradients.
 	hk := base
-	hk.stage, hk.hasOld, hk.hasRef = sp.Layers, key.hasOld, key.hasRef
-	extra := append(asArgs(states[sp.Layers]), mb.pos, mb.mask, mb.adv)
-	if key.hasOld {
-		extra = append(extra, mb.old)
-	}
-	if key.hasRef {
-		extra = append(extra, mb.ref)
-	}
-	headOut, err := run(hk, append(extra, tensors.FromScalar(denom))...)
+	hk.stage, hk.hasOld, hk.hasRef, hk.hasRollout, hk.tokens = sp.Layers, key.hasOld, key.hasRef, key.hasRollout, key.tokens
+	headOut, err := run(hk, append(asArgs(states[sp.Layers]), objectiveArgs(key, mb, denom)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("head: %w", err)
 	}
-	n := len(states[0])
-	outs, cot := headOut[:5], headOut[5:5+n]
+	n, nOut := len(states[0]), numTrainOutputs(key)
+	outs, cot := headOut[:nOut], headOut[nOut:nOut+n]
 
 	// Backward: each layer again from its saved input, then the embedding.
 	bk := base

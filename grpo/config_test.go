@@ -33,6 +33,20 @@ func TestValidate(t *testing.T) {
 		{"scale", func(c *grpo.Config) { c.ScaleRewards = "batch" }, `scale_rewards must be group or none, got "batch"`},
 		{"aggregation", func(c *grpo.Config) { c.LossAggregation = "sum" }, `loss_aggregation must be seq-mean-token-mean or token-mean, got "sum"`},
 		{"micro batch", func(c *grpo.Config) { c.MicroBatchSize = 0 }, "micro_batch_size must be ≥ 1, got 0"},
+		{"cispo with a high bound of 4, tis per sequence", func(c *grpo.Config) {
+			c.Loss, c.ClipEpsilonHigh, c.RolloutCorrection, c.RolloutCorrectionLevel = grpo.LossCISPO, 4, grpo.CorrectionTIS, grpo.LevelSequence
+		}, ""},
+		{"draws 0", func(c *grpo.Config) { c.DynamicSamplingDraws = 0 }, "dynamic_sampling_draws must be in [1, 1000], got 0"},
+		{"draws 1001", func(c *grpo.Config) { c.DynamicSamplingDraws = 1001 }, "dynamic_sampling_draws must be in [1, 1000], got 1001"},
+		{"loss", func(c *grpo.Config) { c.Loss = "ppo" }, `loss must be grpo, dapo, gspo or cispo, got "ppo"`},
+		{"epsilon high below epsilon", func(c *grpo.Config) { c.ClipEpsilonHigh = 0.1 }, "clip_epsilon_high must be 0 (= clip_epsilon) or a finite number ≥ clip_epsilon (0.2), got 0.1"},
+		{"epsilon high +Inf", func(c *grpo.Config) { c.ClipEpsilonHigh = math.Inf(1) }, "clip_epsilon_high must be 0 (= clip_epsilon) or a finite number ≥ clip_epsilon (0.2), got +Inf"},
+		{"epsilon high NaN", func(c *grpo.Config) { c.ClipEpsilonHigh = math.NaN() }, "clip_epsilon_high must be 0 (= clip_epsilon) or a finite number ≥ clip_epsilon (0.2), got NaN"},
+		{"correction", func(c *grpo.Config) { c.RolloutCorrection = "icepop" }, `rollout_correction must be none, tis or mis, got "icepop"`},
+		{"correction level", func(c *grpo.Config) { c.RolloutCorrectionLevel = "geometric" }, `rollout_correction_level must be token or sequence, got "geometric"`},
+		{"correction cap below 1", func(c *grpo.Config) { c.RolloutCorrectionCap = 0.5 }, "rollout_correction_cap must be a finite number ≥ 1, got 0.5"},
+		{"correction cap NaN", func(c *grpo.Config) { c.RolloutCorrectionCap = math.NaN() }, "rollout_correction_cap must be a finite number ≥ 1, got NaN"},
+		{"correction cap +Inf", func(c *grpo.Config) { c.RolloutCorrectionCap = math.Inf(1) }, "rollout_correction_cap must be a finite number ≥ 1, got +Inf"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,6 +73,8 @@ func TestConfigSections(t *testing.T) {
 		"rewards.gamma=0", "rewards.lambda=0.5", "rewards.format_penalty=0.2", "rewards.length_threshold=600",
 		"grpo.learning_rate=3e-6", "grpo.beta=0", "grpo.loss_aggregation=token-mean", "grpo.micro_batch_size=4",
 		"grpo.scale_rewards=none", "grpo.num_iterations=2", "grpo.lr_schedule=cosine",
+		"grpo.loss=gspo", "grpo.clip_epsilon_high=0.28", "grpo.rollout_correction=mis", "grpo.rollout_correction_level=sequence",
+		"grpo.rollout_correction_cap=3",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +84,9 @@ func TestConfigSections(t *testing.T) {
 		t.Errorf("rewards section: %+v", r)
 	}
 	if g.LearningRate != 3e-6 || g.Beta != 0 || g.LossAggregation != grpo.AggTokenMean || g.MicroBatchSize != 4 ||
-		g.ScaleRewards != grpo.ScaleNone || g.NumIterations != 2 || g.LRSchedule != grpo.ScheduleCosine {
+		g.ScaleRewards != grpo.ScaleNone || g.NumIterations != 2 || g.LRSchedule != grpo.ScheduleCosine ||
+		g.Loss != grpo.LossGSPO || g.ClipEpsilonHigh != 0.28 || g.RolloutCorrection != grpo.CorrectionMIS ||
+		g.RolloutCorrectionLevel != grpo.LevelSequence || g.RolloutCorrectionCap != 3 {
 		t.Errorf("grpo section: %+v", g)
 	}
 	if g.AdamBeta2 != grpo.DefaultConfig().AdamBeta2 {
@@ -91,7 +109,8 @@ func TestConfigSections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"length_threshold: 2500", "loss_aggregation: seq-mean-token-mean", "micro_batch_size: 8"} {
+	for _, key := range []string{"length_threshold: 2500", "loss_aggregation: seq-mean-token-mean", "micro_batch_size: 8",
+		"loss: grpo", "clip_epsilon_high: 0", "rollout_correction: none", "rollout_correction_level: token", "rollout_correction_cap: 2"} {
 		if !strings.Contains(string(out), key) {
 			t.Errorf("resolved config lacks %q:\n%s", key, out)
 		}

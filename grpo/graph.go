@@ -29,14 +29,15 @@ func (t *Trainer) trainExec(key trainKey) (*context.Exec, error) {
 }
 
 // The inputs of a training graph, in the order of its Exec's arguments: the micro-batch's
-// prefix and prefixMask when key shares one; tokens, attn, pos, mask and adv; old and ref
-// when key has them; denom. trainArgs writes that order and readTrainInputs reads it;
-// nothing else depends on it.
+// prefix and prefixMask when key shares one; tokens and attn; then the objective's inputs
+// (objectiveArgs): pos, mask and adv; old, ref and rollout when key has them; denom.
+// trainArgs and objectiveArgs write that order and readTrainInputs and readObjectiveInputs
+// read it; nothing else depends on it.
 type trainInputs struct {
 	prefix, prefixMask *Node // int32 [1, P] (key.shared only)
 	tokens, attn, pos  *Node // int32 [R, L], [R, L], [R, K]
 	mask, adv          *Node // float32 [R, K], [R]
-	old, ref           *Node // float32 [R, K]; nil when key has none
+	old, ref, rollout  *Node // float32 [R, K]; nil when key has none
 	denom              *Node // float32 scalar: sequences (seq-mean-token-mean) or tokens (token-mean) of the step
 }
 
@@ -46,12 +47,22 @@ func trainArgs(key trainKey, mb *microBatch, denom float32) []any {
 	if key.shared {
 		args = append(args, mb.prefix, mb.prefixMask)
 	}
-	args = append(args, mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv)
+	args = append(args, mb.tokens, mb.attn)
+	return append(args, objectiveArgs(key, mb, denom)...)
+}
+
+// objectiveArgs returns the objective's arguments of micro-batch mb under key: pos, mask, adv,
+// old, ref and rollout when key has them, denom.
+func objectiveArgs(key trainKey, mb *microBatch, denom float32) []any {
+	args := []any{mb.pos, mb.mask, mb.adv}
 	if key.hasOld {
 		args = append(args, mb.old)
 	}
 	if key.hasRef {
 		args = append(args, mb.ref)
+	}
+	if key.hasRollout {
+		args = append(args, mb.rollout)
 	}
 	return append(args, tensors.FromScalar(denom))
 }
@@ -62,31 +73,91 @@ func readTrainInputs(key trainKey, in []*Node) trainInputs {
 	if key.shared {
 		x.prefix, x.prefixMask, in = in[0], in[1], in[2:]
 	}
-	x.tokens, x.attn, x.pos, x.mask, x.adv = in[0], in[1], in[2], in[3], in[4]
-	in = in[5:]
+	x.tokens, x.attn = in[0], in[1]
+	readObjectiveInputs(key, in[2:], &x)
+	return x
+}
+
+// readObjectiveInputs names the inputs in, in objectiveArgs's order, in x.
+func readObjectiveInputs(key trainKey, in []*Node, x *trainInputs) {
+	x.pos, x.mask, x.adv = in[0], in[1], in[2]
+	in = in[3:]
 	if key.hasOld {
 		x.old, in = in[0], in[1:]
 	}
 	if key.hasRef {
 		x.ref, in = in[0], in[1:]
 	}
+	if key.hasRollout {
+		x.rollout, in = in[0], in[1:]
+	}
 	x.denom = in[0]
-	return x
 }
 
 // The outputs of a training graph, in this order: the micro-batch's share of the loss
 // (scalar); the per-row sums of ρ, KL, clipped-term flags and −log π over counted tokens
-// ([R] each). trainOutputList writes that order and readTrainOutputs reads it.
+// ([R] each); with a rollout correction (key.hasRollout), the per-row sum, max and zeros of
+// the weights c and the sum of the k3 terms of KL(π_rollout ‖ π_old) ([R] each); with
+// key.tokens, log π_θ and ℓ_k ([R, K] each). trainOutputList writes that order and
+// readTrainOutputs reads it.
 type trainOutputs[T any] struct {
-	loss, seqRatio, seqKL, seqClipped, seqNegLogP T
+	loss, seqRatio, seqKL, seqClipped, seqNegLogP    T
+	seqWeight, seqWeightMax, seqMasked, seqRolloutKL T // zero values without a correction
+	logp, perToken                                   T // zero values without key.tokens
 }
 
-func trainOutputList(o trainOutputs[*Node]) []*Node {
-	return []*Node{o.loss, o.seqRatio, o.seqKL, o.seqClipped, o.seqNegLogP}
+// numTrainOutputs is the number of outputs of a training graph (or of the head stage's
+// objective outputs) under key.
+func numTrainOutputs(key trainKey) int {
+	n := 5
+	if key.hasRollout {
+		n += 4
+	}
+	if key.tokens {
+		n += 2
+	}
+	return n
 }
 
-func readTrainOutputs(res []*tensors.Tensor) trainOutputs[*tensors.Tensor] {
-	return trainOutputs[*tensors.Tensor]{loss: res[0], seqRatio: res[1], seqKL: res[2], seqClipped: res[3], seqNegLogP: res[4]}
+func trainOutputList(key trainKey, o trainOutputs[*Node]) []*Node {
+	out := []*Node{o.loss, o.seqRatio, o.seqKL, o.seqClipped, o.seqNegLogP}
+	if key.hasRollout {
+		out = append(out, o.seqWeight, o.seqWeightMax, o.seqMasked, o.seqRolloutKL)
+	}
+	if key.tokens {
+		out = append(out, o.logp, o.perToken)
+	}
+	return out
+}
+
+func readTrainOutputs(key trainKey, res []*tensors.Tensor) trainOutputs[*tensors.Tensor] {
+	o := trainOutputs[*tensors.Tensor]{loss: res[0], seqRatio: res[1], seqKL: res[2], seqClipped: res[3], seqNegLogP: res[4]}
+	res = res[5:]
+	if key.hasRollout {
+		o.seqWeight, o.seqWeightMax, o.seqMasked, o.seqRolloutKL, res = res[0], res[1], res[2], res[3], res[4:]
+	}
+	if key.tokens {
+		o.logp, o.perToken = res[0], res[1]
+	}
+	return o
+}
+
+// objectiveOutputs builds the objective on the policy's log-probs logp [R, K] and the inputs x,
+// and returns the loss and the graph's outputs (trainOutputList's order).
+func (t *Trainer) objectiveOutputs(key trainKey, logp *Node, x trainInputs) (*Node, []*Node) {
+	old := x.old
+	if old == nil {
+		old = StopGradient(logp) // μ = 1: ρ = 1, gradient kept
+	}
+	obj := buildObjective(t.cfg, objectiveInputs{logp: logp, old: old, ref: x.ref, rollout: x.rollout, mask: x.mask, adv: x.adv, denom: x.denom})
+	o := trainOutputs[*Node]{
+		loss: obj.Loss, seqRatio: obj.SeqRatio, seqKL: obj.SeqKL, seqClipped: obj.SeqClipped, seqNegLogP: obj.SeqNegLogP,
+		seqWeight: obj.SeqWeight, seqWeightMax: obj.SeqWeightMax, seqMasked: obj.SeqMasked, seqRolloutKL: obj.SeqRolloutKL,
+	}
+	if key.tokens {
+		o.logp, o.perToken = StopGradient(logp), StopGradient(Mul(obj.PerToken, x.mask))
+	}
+	return obj.Loss, trainOutputList(key, o)
 }
 
 // trainGraph builds one micro-batch's forward and backward pass and adds the gradients to
@@ -97,23 +168,19 @@ func (t *Trainer) trainGraph(ctx *context.Context, key trainKey, in []*Node) []*
 	t.graphsBuilt++
 	ctx.SetTraining(g, true)
 	logp := ConvertDType(t.callPolicy(ctx, x.prefix, x.prefixMask, x.tokens, x.attn, x.pos), float32DType) // [R, K]
-	old := x.old
-	if old == nil {
-		old = StopGradient(logp) // μ = 1: ρ = 1, gradient kept
-	}
-	obj := buildObjective(t.cfg, logp, old, x.ref, x.mask, x.adv, x.denom)
+	loss, outs := t.objectiveOutputs(key, logp, x)
 
 	params := t.trainedVariables(ctx, g)
 	values := make([]*Node, len(params))
 	for i, v := range params {
 		values[i] = v.ValueGraph(g)
 	}
-	grads := Gradient(obj.Loss, values...)
+	grads := Gradient(loss, values...)
 	for i, v := range params {
 		acc := t.stateVariable(ctx, "grad_acc", v)
 		acc.SetValueGraph(Add(acc.ValueGraph(g), ConvertDType(grads[i], float32DType)))
 	}
-	return trainOutputList(trainOutputs[*Node]{loss: obj.Loss, seqRatio: obj.SeqRatio, seqKL: obj.SeqKL, seqClipped: obj.SeqClipped, seqNegLogP: obj.SeqNegLogP})
+	return outs
 }
 
 // callPolicy calls the policy (the shared one when prefix is not nil), turning a panic with a

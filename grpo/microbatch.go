@@ -99,6 +99,7 @@ type microBatch struct {
 	R, L, K, P          int
 	tokens, attn, pos   *tensors.Tensor // int32 [R, L], [R, L], [R, K]
 	mask, adv, old, ref *tensors.Tensor // float32 [R, K], [R], [R, K], [R, K]
+	rollout             *tensors.Tensor // float32 [R, K]: the sampler's log-probs; nil without
 	prefix, prefixMask  *tensors.Tensor // int32 [1, P]; nil without a shared prefix
 }
 
@@ -107,7 +108,7 @@ func (mb *microBatch) shared() bool { return mb.prefix != nil }
 
 // finalize frees the micro-batch's tensors (on the device too) once they have been used.
 func (mb *microBatch) finalize() {
-	for _, x := range []*tensors.Tensor{mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv, mb.old, mb.ref, mb.prefix, mb.prefixMask} {
+	for _, x := range []*tensors.Tensor{mb.tokens, mb.attn, mb.pos, mb.mask, mb.adv, mb.old, mb.ref, mb.rollout, mb.prefix, mb.prefixMask} {
 		if x != nil {
 			x.FinalizeAll()
 		}
@@ -119,7 +120,7 @@ func (mb *microBatch) finalize() {
 // (after the prefix) and K after their last counted entry, both rounded up by bucket, and P
 // is bucket(n). Padding rows hold one token (attn_mask[0] = 1) so that every row stays finite
 // in any model; all their entries have loss mask 0 and target position 1.
-func pack(b *Batch, rows []int, R, n int, withOld, withRef bool) microBatch {
+func pack(b *Batch, rows []int, R, n int, withOld, withRef, withRollout bool) microBatch {
 	L, K := 2, 1
 	for _, i := range rows {
 		L = max(L, rowLength(b, i)-n)
@@ -134,7 +135,10 @@ func pack(b *Batch, rows []int, R, n int, withOld, withRef bool) microBatch {
 	mb := microBatch{R: R, L: L, K: K}
 	tokens, attn, pos := make([]int32, R*L), make([]int32, R*L), make([]int32, R*K)
 	mask, adv := make([]float32, R*K), make([]float32, R)
-	var old, ref []float32
+	var old, ref, rollout []float32
+	if withRollout {
+		rollout = make([]float32, R*K)
+	}
 	if withOld {
 		old = make([]float32, R*K)
 	}
@@ -166,6 +170,9 @@ func pack(b *Batch, rows []int, R, n int, withOld, withRef bool) microBatch {
 			if withRef {
 				ref[r*K+k] = b.RefLogProbs[i][k]
 			}
+			if withRollout {
+				rollout[r*K+k] = b.RolloutLogProbs[i][k]
+			}
 		}
 	}
 	mb.tokens = tensors.FromFlatDataAndDimensions(tokens, R, L)
@@ -178,6 +185,9 @@ func pack(b *Batch, rows []int, R, n int, withOld, withRef bool) microBatch {
 	}
 	if withRef {
 		mb.ref = tensors.FromFlatDataAndDimensions(ref, R, K)
+	}
+	if withRollout {
+		mb.rollout = tensors.FromFlatDataAndDimensions(rollout, R, K)
 	}
 	if n > 0 {
 		mb.P = bucket(n)

@@ -5,6 +5,8 @@ package grpo
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
 // Stats are the diagnostics of one optimizer step.
@@ -20,6 +22,52 @@ type Stats struct {
 	MeanKL    float64 // mean k3 KL to the reference over counted tokens (0 without reference log-probs)
 	Entropy   float64 // mean −log π_θ of the counted (sampled) tokens: a Monte-Carlo estimate of the entropy
 	Phase     [NumPhases]PhaseStats
+
+	// With a rollout correction, over the counted tokens that ran (0 without):
+	RolloutWeightMean float64 // mean weight c
+	RolloutWeightMax  float64 // largest weight c
+	RolloutMasked     float64 // fraction of tokens whose weight is 0
+	RolloutKL         float64 // mean of r_k − 1 − log r_k, r_k = π_old/π_rollout: an estimate of KL(π_rollout ‖ π_old) per token
+
+	Terms *TokenTerms // each token's terms, with Trainer.SetRecordTokens; nil otherwise
+}
+
+// TokenTerms are one optimizer step's per-token values, by row of the step's batch, such that
+// the step's loss is Σ_b Weight[b] Σ_k LossMask[b][k] LossTerm[b][k].
+type TokenTerms struct {
+	LogP     [][]float32 // [B][K] log π_θ at TargetPos, before the step (0 where LossMask is 0)
+	LossTerm [][]float32 // [B][K] ℓ_k before aggregation (0 where LossMask is 0)
+	Weight   []float64   // [B] 1/(N_seq max(1, Σ_k m)) (seq-mean-token-mean) or 1/N_tok (token-mean); 0 for a sequence without a counted token
+}
+
+// newTokenTerms returns the TokenTerms of batch b with its weights set: denom is N_seq or N_tok.
+func newTokenTerms(b *Batch, seqTokens []int, denom float64, agg string) *TokenTerms {
+	tt := &TokenTerms{LogP: make([][]float32, b.Len()), LossTerm: make([][]float32, b.Len()), Weight: make([]float64, b.Len())}
+	for i, n := range seqTokens {
+		if n == 0 {
+			continue
+		}
+		tt.Weight[i] = 1 / denom
+		if agg == AggSeqMeanTokenMean {
+			tt.Weight[i] /= float64(n)
+		}
+	}
+	return tt
+}
+
+// fill copies the log-probs and loss terms of a micro-batch ([R, K] tensors) into the rows of tt.
+func (tt *TokenTerms) fill(b *Batch, rows []int, logp, lossTerm *tensors.Tensor) {
+	mbK := logp.Shape().Dim(1)
+	lp, lt := tensors.MustCopyFlatData[float32](logp), tensors.MustCopyFlatData[float32](lossTerm)
+	for r, i := range rows {
+		K := len(b.LossMask[i])
+		tt.LogP[i], tt.LossTerm[i] = make([]float32, K), make([]float32, K)
+		for k := range min(K, mbK) {
+			if b.LossMask[i][k] != 0 {
+				tt.LogP[i][k], tt.LossTerm[i][k] = lp[r*mbK+k], lt[r*mbK+k]
+			}
+		}
+	}
 }
 
 // PhaseStats are the diagnostics of one phase's sequences in a step.
@@ -51,7 +99,8 @@ func (s Stats) String() string {
 // seqDiagnostics are the per-sequence sums a training graph returns (over each sequence's
 // counted tokens), in batch order.
 type seqDiagnostics struct {
-	ratio, kl, clipped, negLogP []float64
+	ratio, kl, clipped, negLogP          []float64
+	weight, weightMax, masked, rolloutKL []float64 // with a rollout correction only
 }
 
 // summarize fills the token means of st, overall and per phase, from the per-sequence sums
@@ -102,6 +151,14 @@ func (st *Stats) summarize(b *Batch, seqTokens []int, seqs seqDiagnostics, ran [
 	}
 	if ranTokens > 0 {
 		st.MeanRatio, st.MeanKL, st.ClipFrac, st.Entropy = ratio/ranTokens, kl/ranTokens, clip/ranTokens, negLogP/ranTokens
+	}
+	if seqs.weight != nil && ranTokens > 0 {
+		var w, masked, rkl float64
+		for j := range seqs.weight {
+			w, masked, rkl = w+seqs.weight[j], masked+seqs.masked[j], rkl+seqs.rolloutKL[j]
+			st.RolloutWeightMax = max(st.RolloutWeightMax, seqs.weightMax[j])
+		}
+		st.RolloutWeightMean, st.RolloutMasked, st.RolloutKL = w/ranTokens, masked/ranTokens, rkl/ranTokens
 	}
 	for p := range NumPhases {
 		ps := &st.Phase[p]

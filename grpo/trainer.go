@@ -43,11 +43,13 @@ type Trainer struct {
 	groupExecs   map[int]*context.Exec      // each update group's AdamW graph
 	pending      map[string]*tensors.Tensor // optimizer state set before its variables existed
 	graphsBuilt  int                        // training graphs built (one per exec and shape)
+	recordTokens bool                       // steps return each token's log-prob and loss term (SetRecordTokens)
 }
 
-// trainKey picks a training graph: old and ref say which log-probs are inputs; shared,
-// whether the rows' prefix is an input of its own.
-type trainKey struct{ hasOld, hasRef, shared bool }
+// trainKey picks a training graph: old, ref and rollout say which log-probs are inputs;
+// shared, whether the rows' prefix is an input of its own; tokens, whether the graph returns
+// per-token values.
+type trainKey struct{ hasOld, hasRef, hasRollout, shared, tokens bool }
 
 // logProbKey picks a log-prob graph: the variables' context and whether a prefix is shared.
 type logProbKey struct {
@@ -106,6 +108,11 @@ func (t *Trainer) stagedParams() error {
 // before the first step; fn must agree with the PolicyFn (SharedPolicyFn's contract).
 func (t *Trainer) SetSharedPolicy(fn SharedPolicyFn) { t.sharedPolicy = fn }
 
+// SetRecordTokens makes every step return each token's log π_θ and loss term ℓ_k and each
+// sequence's aggregation weight (Stats.Terms). It turns Config.SkipZeroAdvantage off, so that
+// every sequence has its terms; the update is the same either way.
+func (t *Trainer) SetRecordTokens(on bool) { t.recordTokens = on }
+
 // Steps returns the number of optimizer steps taken (restored by SetOptimizerState).
 func (t *Trainer) Steps() int { return t.step }
 
@@ -139,7 +146,7 @@ func (t *Trainer) Update(b *Batch) ([]Stats, error) {
 func (t *Trainer) Step(b *Batch) (Stats, error) {
 	n := t.step + 1
 	hasRef := b.RefLogProbs != nil
-	if err := b.validate(t.cfg.Beta > 0); err != nil {
+	if err := b.validate(t.cfg.Beta > 0, t.cfg.Corrects()); err != nil {
 		return Stats{}, fmt.Errorf("grpo step %d: %w", n, err)
 	}
 	st := Stats{Step: n, LR: LearningRate(t.cfg, t.step, t.totalSteps)}
@@ -157,7 +164,7 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 		return Stats{}, fmt.Errorf("grpo step %d: the batch has no counted completion tokens", n)
 	}
 	denom := float32(st.Sequences)
-	if t.cfg.LossAggregation == AggTokenMean {
+	if t.cfg.Aggregation() == AggTokenMean {
 		denom = float32(st.Tokens)
 	}
 
@@ -168,15 +175,18 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 	// The sequences that run: all, or (skip_zero_advantage, β = 0) those with a non-zero
 	// advantage, whose loss and gradient are the whole step's: the others' are exactly 0.
 	run, ran := b, []int(nil)
-	if t.cfg.SkipZeroAdvantage && t.cfg.Beta == 0 {
+	if t.cfg.SkipZeroAdvantage && t.cfg.Beta == 0 && !t.recordTokens {
 		ran = nonzeroAdvantageRows(b, seqTokens)
 		run = b.subset(ran)
 	}
 	var seqs seqDiagnostics
+	if t.recordTokens {
+		st.Terms = newTokenTerms(b, seqTokens, float64(denom), t.cfg.Aggregation())
+	}
 	for ci, rows := range t.chunks(run) {
 		shared := t.sharedPrefix(run, rows)
-		key := trainKey{hasOld: b.OldLogProbs != nil, hasRef: hasRef, shared: shared > 0}
-		mb := pack(run, rows, t.rowsFor(len(rows)), shared, key.hasOld, key.hasRef)
+		key := trainKey{hasOld: b.OldLogProbs != nil, hasRef: hasRef, hasRollout: t.cfg.Corrects(), shared: shared > 0, tokens: t.recordTokens}
+		mb := pack(run, rows, t.rowsFor(len(rows)), shared, key.hasOld, key.hasRef, key.hasRollout)
 		var res []*tensors.Tensor
 		var err error
 		if t.checkpointing() {
@@ -200,12 +210,21 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 			}
 			return Stats{}, fmt.Errorf("grpo step %d micro-batch %d: %w", n, ci, err)
 		}
-		out := readTrainOutputs(res)
+		out := readTrainOutputs(key, res)
 		st.Loss += float64(tensors.ToScalar[float32](out.loss))
 		seqs.ratio = append(seqs.ratio, rowsOf(out.seqRatio, len(rows))...)
 		seqs.kl = append(seqs.kl, rowsOf(out.seqKL, len(rows))...)
 		seqs.clipped = append(seqs.clipped, rowsOf(out.seqClipped, len(rows))...)
 		seqs.negLogP = append(seqs.negLogP, rowsOf(out.seqNegLogP, len(rows))...)
+		if key.hasRollout {
+			seqs.weight = append(seqs.weight, rowsOf(out.seqWeight, len(rows))...)
+			seqs.weightMax = append(seqs.weightMax, rowsOf(out.seqWeightMax, len(rows))...)
+			seqs.masked = append(seqs.masked, rowsOf(out.seqMasked, len(rows))...)
+			seqs.rolloutKL = append(seqs.rolloutKL, rowsOf(out.seqRolloutKL, len(rows))...)
+		}
+		if key.tokens {
+			st.Terms.fill(run, rows, out.logp, out.perToken)
+		}
 		for _, o := range res {
 			o.FinalizeAll()
 		}
@@ -251,7 +270,7 @@ func nonzeroAdvantageRows(b *Batch, seqTokens []int) []int {
 // trainer's own context: the frozen base, no copy) gives π_ref. Entries whose LossMask is 0 are 0. Each distinct ctx value
 // gets its own compiled graphs: pass the same *context.Context every time.
 func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) {
-	if err := b.validate(false); err != nil {
+	if err := b.validate(false, false); err != nil {
 		return nil, err
 	}
 	K := len(b.TargetPos[0])
@@ -262,7 +281,7 @@ func (t *Trainer) LogProbs(ctx *context.Context, b *Batch) ([][]float32, error) 
 		if err != nil {
 			return nil, err
 		}
-		mb := pack(b, rows, t.rowsFor(len(rows)), n, false, false)
+		mb := pack(b, rows, t.rowsFor(len(rows)), n, false, false, false)
 		args := []any{mb.tokens, mb.attn, mb.pos}
 		if mb.shared() {
 			args = append([]any{mb.prefix, mb.prefixMask}, args...)

@@ -106,7 +106,7 @@ func twinInputsOf(cfg Config, b *Batch, logp [][]float32) twinInputs {
 		in.adv = append(in.adv, float64(b.Advantages[i]))
 	}
 	in.denom = float64(seqs)
-	if cfg.LossAggregation == AggTokenMean {
+	if cfg.Aggregation() == AggTokenMean {
 		in.denom = float64(toks)
 	}
 	return in
@@ -700,7 +700,7 @@ func TestPackPadsRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb := pack(b, []int{0, 1}, 4, 0, false, false)
+	mb := pack(b, []int{0, 1}, 4, 0, false, false, false)
 	if mb.R != 4 || mb.L != 8 || mb.K != 8 {
 		t.Fatalf("R, L, K = %d, %d, %d; want 4, 8, 8", mb.R, mb.L, mb.K)
 	}

@@ -26,7 +26,7 @@ const (
 // generator runs the guard's calls and, for a remote one, how to reach it.
 // Its keys sit directly under rollout (rollout.generator, rollout.endpoint, …).
 type RemoteConfig struct {
-	Generator         string  `yaml:"generator"`          // local (the model section's checkpoint) | openai (a server at endpoint; eval and serve only)
+	Generator         string  `yaml:"generator"`          // local (the model section's checkpoint) | openai (a server at endpoint; eval, serve, and train's rollouts with model.lora)
 	Endpoint          string  `yaml:"endpoint"`           // the server's base URL, e.g. http://127.0.0.1:8000/v1 (…/completions is appended)
 	RemoteAPI         string  `yaml:"remote_api"`         // vllm | sglang (token ids to /completions) | chat (messages to /chat/completions)
 	RemoteModel       string  `yaml:"remote_model"`       // the model name the server serves ("" = the server's default; required for chat)

@@ -30,6 +30,10 @@ GRID_CFG=configs/synth-grid.yaml   # the GRPO cells and every eval
 GAMMAS=${LEARN_GRID_GAMMAS:-0 0.5 0.9}
 LAMBDAS=${LEARN_GRID_LAMBDAS:-0 1}
 SEEDS=${LEARN_GRID_SEEDS:-1 2 3}
+# grpo.loss values to compare (e.g. "grpo dapo gspo cispo"): "" = synth-grid.yaml's loss alone, and
+# cells keep their names; with values, grpo.loss is the grid's first key and cells are
+# OUT/<loss>-g<γ>-l<λ>-s<seed>.
+LOSSES=${LEARN_GRID_LOSSES:-}
 KEEP=${LEARN_GRID_KEEP:-0.5}         # the leaky teacher's keep probability
 GRPO_STEPS=${LEARN_GRID_STEPS:-}    # "" = synth-grid.yaml's train.steps
 GRID_TRAJ=${LEARN_GRID_TRAJECTORIES:-} # "" = synth-grid.yaml's train.trajectories
@@ -61,8 +65,10 @@ $BIN config --config "$GRID_CFG" --set model.path="$OUT/warm" --set eval.data="$
 step "eval of the warm start on the held-out file (through OUT/guard.yaml)"
 $BIN eval --config "$OUT/guard.yaml" --out "$OUT/eval-warm"
 
+grid="rewards.gamma: $(list $GAMMAS), rewards.lambda: $(list $LAMBDAS), train.seed: $(list $SEEDS)"
+[ -n "$LOSSES" ] && grid="grpo.loss: $(list $LOSSES), $grid"
 sets=(--set model.path="$OUT/warm" --set train.data="$OUT/data/train.jsonl" --set sweep.eval_data="$OUT/data/eval.jsonl"
-	--set "sweep.grid={rewards.gamma: $(list $GAMMAS), rewards.lambda: $(list $LAMBDAS), train.seed: $(list $SEEDS)}")
+	--set "sweep.grid={$grid}")
 [ -n "$GRPO_STEPS" ] && sets+=(--set train.steps="$GRPO_STEPS")
 [ -n "$GRID_TRAJ" ] && sets+=(--set train.trajectories="$GRID_TRAJ")
 sweep=("$BIN" --config "$GRID_CFG" "${sets[@]}" sweep --out "$OUT/sweep")
@@ -81,20 +87,30 @@ done
 
 step "each cell's guard into OUT/g<γ>-l<λ>-s<seed>/guard"
 rows=("leaky warm start (synth-leaky:$KEEP)=$OUT/eval-warm")
+losses=("") # one pass without a loss in the names, or one per loss
+[ -n "$LOSSES" ] && read -ra losses <<<"$LOSSES"
+for loss in "${losses[@]}"; do
 for g in $GAMMAS; do
 	for l in $LAMBDAS; do
 		dirs=()
 		for s in $SEEDS; do
 			point="gamma=$g,lambda=$l,seed=$s"
 			cell="$OUT/g$g-l$l-s$s"
+			label="γ $g, λ $l"
+			if [ -n "$loss" ]; then
+				point="loss=$loss,$point"
+				cell="$OUT/$loss-g$g-l$l-s$s"
+				label="$loss, γ $g, λ $l"
+			fi
 			rm -rf "$cell"
 			mkdir -p "$cell"
 			cp -r "$(last "$OUT/sweep/$point")" "$cell/guard"
 			ln -s "../sweep/$point" "$cell/eval" # the point's folder: training, rollouts, held-out eval
 			dirs+=("$cell/eval")
 		done
-		rows+=("γ $g, λ $l=$(IFS=,; echo "${dirs[*]}")")
+		rows+=("$label=$(IFS=,; echo "${dirs[*]}")")
 	done
+done
 done
 
 go run ./scripts/learn-table --retention --plot "$OUT/retention.png" --out "$OUT/results.md" \

@@ -25,6 +25,7 @@ type Config struct {
 	BestMetric      string `yaml:"best_metric"`      // report.json metric that picks checkpoint-best, e.g. "f1" or "-asr" (leading '-' = lower is better)
 	LogRollouts     bool   `yaml:"log_rollouts"`     // write rollouts.jsonl: a line per step × trajectory × turn × chain
 	LogTexts        bool   `yaml:"log_texts"`        // also write the memory and judge completions' texts in rollouts.jsonl
+	LogTokens       bool   `yaml:"log_tokens"`       // write tokens.jsonl: every trained sequence's per-token log-probs and loss terms, per optimizer iteration (GRPO only)
 	CheckpointDType string `yaml:"checkpoint_dtype"` // dtype of saved weights: float32 | bfloat16 ("" = the model's)
 
 	// MemoryOnly leaves the judge calls out of GRPO's update: only the

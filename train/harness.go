@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -21,7 +22,9 @@ import (
 	"github.com/mageguard/mageguard/model/checkpoint"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/localgen"
+	"github.com/mageguard/mageguard/rollout/openai"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
 	"github.com/mageguard/mageguard/internal/lock"
@@ -37,6 +40,7 @@ type run struct {
 	tok         *tokenizer.Tokenizer
 	model       *model.Model
 	guard       *rollout.Guard
+	remote      *openai.Generator // the server the rollouts run on (rollout.generator: openai); nil = the local model
 	trainer     *grpo.Trainer
 	pool        []*dataset.Trajectory
 	positive    []bool
@@ -140,7 +144,7 @@ func (r *run) setup() (int, error) {
 	if err := r.loadModel(resumeDir, start); err != nil {
 		return 0, err
 	}
-	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, &localgen.Generator{Model: r.model}); err != nil {
+	if err := r.newGuard(); err != nil {
 		return 0, err
 	}
 	if err := r.steps.prepare(r, resumeDir, start); err != nil {
@@ -176,8 +180,8 @@ func (r *run) setup() (int, error) {
 // 0 when the run starts afresh).
 func (r *run) checkStart() (resumeDir string, start int, err error) {
 	o := r.opts
-	if o.Rollout.Generator != rollout.GeneratorLocal {
-		return "", 0, fmt.Errorf("train: rollout.generator is %q: training needs the local model (its log-probs and gradients), set rollout.generator: %s", o.Rollout.Generator, rollout.GeneratorLocal)
+	if o.Rollout.Generator != rollout.GeneratorLocal && (o.Model.LoRA.Rank == 0 || o.Rollout.RemoteAPI == rollout.RemoteChat) {
+		return "", 0, fmt.Errorf("train: rollout.generator is %q with model.lora.rank %d and remote_api %s: training needs the local model (its log-probs and gradients), set rollout.generator: %s, or train a LoRA adapter (model.lora.rank) that a vllm or sglang server loads after every step", o.Rollout.Generator, o.Model.LoRA.Rank, o.Rollout.RemoteAPI, rollout.GeneratorLocal)
 	}
 	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
 		return "", 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
@@ -210,6 +214,37 @@ func (r *run) checkStart() (resumeDir string, start int, err error) {
 	}
 	return resumeDir, start, nil
 }
+
+// newGuard builds the guard on its generator: the local model, or with
+// rollout.generator openai the server at rollout.endpoint (its API key read
+// from the environment variable rollout.api_key_env), asked for every
+// sampled token's log-prob.
+func (r *run) newGuard() error {
+	o := r.opts
+	var err error
+	if o.Rollout.Generator != rollout.GeneratorOpenAI {
+		r.guard, err = rollout.NewGuard(o.Rollout, r.tok, &localgen.Generator{Model: r.model})
+		return err
+	}
+	fwd := &forwardGenerator{} // the server's generator needs the guard's stop tokens
+	if r.guard, err = rollout.NewGuard(o.Rollout, r.tok, fwd); err != nil {
+		return err
+	}
+	key := ""
+	if o.Rollout.APIKeyEnv != "" {
+		key = os.Getenv(o.Rollout.APIKeyEnv)
+	}
+	if r.remote, err = openai.New(o.Rollout.RemoteConfig, r.tok, r.guard.Stops(), key); err != nil {
+		return err
+	}
+	r.remote.SampledLogProbs = true
+	fwd.Generator = r.remote
+	fmt.Fprintf(r.log, "rollouts: on %s (%s API), the adapter loaded after every step\n", o.Rollout.Endpoint, o.Rollout.RemoteAPI)
+	return nil
+}
+
+// forwardGenerator forwards to the generator set after it was built.
+type forwardGenerator struct{ generate.Generator }
 
 // loadModel loads the tokenizer and the model: the checkpoint resumeDir
 // when resuming, else model.path, else a random model from the model.*
@@ -314,13 +349,27 @@ func (r *run) episodes(idx []int) []*rollout.Episode {
 // judge ones, so this keeps the padding small; the loss is a sum over
 // sequences, so order is free.
 func sortForBatch(seqs []grpo.Sequence) {
-	sort.SliceStable(seqs, func(a, b int) bool {
-		sa, sb := &seqs[a], &seqs[b]
+	sorted := make([]grpo.Sequence, len(seqs))
+	for i, j := range batchOrder(seqs) {
+		sorted[i] = seqs[j]
+	}
+	copy(seqs, sorted)
+}
+
+// batchOrder returns the indexes of seqs in sortForBatch's order.
+func batchOrder(seqs []grpo.Sequence) []int {
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		sa, sb := &seqs[order[a]], &seqs[order[b]]
 		if sa.Phase != sb.Phase {
 			return sa.Phase < sb.Phase
 		}
 		return len(sa.Prompt)+len(sa.Completion) < len(sb.Prompt)+len(sb.Completion)
 	})
+	return order
 }
 
 // newSequence is a GRPO sequence of prompt and completion (token ids) with

@@ -152,11 +152,15 @@ type judgeCall struct {
 // periodic eval are train's.
 //
 // Trajectories the teacher has no targets for are left out (and counted);
-// opts.GRPO's beta, num_iterations, clip_epsilon and scale_rewards do not
-// apply.
+// opts.GRPO's beta, num_iterations, clip_epsilon, clip_epsilon_high,
+// scale_rewards, loss and rollout_correction do not apply.
 func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) (*Result, error) {
 	if tch == nil {
 		return nil, errors.New("sft: no teacher")
+	}
+	if opts.Rollout.Generator != rollout.GeneratorLocal {
+		// Only GRPO loads its adapter into a server after every step.
+		return nil, fmt.Errorf("sft: rollout.generator is %q: sft needs the local model, set rollout.generator: %s", opts.Rollout.Generator, rollout.GeneratorLocal)
 	}
 	// The cross-entropy through the GRPO trainer. With advantage 1 for
 	// every sequence, no old log-probs (ρ = exp(log π − sg(log π)) = 1, so
@@ -167,6 +171,7 @@ func SFT(ctx context.Context, opts Options, cfg SFTConfig, tch teacher.Teacher) 
 	// the trainer's −log π diagnostics (grpo.Stats.Entropy).
 	opts.GRPO.Beta = 0
 	opts.GRPO.NumIterations = 1
+	opts.GRPO.Loss, opts.GRPO.RolloutCorrection = grpo.LossGRPO, grpo.CorrectionNone
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sft.%w", err)
 	}

@@ -362,3 +362,23 @@ func (d *Decoder) Advance(tok int) error {
 	}
 	return nil
 }
+
+// Forced replays tokens, a completion generated under g with a budget of
+// max new tokens (by a server's guided decoding, say), and reports for each
+// token whether g forces it there: the tokens that carry no choice, which
+// training leaves out of the loss. An error says the tokens leave g's
+// token-level path (a server may write the same text with other tokens).
+func (g *Grammar) Forced(tokens []int, budget int) ([]bool, error) {
+	d := g.NewDecoder(budget)
+	out := make([]bool, len(tokens))
+	for i, tok := range tokens {
+		if d.Done() {
+			return nil, fmt.Errorf("structured decoding: %d tokens after the call's end", len(tokens)-i)
+		}
+		out[i] = d.Next().Force >= 0
+		if err := d.Advance(tok); err != nil {
+			return nil, fmt.Errorf("token %d: %w", i, err)
+		}
+	}
+	return out, nil
+}

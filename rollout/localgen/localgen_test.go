@@ -66,6 +66,17 @@ func TestGeneratorStructured(t *testing.T) {
 			if free == 0 || c.Forced[0] != true {
 				t.Fatalf("forced flags %v", c.Forced)
 			}
+			// Replaying the tokens through the grammar (what a server's completion gets)
+			// marks the same tokens forced; a token off the grammar's path is refused.
+			replay, err := g.Grammar(rollout.JudgeRole).Forced(c.Completion, 40)
+			if err != nil || !slices.Equal(replay, c.Forced) {
+				t.Fatalf("grammar.Forced %v (%v), the generator's %v", replay, err, c.Forced)
+			}
+			off := slices.Clone(c.Completion)
+			off[0]++
+			if _, err := g.Grammar(rollout.JudgeRole).Forced(off, 40); err == nil {
+				t.Fatal("grammar.Forced accepted a token the grammar forbids")
+			}
 			for _, lp := range c.LogProbs {
 				if lp > 0 {
 					t.Fatalf("log-prob %v > 0", lp)

@@ -64,7 +64,7 @@ func (g *Generator) chat(ctx context.Context, r *generate.Request, s generate.Sa
 	tool := chatTool{Type: "function", Function: chatFunction{
 		Name: r.Chat.Tool.Name, Description: r.Chat.Tool.Description, Parameters: r.Chat.Tool.Parameters}}
 	body := chatRequest{
-		Model: g.cfg.RemoteModel,
+		Model: g.modelName(),
 		Messages: []chatMessage{
 			{Role: "system", Content: r.Chat.System},
 			{Role: "user", Content: r.Chat.User},

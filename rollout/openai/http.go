@@ -19,11 +19,15 @@ const maxResponseBytes = 32 << 20
 // post sends body as JSON to the endpoint's path and decodes the answer
 // into out, retrying 429, 5xx and transport errors.
 func (g *Generator) post(ctx context.Context, path string, body, out any) error {
+	return g.postURL(ctx, strings.TrimRight(g.cfg.Endpoint, "/")+path, body, out)
+}
+
+// postURL is post to a whole URL; a nil out reads no answer but its status.
+func (g *Generator) postURL(ctx context.Context, url string, body, out any) error {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	url := strings.TrimRight(g.cfg.Endpoint, "/") + path
 	wait := g.Backoff
 	for attempt := 0; ; attempt++ {
 		retryAfter, err := g.once(ctx, url, data, out)
@@ -86,6 +90,9 @@ func (g *Generator) once(ctx context.Context, url string, data []byte, out any) 
 			return retryAfter(resp.Header.Get("Retry-After")), &retryable{err}
 		}
 		return -1, err
+	}
+	if out == nil {
+		return -1, nil
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return -1, fmt.Errorf("POST %s: the answer is not the expected JSON: %v", url, err)

@@ -1,5 +1,7 @@
 // Package openai runs the guard's calls on an OpenAI-compatible server
-// (rollout.generator: openai), for `eval` and `serve`.
+// (rollout.generator: openai), for `eval` and `serve`, and for `train`'s
+// rollouts of a LoRA adapter it loads into the server after every step
+// (lora.go, SampledLogProbs).
 //
 // Against vLLM and SGLang (remote_api vllm | sglang) every call is our own
 // rendering sent as token ids to /completions, so the chat template, the
@@ -53,6 +55,15 @@ type Generator struct {
 	// Backoff is the wait before the first retry when the server sends no
 	// Retry-After (doubled at each retry); MaxWait caps any wait.
 	Backoff, MaxWait time.Duration
+
+	// SampledLogProbs makes every /completions request ask for log-probs
+	// and every completion carry the sampled tokens' (an error when the
+	// server leaves one out): training's rollout log-probs. Set it before
+	// the first Generate.
+	SampledLogProbs bool
+
+	mu    sync.Mutex
+	model string // the model requests name (remote_model, or the adapter SetModel named)
 }
 
 // New returns a generator for cfg (cfg.Generator openai),
@@ -66,7 +77,7 @@ func New(cfg rollout.RemoteConfig, tok *tokenizer.Tokenizer, stops []int, key st
 		return nil, fmt.Errorf("rollout.generator is %q, not %s", cfg.Generator, rollout.GeneratorOpenAI)
 	}
 	return &Generator{
-		cfg: cfg, tok: tok, stops: stops, key: key,
+		cfg: cfg, tok: tok, stops: stops, key: key, model: cfg.RemoteModel,
 		client:  &http.Client{Timeout: time.Duration(cfg.RemoteTimeoutS * float64(time.Second))},
 		Backoff: 500 * time.Millisecond, MaxWait: 30 * time.Second,
 	}, nil
@@ -170,12 +181,15 @@ type completionsResponse struct {
 func (g *Generator) complete(ctx context.Context, r *generate.Request, s generate.Sampling, seed int64) (generate.Completion, error) {
 	temp, topP, topK := sampling(s)
 	body := completionsRequest{
-		Model: g.cfg.RemoteModel, Prompt: r.Prompt, MaxTokens: r.MaxNew,
+		Model: g.modelName(), Prompt: r.Prompt, MaxTokens: r.MaxNew,
 		Temperature: temp, TopP: topP, TopK: topK, Seed: seed,
 		StopTokenIDs: g.stops, ReturnTokenIDs: true,
 	}
 	if len(r.Watch) > 0 && g.cfg.RemoteLogprobs > 0 {
 		body.Logprobs = g.cfg.RemoteLogprobs
+	}
+	if g.SampledLogProbs {
+		body.Logprobs = max(body.Logprobs, 1) // the sampled token's log-prob comes with the top-1
 	}
 	if g.cfg.RemoteAPI == rollout.RemoteVLLM {
 		body.ReturnTokensAsTokenIDs = true
@@ -223,10 +237,22 @@ func (g *Generator) complete(ctx context.Context, r *generate.Request, s generat
 	c.Tokens = ids
 	c.LogProbs = make([]float32, len(ids))
 	c.Forced = make([]bool, len(ids))
+	if r.Grammar != nil {
+		// The tokens the call's grammar forces (no choice, not trained on), when the
+		// server wrote the call with the grammar's own tokens; else none is marked.
+		if f, err := r.Grammar.Forced(ids, r.MaxNew); err == nil {
+			c.Forced = f
+		}
+	}
+	if g.SampledLogProbs && (ch.Logprobs == nil || len(ch.Logprobs.TokenLogprobs) < len(ids)) {
+		return generate.Completion{}, fmt.Errorf("the server returned no log-prob for some of the %d tokens (training needs the sampled tokens' log-probs)", len(ids))
+	}
 	if lp := ch.Logprobs; lp != nil {
 		for i := range ids {
 			if i < len(lp.TokenLogprobs) && lp.TokenLogprobs[i] != nil {
 				c.LogProbs[i] = float32(*lp.TokenLogprobs[i])
+			} else if g.SampledLogProbs {
+				return generate.Completion{}, fmt.Errorf("the server returned no log-prob for token %d (training needs the sampled tokens' log-probs)", i)
 			}
 		}
 		if len(r.Watch) > 0 {

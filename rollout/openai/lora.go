@@ -1,0 +1,80 @@
+package openai
+
+// LoRA adapters loaded into the server at run time: training with a
+// remote generator writes its adapter after every optimizer step, loads it
+// under a new name and names it in the next rollouts' requests.
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/mageguard/mageguard/rollout"
+)
+
+// SetModel makes later requests name model (instead of
+// rollout.remote_model): the adapter LoadLoRA loaded.
+func (g *Generator) SetModel(model string) {
+	g.mu.Lock()
+	g.model = model
+	g.mu.Unlock()
+}
+
+// modelName is the model requests name.
+func (g *Generator) modelName() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.model
+}
+
+// loraRequest is the body of vLLM's and SGLang's load and unload calls.
+type loraRequest struct {
+	LoRAName string `json:"lora_name"`
+	LoRAPath string `json:"lora_path,omitempty"`
+}
+
+// LoadLoRA asks the server to load the PEFT adapter directory path (a path
+// the server can read) under name: vLLM's POST {endpoint}/load_lora_adapter
+// (a server started with --enable-lora and
+// VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), SGLang's POST /load_lora_adapter
+// at the server's root.
+func (g *Generator) LoadLoRA(ctx context.Context, name, path string) error {
+	u, err := g.loraURL("load_lora_adapter")
+	if err != nil {
+		return err
+	}
+	if err := g.postURL(ctx, u, loraRequest{LoRAName: name, LoRAPath: path}, nil); err != nil {
+		return fmt.Errorf("load LoRA adapter %s from %s: %w", name, path, err)
+	}
+	return nil
+}
+
+// UnloadLoRA asks the server to drop the adapter name (vLLM's
+// /unload_lora_adapter beside load_lora_adapter; SGLang's at its root).
+func (g *Generator) UnloadLoRA(ctx context.Context, name string) error {
+	u, err := g.loraURL("unload_lora_adapter")
+	if err != nil {
+		return err
+	}
+	if err := g.postURL(ctx, u, loraRequest{LoRAName: name}, nil); err != nil {
+		return fmt.Errorf("unload LoRA adapter %s: %w", name, err)
+	}
+	return nil
+}
+
+// loraURL is the URL of a LoRA call: under the endpoint for vLLM, at the
+// server's root for SGLang; a chat API has none.
+func (g *Generator) loraURL(call string) (string, error) {
+	switch g.cfg.RemoteAPI {
+	case rollout.RemoteVLLM:
+		return strings.TrimRight(g.cfg.Endpoint, "/") + "/" + call, nil
+	case rollout.RemoteSGLang:
+		u, err := url.Parse(g.cfg.Endpoint)
+		if err != nil {
+			return "", err
+		}
+		return u.Scheme + "://" + u.Host + "/" + call, nil
+	}
+	return "", fmt.Errorf("rollout.remote_api %s cannot load LoRA adapters (vllm and sglang can)", g.cfg.RemoteAPI)
+}
