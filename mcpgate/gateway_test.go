@@ -67,6 +67,11 @@ func TestAllowBlockMonitor(t *testing.T) {
 				w.GuardTokens <= 0 || w.Session == "" || w.MCPSession == "" || w.Monitor != monitor || string(w.Arguments) != `{"content":"key","path":"/tmp/exfil.txt"}` {
 				t.Errorf("the write's decision record: %+v", w)
 			}
+			// The step's time by phase: the scripted generator tells no
+			// prefill; its calls' times lie within the guard's.
+			if w.PrefillMS != 0 || w.MemoryMS <= 0 || w.JudgeMS <= 0 || w.MemoryMS+w.JudgeMS > float64(w.GuardMS)+1 {
+				t.Errorf("the write's step phases: prefill %g, memory %g, judge %g ms; guard %d ms", w.PrefillMS, w.MemoryMS, w.JudgeMS, w.GuardMS)
+			}
 
 			// The guard's memory read the read's result before judging the write.
 			sess, steps, err := h.store.GetWithSteps(w.Session)

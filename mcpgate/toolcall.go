@@ -15,6 +15,7 @@ import (
 	"maps"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -84,6 +85,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	score := ans.Score
 	rec.Step, rec.Decision, rec.Score, rec.Rationale = &step, ans.Decision, &score, ans.Rationale
 	rec.MemoryVersion, rec.GuardTokens = ans.MemoryVersion, ans.Tokens
+	rec.PrefillMS, rec.MemoryMS, rec.JudgeMS = millis(ans.Timing.Prefill), millis(ans.Timing.Memory), millis(ans.Timing.Judge)
 	if ans.Decision == serve.DecisionBlock {
 		if !s.g.opts.Monitor {
 			if err := s.g.audit(rec); err != nil {
@@ -98,6 +100,9 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	}
 	return s.forwardCall(ctx, &fwd, rec, true)
 }
+
+// millis is d in milliseconds, to the microsecond (the audit's phases).
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // undecided handles a call the guard did not decide (err: the session is
 // blocked, the guard is loading or overloaded, the deadline passed, the
