@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e fuzz parquet-flip learn learn-grid
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e mcp-overhead fuzz parquet-flip learn learn-grid
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -142,6 +142,22 @@ MCP_E2E_OUT   ?= runs/mcp-e2e
 MCP_E2E_CALLS ?= 60
 mcp-e2e:
 	MCP_E2E_CALLS=$(MCP_E2E_CALLS) scripts/mcp-e2e.sh $(MCP_E2E_OUT)
+
+# What `mageguard mcp` itself adds to a tools/call over stdio (not part of
+# make test; it asserts nothing): the gateway on a random tiny checkpoint
+# (configs/tiny.yaml, --monitor) in front of a one-tool downstream, driven
+# by the Go SDK's client, MCP_OVERHEAD_CALLS calls one at a time; prints the
+# p50 and p90 of the call, the guard step, the downstream and the rest (the
+# gateway's own) with the load average, and writes them to
+# $(MCP_OVERHEAD_OUT). See scripts/mcp-overhead and docs/mcp.md.
+MCP_OVERHEAD_CALLS ?= 60
+MCP_OVERHEAD_OUT   ?= runs/mcp-overhead.json
+mcp-overhead: build
+	rm -rf bin/mcp-tiny
+	$(BIN) model init --config configs/tiny.yaml --out bin/mcp-tiny >/dev/null
+	$(GO) build -o bin/mcp-overhead ./scripts/mcp-overhead
+	mkdir -p $(dir $(MCP_OVERHEAD_OUT))
+	bin/mcp-overhead -mageguard $(BIN) -config configs/tiny.yaml -model bin/mcp-tiny -calls $(MCP_OVERHEAD_CALLS) -out $(MCP_OVERHEAD_OUT)
 
 # Go's native fuzzing of every parser of outside input, one target at a
 # time, each for FUZZTIME (their seed corpora also run in `make test`).

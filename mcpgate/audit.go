@@ -48,6 +48,12 @@ type Record struct {
 	PrefillMS float64 `json:"prefill_ms,omitempty"`
 	MemoryMS  float64 `json:"memory_ms,omitempty"`
 	JudgeMS   float64 `json:"judge_ms,omitempty"`
+	// decision: the guard step alone (serve's assess, the guard session's
+	// creation at a client session's first call included), microseconds;
+	// outcome: downstream_ms in microseconds. What a tools/call takes beyond
+	// them is the gateway's own (make mcp-overhead).
+	StepUS       int64 `json:"step_us,omitempty"`
+	DownstreamUS int64 `json:"downstream_us,omitempty"`
 }
 
 // Audit is an append-only JSONL file of Records, each written and synced

@@ -75,8 +75,10 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 		return refused("mageguard: %s; the call was not run", err), nil
 	}
 	rec.Arguments = s.g.elide(areq.Action).Arguments
+	stepped := s.g.now()
 	ans, err := s.step(ctx, areq, meta)
-	rec.GuardMS = s.g.now().Sub(arrived).Milliseconds()
+	decided := s.g.now()
+	rec.GuardMS, rec.StepUS = decided.Sub(arrived).Milliseconds(), decided.Sub(stepped).Microseconds()
 	rec.Session = s.guardID
 	if err != nil {
 		return s.undecided(ctx, &fwd, rec, err)
@@ -160,8 +162,9 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 	}
 	start := s.g.now()
 	res, err := s.forward(ctx, "tools/call", fwd)
+	took := s.g.now().Sub(start)
 	out := &Record{Event: EventOutcome, MCPSession: s.name, Owner: s.owner, Session: rec.Session, Step: rec.Step, Tool: rec.Tool,
-		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: s.g.now().Sub(start).Milliseconds()}
+		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: took.Milliseconds(), DownstreamUS: took.Microseconds()}
 	var result *mcp.CallToolResult
 	if err != nil {
 		out.Error = err.Error()
