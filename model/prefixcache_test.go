@@ -4,8 +4,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -191,5 +193,65 @@ func TestKeptPrefixDroppedWhenWeightsChange(t *testing.T) {
 	}
 	if _, mi := m.PrefixCacheStats(); mi != misses+1 {
 		t.Fatal("the least recently used prefix was still kept")
+	}
+}
+
+// TestKeptPrefixConcurrent: generations that share a kept prefix from
+// several goroutines at once (one computing it, the others waiting or
+// reusing it, one dropping them all meanwhile) give the tokens a lone
+// generation gives. Run it with -race: its backend runs ops in program
+// order, since simplego's parallel scheduler is itself reported by the
+// race detector.
+func TestKeptPrefixConcurrent(t *testing.T) {
+	bc := DefaultBackendConfig()
+	bc.OpsSequential = true
+	backend, err := NewBackend(bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(backend, testConfig(), 9, dtypes.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	prefix := randomSeqs(rng, m.cfg.VocabSize, 40)[0]
+	var prompts [][]int
+	for range 4 {
+		prompts = append(prompts, append(slices.Clone(prefix), randomSeqs(rng, m.cfg.VocabSize, 7)[0]...))
+	}
+	opts := GenerateOptions{MaxNewTokens: 6, KeepPrefix: 40}
+	want := make([][]int, len(prompts))
+	for i, p := range prompts {
+		g, err := m.Generate([][]int{p}, GenerateOptions{MaxNewTokens: 6, NoPrefixReuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = g[0].Tokens
+	}
+	m.DropKeptPrefixes()
+	got := make([][]int, len(prompts))
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 2 {
+				m.DropKeptPrefixes()
+			}
+			g, err := m.Generate([][]int{p}, opts)
+			if errs[i] = err; err == nil {
+				got[i] = g[0].Tokens
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range prompts {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("prompt %d: %v at once, %v alone", i, got[i], want[i])
+		}
 	}
 }
