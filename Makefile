@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/mageguard
 PKGS    := ./...
 
-.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e fuzz parquet-flip learn learn-grid
+.PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e mcp-overhead fuzz parquet-flip learn learn-grid
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -25,15 +25,18 @@ test:
 	$(GO) test -count=1 $(PKGS)
 	$(GO) test -count=1 -race -short $(RACE_PKGS)
 
-# Benchmarks of every package (results also in bin/bench.txt), the GRPO
+# Benchmarks of every package (results also in bin/bench.txt, with the load
+# average around them: scripts/loadwatch.sh), the GRPO
 # update with full fine-tuning and with LoRA side by side, then the
-# model's benchmarks and grpo's update benchmark redone in PyTorch float32 and
-# printed side by side with the ratios (needs /usr/bin/python3 with torch:
+# model's benchmarks and grpo's update benchmark redone in PyTorch float32,
+# with 1 and 2 threads, and printed side by side with the ratios against
+# PyTorch's fastest setting — or "too loaded, rerun" where either side ran
+# above BENCH_MAX_LOAD (default 2.5) — (needs /usr/bin/python3 with torch:
 # apt-get install -y python3-torch python3-numpy libopenblas0-pthread;
-# skipped otherwise).
+# skipped otherwise). docs/performance.md says how to read it.
 bench:
 	@mkdir -p bin
-	@$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS) > bin/bench.txt; status=$$?; cat bin/bench.txt; exit $$status
+	@scripts/loadwatch.sh $(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS) > bin/bench.txt; status=$$?; cat bin/bench.txt; exit $$status
 	@echo "GRPO update on the demo's batch, full fine-tuning beside a LoRA adapter of rank 16 (grpo/bench_test.go):"
 	@awk '/^Benchmark(Update|LoRAUpdate)-/ { n = $$1; sub(/-[0-9]+$$/, "", n); \
 	  for (i = 3; i < NF; i++) { if ($$(i+1) == "ns/op") t = $$i / 1e9; if ($$(i+1) == "cpu-s/op") c = $$i; \
@@ -43,7 +46,7 @@ bench:
 	  /usr/bin/python3 scripts/bench_torch.py --go bin/bench.txt && \
 	  $(GO) build -o $(BIN) ./cmd/mageguard && rm -rf bin/bench-tiny && \
 	  $(BIN) model init --config configs/tiny.yaml --out bin/bench-tiny 2>/dev/null && \
-	  /usr/bin/python3 scripts/bench_update_torch.py --ckpt bin/bench-tiny --threads 2 --go bin/bench.txt; \
+	  /usr/bin/python3 scripts/bench_update_torch.py --ckpt bin/bench-tiny --go bin/bench.txt; \
 	else echo "bench: no /usr/bin/python3 with torch, PyTorch comparison skipped"; fi
 
 # The main job on the bundled data: a tiny random Qwen3 trained for a few
@@ -168,6 +171,21 @@ replay-e2e: build
 	MAGEGUARD_REPLAY_E2E=$(abspath $(REPLAY_E2E_OUT)) MAGEGUARD_BIN=$(abspath $(BIN)) \
 	  MAGEGUARD_REPLAY_TRAJECTORIES=$(REPLAY_E2E_TRAJECTORIES) \
 	  $(GO) test -count=1 -v -timeout 30m -run '^TestReplayE2E$$' ./cmd/mageguard
+# What `mageguard mcp` itself adds to a tools/call over stdio (not part of
+# make test; it asserts nothing): the gateway on a random tiny checkpoint
+# (configs/tiny.yaml, --monitor) in front of a one-tool downstream, driven
+# by the Go SDK's client, MCP_OVERHEAD_CALLS calls one at a time; prints the
+# p50 and p90 of the call, the guard step, the downstream and the rest (the
+# gateway's own) with the load average, and writes them to
+# $(MCP_OVERHEAD_OUT). See scripts/mcp-overhead and docs/mcp.md.
+MCP_OVERHEAD_CALLS ?= 60
+MCP_OVERHEAD_OUT   ?= runs/mcp-overhead.json
+mcp-overhead: build
+	rm -rf bin/mcp-tiny
+	$(BIN) model init --config configs/tiny.yaml --out bin/mcp-tiny >/dev/null
+	$(GO) build -o bin/mcp-overhead ./scripts/mcp-overhead
+	mkdir -p $(dir $(MCP_OVERHEAD_OUT))
+	bin/mcp-overhead -mageguard $(BIN) -config configs/tiny.yaml -model bin/mcp-tiny -calls $(MCP_OVERHEAD_CALLS) -out $(MCP_OVERHEAD_OUT)
 
 # Go's native fuzzing of every parser of outside input, one target at a
 # time, each for FUZZTIME (their seed corpora also run in `make test`).

@@ -42,6 +42,18 @@ type Record struct {
 	Error         string          `json:"error,omitempty"`         // why the guard did not decide, or why the forwarded call failed
 	IsError       *bool           `json:"is_error,omitempty"`      // outcome: the tool's result was an error
 	DownstreamMS  int64           `json:"downstream_ms,omitempty"` // outcome: the downstream's time
+	// decision: the guard step's batch time by phase (rollout.Timing),
+	// milliseconds to the microsecond: prefill, memory generation, judge
+	// generation
+	PrefillMS float64 `json:"prefill_ms,omitempty"`
+	MemoryMS  float64 `json:"memory_ms,omitempty"`
+	JudgeMS   float64 `json:"judge_ms,omitempty"`
+	// decision: the guard step alone (serve's assess, the guard session's
+	// creation at a client session's first call included), microseconds;
+	// outcome: downstream_ms in microseconds. What a tools/call takes beyond
+	// them is the gateway's own (make mcp-overhead).
+	StepUS       int64 `json:"step_us,omitempty"`
+	DownstreamUS int64 `json:"downstream_us,omitempty"`
 }
 
 // Audit is an append-only JSONL file of Records, each written and synced

@@ -69,6 +69,16 @@ func TestAllowBlockMonitor(t *testing.T) {
 				w.GuardTokens <= 0 || w.Session == "" || w.MCPSession == "" || w.Monitor != monitor || string(w.Arguments) != `{"content":"key","path":"/tmp/exfil.txt"}` {
 				t.Errorf("the write's decision record: %+v", w)
 			}
+			// The step's time by phase: the scripted generator tells no
+			// prefill; its calls' times lie within the guard's.
+			if w.PrefillMS != 0 || w.MemoryMS <= 0 || w.JudgeMS <= 0 || w.MemoryMS+w.JudgeMS > float64(w.GuardMS)+1 {
+				t.Errorf("the write's step phases: prefill %g, memory %g, judge %g ms; guard %d ms", w.PrefillMS, w.MemoryMS, w.JudgeMS, w.GuardMS)
+			}
+			// The step alone lies within arrival → decision; the outcome's
+			// microseconds are its milliseconds, finer.
+			if w.StepUS <= 0 || w.StepUS > (w.GuardMS+1)*1000 || recs[1].DownstreamUS/1000 != recs[1].DownstreamMS {
+				t.Errorf("step %d µs of guard %d ms; downstream %d µs, %d ms", w.StepUS, w.GuardMS, recs[1].DownstreamUS, recs[1].DownstreamMS)
+			}
 
 			// The guard's memory read the read's result before judging the write.
 			sess, steps, err := h.store.GetWithSteps(w.Session)

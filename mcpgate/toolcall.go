@@ -15,6 +15,7 @@ import (
 	"maps"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -74,8 +75,10 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 		return refused("mageguard: %s; the call was not run", err), nil
 	}
 	rec.Arguments = s.g.elide(areq.Action).Arguments
+	stepped := s.g.now()
 	ans, err := s.step(ctx, areq, meta)
-	rec.GuardMS = s.g.now().Sub(arrived).Milliseconds()
+	decided := s.g.now()
+	rec.GuardMS, rec.StepUS = decided.Sub(arrived).Milliseconds(), decided.Sub(stepped).Microseconds()
 	rec.Session = s.guardID
 	if err != nil {
 		return s.undecided(ctx, &fwd, rec, err)
@@ -84,6 +87,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	score := ans.Score
 	rec.Step, rec.Decision, rec.Score, rec.Rationale = &step, ans.Decision, &score, ans.Rationale
 	rec.MemoryVersion, rec.GuardTokens = ans.MemoryVersion, ans.Tokens
+	rec.PrefillMS, rec.MemoryMS, rec.JudgeMS = millis(ans.Timing.Prefill), millis(ans.Timing.Memory), millis(ans.Timing.Judge)
 	if ans.Decision == serve.DecisionBlock {
 		if !s.g.opts.Monitor {
 			if err := s.g.audit(rec); err != nil {
@@ -99,6 +103,9 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	}
 	return s.forwardCall(ctx, &fwd, rec, true)
 }
+
+// millis is d in milliseconds, to the microsecond (the audit's phases).
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // undecided handles a call the guard did not decide (err: the session is
 // blocked, the guard is loading or overloaded, the deadline passed, the
@@ -156,8 +163,9 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 	}
 	start := s.g.now()
 	res, err := s.forward(ctx, "tools/call", fwd)
+	took := s.g.now().Sub(start)
 	out := &Record{Event: EventOutcome, MCPSession: s.name, Owner: s.owner, Session: rec.Session, Step: rec.Step, Tool: rec.Tool,
-		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: s.g.now().Sub(start).Milliseconds()}
+		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: took.Milliseconds(), DownstreamUS: took.Microseconds()}
 	var result *mcp.CallToolResult
 	if err != nil {
 		out.Error = err.Error()

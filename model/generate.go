@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
@@ -52,10 +53,21 @@ type GenerateOptions struct {
 	Seed         uint64  // row i samples from its own PCG stream (Seed, i): same seed, same samples
 	StopTokens   []int   // a row stops after emitting any of these ids (nil = never stop early)
 	MaxBatch     int     // rows run together at most (0 = all); the results do not depend on it
-	// NoPrefixReuse turns off the shared-prefix cache: every row's whole
-	// prompt is prefilled (the results do not depend on it, up to float32
-	// rounding).
+	// NoPrefixReuse turns off the shared-prefix cache and kept prefixes:
+	// every row's whole prompt is prefilled (the results do not depend on
+	// it, up to float32 rounding).
 	NoPrefixReuse bool
+	// KeepPrefix, when > 0, says that the prompts' first KeepPrefix tokens
+	// are a static prefix (a guard role's system prompt and tool schema,
+	// the same at every call): its keys and values are prefilled once and
+	// kept by the model (prefixcache.go: a few prefixes, dropped when the
+	// weights change), and later batches that start with the same tokens,
+	// of one row or many, prefill only what follows. A batch whose prompts
+	// do not all start with the same KeepPrefix tokens followed by at least
+	// one more keeps nothing. A batch that reuses a kept prefix gives the
+	// same tokens and log-probs as the batch that prefilled it; beside a
+	// whole-prompt prefill they differ by float32 rounding only.
+	KeepPrefix int
 	// Constrain, when set, is called before each step for each live row with
 	// the tokens it generated so far; its Constraint applies to that step.
 	Constrain func(row int, generated []int) Constraint
@@ -76,6 +88,10 @@ type Generation struct {
 	// of the watched ids (in GenerateOptions.Watch's order) at the step that
 	// picked it.
 	Watch [][]float32
+	// Prefill and Decode are the wall times of the batch the row ran in
+	// (shared by its rows): its prompts' prefill (until the first tokens'
+	// log-probs are back), then the token-by-token decoding.
+	Prefill, Decode time.Duration
 }
 
 // Bucket bounds for shapes.
@@ -169,14 +185,26 @@ func (m *Model) generateBatch(prompts [][]int, first int, opts GenerateOptions, 
 
 	var res []*tensors.Tensor
 	var err error
-	if P := sharedPrefixLen(prompts); P >= minSharedPrefix && n > 1 && !opts.NoPrefixReuse {
+	started := time.Now()
+	switch P := sharedPrefixLen(prompts); {
+	case opts.NoPrefixReuse:
+		res, err = m.prefillRows(prompts, B, S, temp)
+	case opts.KeepPrefix > 0 && opts.KeepPrefix <= P:
+		res, err = m.prefillKept(prompts, opts.KeepPrefix, P, B, S, temp)
+	case P >= minSharedPrefix && n > 1:
 		res, err = m.prefillShared(prompts, P, B, S, temp)
-	} else {
+	default:
 		res, err = m.prefillRows(prompts, B, S, temp)
 	}
 	if err != nil {
 		return err
 	}
+	prefilled := time.Now()
+	defer func() {
+		for i := range out {
+			out[i].Prefill, out[i].Decode = prefilled.Sub(started), time.Since(prefilled)
+		}
+	}()
 	z, lse, cache := res[0], res[1], res[2:]
 	defer func() {
 		for _, t := range cache {

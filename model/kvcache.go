@@ -20,7 +20,9 @@ package model
 // every row's cache; each row then prefills only its own remaining tokens
 // (the extend graph: tokens at given positions, written into the cache and
 // attending to every slot up to their position — decoding is the same graph
-// with one token per row).
+// with one token per row). A static prefix the caller names
+// (GenerateOptions.KeepPrefix) is prefilled once and kept across batches
+// (prefixcache.go), so that a batch of one row reuses it too.
 
 import (
 	"fmt"
@@ -189,9 +191,7 @@ func (m *Model) prefillRows(prompts [][]int, B, S int, temp float32) ([]*tensors
 
 // prefillShared prefills the P tokens every prompt starts with once, at
 // batch 1 (the cache [1, S, nkv, D] per layer), then each row's remaining
-// tokens at positions P… with the extend graph, which broadcasts the prefix
-// cache to the B rows and writes the rows' keys and values after it:
-// → [z, lse, cache…] as prefillRows returns them.
+// tokens (prefillRest): → [z, lse, cache…] as prefillRows returns them.
 func (m *Model) prefillShared(prompts [][]int, P, B, S int, temp float32) ([]*tensors.Tensor, error) {
 	prefix, err := m.prefillRows([][]int{prompts[0][:P]}, 1, S, temp)
 	if err != nil {
@@ -200,10 +200,19 @@ func (m *Model) prefillShared(prompts [][]int, P, B, S int, temp float32) ([]*te
 	m.sharedPrefills.Add(1)
 	prefix[0].FinalizeAll() // the prefix's own next-token logits are not needed
 	prefix[1].FinalizeAll()
+	defer finalizeAll(prefix[2:])
+	return m.prefillRest(prompts, P, B, temp, prefix[2:])
+}
 
+// prefillRest prefills each row's tokens from position start on, on top of
+// a cache that holds the first start tokens every prompt shares (k, v per
+// layer, [1, S, nkv, D], broadcast to the B rows by the extend graph, which
+// writes the rows' keys and values after it; it is read, not changed):
+// → [z, lse, cache…] as prefillRows returns them.
+func (m *Model) prefillRest(prompts [][]int, start, B int, temp float32, prefix []*tensors.Tensor) ([]*tensors.Tensor, error) {
 	maxRest := 0
 	for _, p := range prompts {
-		maxRest = max(maxRest, len(p)-P)
+		maxRest = max(maxRest, len(p)-start)
 	}
 	T := bucket(maxRest, minPromptBucket)
 	tokens, pos, valid := make([][]int32, B), make([][]int32, B), make([][]bool, B)
@@ -211,12 +220,12 @@ func (m *Model) prefillShared(prompts [][]int, P, B, S int, temp float32) ([]*te
 	for b := range tokens {
 		tokens[b], pos[b], valid[b] = make([]int32, T), make([]int32, T), make([]bool, T)
 		rest := []int{0} // filler rows: one token at slot 0, ignored
-		start := 0
+		from := 0
 		if b < len(prompts) {
-			rest, start = prompts[b][P:], P
+			rest, from = prompts[b][start:], start
 		}
 		for j, id := range rest {
-			tokens[b][j], pos[b][j], valid[b][j] = int32(id), int32(start+j), true
+			tokens[b][j], pos[b][j], valid[b][j] = int32(id), int32(from+j), true
 		}
 		last[b] = int32(len(rest) - 1)
 	}
@@ -225,13 +234,10 @@ func (m *Model) prefillShared(prompts [][]int, P, B, S int, temp float32) ([]*te
 		return nil, err
 	}
 	args := []any{tokens, pos, valid, last, temp}
-	for _, t := range prefix[2:] {
+	for _, t := range prefix {
 		args = append(args, t)
 	}
 	res, err := execRecover(extend, args...)
-	for _, t := range prefix[2:] {
-		t.FinalizeAll()
-	}
 	if err != nil {
 		return nil, fmt.Errorf("generate: prefill after the shared prefix: %w", err)
 	}

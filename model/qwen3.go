@@ -67,6 +67,7 @@ type Model struct {
 	score   *context.Exec         // per-position scores over vocabulary chunks (scoreGraph)
 	prefill map[int]*context.Exec // per KV-cache capacity
 	extend  *context.Exec         // tokens on top of a KV cache: decoding steps, prompts after a shared prefix
+	widen   map[int]*context.Exec // per KV-cache capacity: a kept prefix put into a cache (prefixcache.go)
 
 	lmHeadChunk    int // vocabulary rows per chunk of the LM head (lmhead.go); 0 = the whole vocabulary
 	attentionBlock int // query rows per block of training graphs' attention (attention.go); 0 = plain
@@ -78,6 +79,7 @@ type Model struct {
 	lora *adapter // the LoRA adapter on the linear projections (lora.go); nil = none
 
 	sharedPrefills atomic.Int64 // generation batches whose common prompt prefix was prefilled once (tests)
+	kept           prefixStore  // static prompt prefixes prefilled once and kept across generations (prefixcache.go)
 }
 
 // Config returns a copy of the model's architecture.

@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/mageguard/mageguard/dataset"
@@ -31,6 +32,10 @@ type Call struct {
 	Violation    string          // why it is not (when !Parsed)
 	Watch        [][]float32     // per completion token, the watched ids' log-probs (Completion.Watch)
 	Usage        *generate.Usage // the server's token counts, when it gave them
+	// Time is the wall time of the generator's call this call ran in (a
+	// batch's: shared by its calls), Prefill its share spent prefilling
+	// prompts (0 when the generator cannot tell: a server).
+	Time, Prefill time.Duration
 
 	chat generate.ChatPrompt // the call before the chat template (Request.Chat)
 }
@@ -108,6 +113,25 @@ func (t *Turn) PrefixTokens() int {
 		n += t.Memory.PrefixTokens
 	}
 	return n
+}
+
+// Timing is where a turn's guard time went, from its calls' generator
+// times (Call.Time, Call.Prefill; a batch's, shared by its turns): the
+// prompts' prefill (memory and judge), then the memory's and the judge's
+// generation after their prefill. With a generator that cannot tell its
+// prefill (a server), Prefill is 0 and each role's time is its whole call.
+type Timing struct {
+	Prefill, Memory, Judge time.Duration
+}
+
+// Timing returns the turn's Timing.
+func (t *Turn) Timing() Timing {
+	tm := Timing{Prefill: t.Judge.Prefill, Judge: t.Judge.Time - t.Judge.Prefill}
+	if t.Memory != nil {
+		tm.Prefill += t.Memory.Prefill
+		tm.Memory = t.Memory.Time - t.Memory.Prefill
+	}
+	return tm
 }
 
 // Chain is one chain's run over an episode.
@@ -279,9 +303,9 @@ func (g *Guard) declared(tool chat.Tool) []chat.Tool {
 // structured decoding, and for the judge the decision's watched tokens.
 func (g *Guard) Request(c *Call, role Role) generate.Request {
 	if role == JudgeRole {
-		return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat}
+		return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxJudgeTokens, Stops: g.stops, Grammar: g.grammar[role], Watch: g.watch.ids, Chat: &c.chat, Prefix: c.PrefixTokens}
 	}
-	return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat}
+	return generate.Request{Prompt: c.Prompt, MaxNew: g.cfg.MaxMemoryTokens, Stops: g.stops, Grammar: g.grammar[role], Chat: &c.chat, Prefix: c.PrefixTokens}
 }
 
 // episodeView holds an episode's untrusted texts after elision

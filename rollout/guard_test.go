@@ -3,8 +3,10 @@ package rollout
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout/generate"
@@ -362,5 +364,72 @@ func TestMemoryCharsCountsCodePoints(t *testing.T) {
 		if got := (&Turn{MemoryOut: s}).MemoryChars(); got != want {
 			t.Errorf("MemoryChars(%q) = %d, want %d (bytes %d)", s, got, want, len(s))
 		}
+	}
+}
+
+// recordingGen passes requests to gen and keeps them.
+type recordingGen struct {
+	gen  generate.Generator
+	reqs []generate.Request
+}
+
+func (r *recordingGen) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
+	r.reqs = append(r.reqs, reqs...)
+	return r.gen.Generate(reqs, s)
+}
+
+// TestRequestPrefixIsTheSystemPrompt: every request names as its static
+// prefix (Request.Prefix, what a generator keeps across calls) exactly its
+// prompt's system message — the tokens up to and including the first
+// "<|im_end|>\n" — and those tokens are the same at every call of a role.
+func TestRequestPrefixIsTheSystemPrompt(t *testing.T) {
+	tok := guardtest.Tokenizer(t)
+	rec := &recordingGen{gen: guardtest.Script(tok, func(p string) string {
+		if strings.Contains(p, "Update the memory") {
+			return guardtest.MemoryCall("m")
+		}
+		return guardtest.JudgeCall("approve", "r")
+	})}
+	g, err := NewGuard(DefaultConfig(), tok, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.Run([]*Episode{{Traj: guardtest.BankTrajectory(), Start: 0, End: 3}}, RunOptions{Chains: 1, Sampling: generate.Sampling{Temperature: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.reqs) != 6 {
+		t.Fatalf("%d requests, want 6", len(rec.reqs))
+	}
+	first := map[string][]int{} // the system prompt's text → its tokens
+	for i, r := range rec.reqs {
+		if r.Prefix <= 0 || r.Prefix >= len(r.Prompt) {
+			t.Fatalf("request %d: prefix %d of a %d-token prompt", i, r.Prefix, len(r.Prompt))
+		}
+		text := tok.Decode(r.Prompt, false)
+		end := strings.Index(text, "<|im_end|>\n") + len("<|im_end|>\n")
+		if got := tok.Decode(r.Prompt[:r.Prefix], false); got != text[:end] {
+			t.Fatalf("request %d: the prefix decodes to %q, want the system message %q", i, got, text[:end])
+		}
+		if prev, ok := first[text[:end]]; ok && !slices.Equal(prev, r.Prompt[:r.Prefix]) {
+			t.Fatalf("request %d: the same system message tokenized differently", i)
+		}
+		first[text[:end]] = r.Prompt[:r.Prefix]
+	}
+	if len(first) != 2 {
+		t.Fatalf("%d distinct system prompts, want 2 (memory, judge)", len(first))
+	}
+}
+
+// TestTurnTiming: a turn's prefill is its calls' prefills, each role's
+// generation its call's time after the prefill (hand-computed).
+func TestTurnTiming(t *testing.T) {
+	ms := time.Millisecond
+	tu := Turn{Memory: &Call{Time: 10 * ms, Prefill: 3 * ms}, Judge: Call{Time: 8 * ms, Prefill: 2 * ms}}
+	if got, want := tu.Timing(), (Timing{Prefill: 5 * ms, Memory: 7 * ms, Judge: 6 * ms}); got != want {
+		t.Errorf("mage turn: %+v, want %+v", got, want)
+	}
+	judgeOnly := Turn{Judge: Call{Time: 8 * ms}} // a server's: no prefill told
+	if got, want := judgeOnly.Timing(), (Timing{Judge: 8 * ms}); got != want {
+		t.Errorf("judge-only turn: %+v, want %+v", got, want)
 	}
 }

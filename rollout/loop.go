@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/rollout/generate"
@@ -193,7 +194,9 @@ func (g *Guard) generate(reqs []generate.Request, calls []*Call, s generate.Samp
 		hi := min(lo+bs, len(reqs))
 		ss := s
 		ss.Seed = seed.Mix(s.Seed, salt, uint64(lo))
+		start := time.Now()
 		outs, err := g.gen.Generate(reqs[lo:hi], ss)
+		elapsed := time.Since(start)
 		if err != nil {
 			return err
 		}
@@ -204,6 +207,7 @@ func (g *Guard) generate(reqs []generate.Request, calls []*Call, s generate.Samp
 			c := calls[lo+k]
 			c.Completion, c.LogProbs, c.Forced = out.Tokens, out.LogProbs, out.Forced
 			c.Watch, c.Usage, c.Text = out.Watch, out.Usage, out.Text
+			c.Time, c.Prefill = elapsed, min(out.Prefill, elapsed)
 			if c.Text == "" {
 				c.Text = g.tok.Decode(out.Tokens, false)
 			}

@@ -1,10 +1,13 @@
 #!/bin/sh
-# Interleaved rounds of the model benchmarks against PyTorch, for a machine
-# shared with other work: each round runs, for each Go test binary given,
-# the Go benchmarks (Forward, TrainStep, Decode1, Decode8) and then
-# scripts/bench_torch.py on the same work, printing both side by side with
-# the load average, so that the two sides of each ratio share the machine's
-# load.
+# Interleaved rounds of the model benchmarks against PyTorch: each round
+# runs, for each Go test binary given, the Go benchmarks (Forward,
+# TrainStep, Decode1, Decode8) under scripts/loadwatch.sh and then
+# scripts/bench_torch.py on the same work with 1 and 2 PyTorch threads,
+# printing both side by side with the ratios against PyTorch's fastest
+# setting and the load average before, after and at its highest during each
+# side; a round where either side ran above BENCH_MAX_LOAD (default 2.5)
+# prints "too loaded, rerun" instead of its ratios. Extra arguments for
+# bench_torch.py go in BENCH_TORCH_ARGS (e.g. --threads 1,2,4).
 #
 #   scripts/bench-rounds.sh [ROUNDS [GO_TEST_BINARY...]]
 #
@@ -26,10 +29,11 @@ while [ "$i" -le "$rounds" ]; do
 		echo "== round $i, $bin, load $(cut -d' ' -f1-3 /proc/loadavg)"
 		{
 			echo "pkg: github.com/mageguard/mageguard/model"
-			"$bin" -test.run '^$' -test.bench 'Forward$|TrainStep$|Decode1$|Decode8$' -test.benchtime 3x 2>/dev/null
+			scripts/loadwatch.sh "$bin" -test.run '^$' -test.bench 'Forward$|TrainStep$|Decode1$|Decode8$' -test.benchtime 3x 2>/dev/null
 		} >"$out"
 		grep -h 'peak-heap-MB' "$out" | sed 's/^/   /' || true
-		/usr/bin/python3 scripts/bench_torch.py --go "$out"
+		# shellcheck disable=SC2086 # BENCH_TORCH_ARGS is split on purpose
+		/usr/bin/python3 scripts/bench_torch.py --go "$out" ${BENCH_TORCH_ARGS:-}
 	done
 	i=$((i + 1))
 done

@@ -10,31 +10,38 @@ Same model (Qwen3: hidden 256, 4 layers, vocab 8192, 4 query / 2 kv heads of
               included), batch 1 and 8
 
 Run with Debian's python3-torch (OpenBLAS): /usr/bin/python3 scripts/bench_torch.py
-With --go FILE (the output of `go test -bench . ./model`), prints both side
-by side with the ratios GoMLX time / PyTorch time, in wall-clock (the best
-run of each side: PyTorch's best of --repeat, Go's best-s/op metric, the
-fastest of its -benchtime runs; Go's mean is printed too) and in CPU seconds
-(user + system, all threads; steadier than wall time on a machine shared
-with other work; PyTorch's least of its runs, Go's mean). `make bench`
-does this; scripts/bench-rounds.sh runs several interleaved rounds. PyTorch runs with its
-default threads (Debian's build: 1 intra-op thread, OpenBLAS with its own
-pthreads, which spin while they wait: its CPU time can be twice its wall
-time) unless --threads is given. The Go benchmarks run with model's own
-matrix product and elementwise ops; MODEL_BENCH_SIMPLEGO_OPS=1 makes them use
-simplego's (the figures before those), e.g.
+It runs PyTorch once per thread setting of --threads (default 1,2: torch's intra-op
+threads and OpenBLAS's set to each, in a process of its own; scripts/benchload.py) and
+compares against the fastest. With --go FILE (the output of `go test -bench . ./model`
+run under scripts/loadwatch.sh, which appends the load around it), prints both side by
+side with the ratios GoMLX time / PyTorch time, in wall-clock (the best run of each
+side: PyTorch's best of --repeat in its fastest setting, Go's best-s/op metric, the
+fastest of its -benchtime runs; Go's mean is printed too) and in CPU seconds (user +
+system, all threads; PyTorch's least of its runs in that setting, Go's mean), with the
+1-minute load average before and after each side and its highest while the side ran.
+When that highest load passes BENCH_MAX_LOAD (default 2.5) on either side, or the Go
+side's load was not recorded, it prints "too loaded, rerun" instead of the ratios.
+`make bench` does this; scripts/bench-rounds.sh runs several interleaved rounds. The Go
+benchmarks run with model's own matrix product and elementwise ops;
+MODEL_BENCH_SIMPLEGO_OPS=1 makes them use simplego's (the figures before those), e.g.
 
-  MODEL_BENCH_SIMPLEGO_OPS=1 go test ./model -run '^$' -bench . -benchtime 3x > bin/bench-simplego.txt
+  MODEL_BENCH_SIMPLEGO_OPS=1 scripts/loadwatch.sh go test ./model -run '^$' -bench . -benchtime 3x > bin/bench-simplego.txt
   /usr/bin/python3 scripts/bench_torch.py --go bin/bench-simplego.txt
 """
 
 import argparse
+import json
 import math
+import os
 import re
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchload  # noqa: E402  (scripts/benchload.py)
 
 V, H, I, LAYERS, NQ, NKV, D = 8192, 256, 768, 4, 4, 2, 64
 EPS, THETA = 1e-6, 1e6
@@ -130,14 +137,9 @@ def read_go(path):
     return go
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = PyTorch's default)")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--go", help="output of go test -bench for ./model, to print side by side")
-    a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
+def measure(threads, repeat):
+    """{benchmark: {"wall": best s, "cpu": least CPU s}} of every benchmark, in this process."""
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = Qwen3()
     ids = torch.randint(0, V, (BATCH, SEQ))
@@ -166,23 +168,56 @@ def main():
                 (h @ model.embed.t()).log_softmax(-1).argmax(-1)
         return run
 
-    # name -> (tokens per op, function)
-    work = {"Forward": (BATCH * SEQ, fwd), "TrainStep": (BATCH * SEQ, train),
-            "Decode1": (NEW, decode(1)), "Decode8": (8 * NEW, decode(8))}
+    out = {}
+    for name, fn in {"Forward": fwd, "TrainStep": train, "Decode1": decode(1), "Decode8": decode(8)}.items():
+        wall, cpu = best(fn, repeat)
+        out[name] = {"wall": wall, "cpu": cpu}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", default="1,2", help="thread settings to try, e.g. 1,2 (torch intra-op and BLAS threads)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--go", help="output of go test -bench for ./model under scripts/loadwatch.sh, to print side by side")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one setting, JSON out
+    a = ap.parse_args()
+    threads = benchload.parse_threads(a.threads)
+    if a.repeat < 1:
+        sys.exit(f"--repeat {a.repeat}: want at least 1")
+    if a.child:
+        print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                          "results": measure(threads[0], a.repeat)}))
+        return 0
+    limit = benchload.max_load()
+    settings = benchload.run_settings(os.path.abspath(__file__), ["--repeat", str(a.repeat)], threads)
     go = read_go(a.go) if a.go else {}
-    print(f"PyTorch {torch.__version__} float32, {torch.get_num_threads()} intra-op thread(s), best of {a.repeat};"
-          f" GoMLX: best and mean of the go test -bench runs, mean CPU")
-    print(f"{'benchmark':<10} {'PyTorch s/op':>12} {'(cpu)':>7} {'tok/s':>8} | {'GoMLX best':>10} {'mean':>7} {'(cpu)':>7}"
-          f" {'tok/s':>8} | {'Go/PyTorch wall':>15} {'cpu':>6}")
-    for name, (tokens, fn) in work.items():
-        wall, cpu = best(fn, a.repeat)
-        line = f"{name:<10} {wall:>12.3f} {cpu:>7.3f} {tokens / wall:>8.0f}"
+    go_load = benchload.read_go_load(a.go) if a.go else None
+    # name -> tokens per op
+    work = {"Forward": BATCH * SEQ, "TrainStep": BATCH * SEQ, "Decode1": NEW, "Decode8": 8 * NEW}
+
+    print(f"PyTorch {settings[0][1]['torch']} float32, best of {a.repeat} in each thread setting; GoMLX: best and mean"
+          f" of the go test -bench runs, mean CPU. Load (1-minute average; a ratio needs each side's highest <= {limit:g},"
+          f" BENCH_MAX_LOAD):")
+    if a.go:
+        print(f"  GoMLX ({a.go}): {benchload.describe(go_load)}")
+    for n, res, rec in settings:
+        print(f"  PyTorch, {n} thread(s) (torch reports {res['threads']}): {benchload.describe(rec)}")
+    cols = " ".join(f"{f'{n} thr s/op':>11} {'(cpu)':>7}" for n, _, _ in settings)
+    print(f"{'benchmark':<10} {cols} {'fastest':>7} | {'GoMLX best':>10} {'mean':>7} {'(cpu)':>7} | {'Go/PyTorch wall':>15} {'cpu':>6}")
+    for name, tokens in work.items():
+        per = [(n, res["results"][name], rec) for n, res, rec in settings]
+        fastest = min(per, key=lambda x: x[1]["wall"])
+        line = f"{name:<10} " + " ".join(f"{r['wall']:>11.3f} {r['cpu']:>7.3f}" for _, r, _ in per) + f" {fastest[0]:>5} t"
         g = go.get(name)
         if g:
             gcpu = f"{g['cpu']:>7.3f}" if g["cpu"] is not None else f"{'-':>7}"
-            rcpu = f"{g['cpu'] / cpu:>5.2f}x" if g["cpu"] is not None else f"{'-':>6}"
-            line += (f" | {g['best']:>10.3f} {g['mean']:>7.3f} {gcpu} {tokens / g['best']:>8.0f}"
-                     f" | {g['best'] / wall:>14.2f}x {rcpu}")
+            line += f" | {g['best']:>10.3f} {g['mean']:>7.3f} {gcpu} | "
+            if benchload.too_loaded([go_load] + [rec for _, _, rec in settings], limit):
+                line += benchload.TOO_LOADED
+            else:
+                rcpu = f"{g['cpu'] / fastest[1]['cpu']:>5.2f}x" if g["cpu"] is not None else f"{'-':>6}"
+                line += f"{g['best'] / fastest[1]['wall']:>14.2f}x {rcpu}"
         print(line, flush=True)
     return 0
 

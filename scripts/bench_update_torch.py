@@ -19,22 +19,30 @@ accumulated over the micro-batches; then clipping and AdamW. No shared-prefix or
 savings (TRL has neither).
 
   make build && bin/mageguard model init --config configs/tiny.yaml --out bin/bench-tiny
-  /usr/bin/python3 scripts/bench_update_torch.py --ckpt bin/bench-tiny --threads 2
+  /usr/bin/python3 scripts/bench_update_torch.py --ckpt bin/bench-tiny
 
-With --go FILE (go test -bench output of ./grpo), prints both side by side with the ratio
-Go / PyTorch (wall and CPU seconds). make bench does this.
+It runs the update once per thread setting of --threads (default 1,2: torch's intra-op
+threads and OpenBLAS's set to each, in a process of its own; scripts/benchload.py) and
+compares against the fastest. With --go FILE (go test -bench output of ./grpo under
+scripts/loadwatch.sh), prints both side by side with the ratio Go / PyTorch (wall and CPU
+seconds), the load average around each side, and "too loaded, rerun" instead of the ratio
+when either side's highest 1-minute load passed BENCH_MAX_LOAD (default 2.5) or the Go
+side's was not recorded. make bench does this.
 """
 
 import argparse
 import gzip
 import json
+import os
 import re
 import sys
 import time
 
 import torch
 
-from qwen3_ref import Qwen3  # scripts/qwen3_ref.py: the repository's PyTorch Qwen3
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchload  # noqa: E402  (scripts/benchload.py)
+from qwen3_ref import Qwen3  # noqa: E402  (scripts/qwen3_ref.py: the repository's PyTorch Qwen3)
 
 
 def micro_batches(seqs, size):
@@ -93,15 +101,9 @@ def read_go(path):
     return go
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ckpt", required=True, help="checkpoint of mageguard model init --config configs/tiny.yaml")
-    ap.add_argument("--batch", default="grpo/testdata/demo_batch.json.gz")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--go", help="go test -bench output of ./grpo, printed side by side")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+def measure(a, threads):
+    """{"wall", "cpu", "loss", "norm"}: the best of a.repeat updates after a warm-up, in this process."""
+    torch.set_num_threads(threads)
     rec = json.load(gzip.open(a.batch))
     model = Qwen3.from_pretrained(a.ckpt)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
@@ -112,18 +114,47 @@ def main():
         update(model, opt, rec["sequences"], rec["temperature"], 16)
         walls.append(time.perf_counter() - w)
         cpus.append(time.process_time() - c)
-    wall, cpu = min(walls), min(cpus)
-    print(f"PyTorch {torch.__version__} float32, {torch.get_num_threads()} threads: one GRPO update on {a.batch}"
-          f" ({len(rec['sequences'])} sequences), best of {a.repeat}: {wall:.3f} s ({cpu:.3f} s CPU);"
-          f" first step loss {loss:.6f}, grad norm {norm:.4f}")
+    return {"wall": min(walls), "cpu": min(cpus), "loss": loss, "norm": norm, "sequences": len(rec["sequences"])}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", required=True, help="checkpoint of mageguard model init --config configs/tiny.yaml")
+    ap.add_argument("--batch", default="grpo/testdata/demo_batch.json.gz")
+    ap.add_argument("--threads", default="1,2", help="thread settings to try, e.g. 1,2 (torch intra-op and BLAS threads)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--go", help="go test -bench output of ./grpo under scripts/loadwatch.sh, printed side by side")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one setting, JSON out
+    a = ap.parse_args()
+    threads = benchload.parse_threads(a.threads)
+    if a.repeat < 1:
+        sys.exit(f"--repeat {a.repeat}: want at least 1")
+    if a.child:
+        print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "results": measure(a, threads[0])}))
+        return 0
+    limit = benchload.max_load()
+    settings = benchload.run_settings(os.path.abspath(__file__),
+                                      ["--ckpt", a.ckpt, "--batch", a.batch, "--repeat", str(a.repeat)], threads)
+    for n, res, rec in settings:
+        r = res["results"]
+        print(f"PyTorch {res['torch']} float32, {n} thread(s): one GRPO update on {a.batch} ({r['sequences']} sequences),"
+              f" best of {a.repeat}: {r['wall']:.3f} s ({r['cpu']:.3f} s CPU); first step loss {r['loss']:.6f},"
+              f" grad norm {r['norm']:.4f}; load {benchload.describe(rec)}")
+    n, fastest, _ = min(((n, res["results"], rec) for n, res, rec in settings), key=lambda x: x[1]["wall"])
+    wall, cpu = fastest["wall"], fastest["cpu"]
     if a.go:
         go = read_go(a.go)
+        go_load = benchload.read_go_load(a.go)
+        refuse = benchload.too_loaded([go_load] + [rec for _, _, rec in settings], limit)
+        print(f"GoMLX ({a.go}): load {benchload.describe(go_load)}; ratios against PyTorch's fastest setting ({n} thread(s)),"
+              f" each side's highest load <= {limit:g} (BENCH_MAX_LOAD)")
         print(f"{'Go benchmark':<22} {'s/op':>8} {'(cpu)':>8} {'heap MB':>8} | {'Go/PyTorch wall':>15} {'cpu':>6}")
         for name, g in sorted(go.items()):
             cpu_s = f"{g['cpu']:>8.3f}" if g["cpu"] is not None else f"{'-':>8}"
             ratio_cpu = f"{g['cpu'] / cpu:>5.2f}x" if g["cpu"] is not None else f"{'-':>6}"
             heap = f"{g['heap']:>8.0f}" if g["heap"] is not None else f"{'-':>8}"
-            print(f"{name:<22} {g['wall']:>8.3f} {cpu_s} {heap} | {g['wall'] / wall:>14.2f}x {ratio_cpu}")
+            ratio = benchload.TOO_LOADED if refuse else f"{g['wall'] / wall:>14.2f}x {ratio_cpu}"
+            print(f"{name:<22} {g['wall']:>8.3f} {cpu_s} {heap} | {ratio}")
     return 0
 
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/internal/strictjson"
+	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/serve/store"
 )
 
@@ -66,6 +67,12 @@ type AssessResponse struct {
 	Tokens        int     `json:"tokens"`         // guard tokens of the step
 	LatencyMS     int64   `json:"latency_ms"`     // from the request's arrival to its decision
 	Step          int     `json:"step"`           // the step's index in the session, from 0
+	// Timing is the guard's time for the step's generation batch by phase
+	// (the prompts' prefill, the memory's and the judge's generation), for
+	// in-process front ends (mageguard mcp's audit). It is not part of the
+	// HTTP answer, which a retry repeats byte for byte from the store, and
+	// is zero in a retried step's stored answer.
+	Timing rollout.Timing `json:"-"`
 }
 
 // SessionView is GET /v1/sessions/{id}: the session and its steps.

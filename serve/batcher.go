@@ -358,6 +358,10 @@ func (b *batcher) run(batch []*job) {
 		okTurns = append(okTurns, turns[i])
 	}
 	b.metrics.batch(len(jobs), elapsed.Seconds(), stats.PromptTokens, stats.NewTokens, stats.MemoryFailures, stats.JudgeFailures)
+	for _, t := range okTurns {
+		tm := t.Timing()
+		b.metrics.stepTiming(tm.Prefill.Seconds(), tm.Memory.Seconds(), tm.Judge.Seconds())
+	}
 	if len(ok) == 0 {
 		return
 	}
@@ -417,6 +421,7 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 	decided := b.now()
 	var commits []store.Commit
 	var committed []*job
+	var timings []rollout.Timing
 	for i, j := range jobs {
 		if decided.After(j.deadline) {
 			b.metrics.notApplied("deadline")
@@ -425,6 +430,7 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 		}
 		commits = append(commits, store.Commit{ID: j.id, Step: b.record(j, &turns[i], decided)})
 		committed = append(committed, j)
+		timings = append(timings, turns[i].Timing())
 	}
 	if len(commits) == 0 {
 		return 0
@@ -449,7 +455,9 @@ func (b *batcher) commit(jobs []*job, turns []rollout.Turn) int {
 		default:
 			st := &commits[i].Step
 			b.metrics.step(st.Decision)
-			b.answer(j, outcome{resp: answerOf(st)})
+			resp := answerOf(st)
+			resp.Timing = timings[i]
+			b.answer(j, outcome{resp: resp})
 		}
 	}
 	return len(commits)

@@ -51,7 +51,8 @@ func TestBatchesAcrossSessions(t *testing.T) {
 		t.Errorf("generation calls %v, want [1 1 8 8] (memory and judge of 1 step, then of 8)", got)
 	}
 	_, body := ts.do("GET", "/metrics", nil)
-	for _, want := range []string{"mageguard_batch_steps_count 2\n", "mageguard_batch_steps_sum 9\n", `mageguard_steps_total{decision="allow"} 9`} {
+	for _, want := range []string{"mageguard_batch_steps_count 2\n", "mageguard_batch_steps_sum 9\n", `mageguard_steps_total{decision="allow"} 9`,
+		`mageguard_step_phase_seconds_count{phase="memory"} 9` + "\n", `mageguard_step_phase_seconds_count{phase="judge"} 9` + "\n"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}

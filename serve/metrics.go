@@ -50,6 +50,7 @@ type metrics struct {
 	durations  map[string]*histogram // route → request durations, seconds
 	batches    *histogram            // steps per generation batch
 	genSeconds *histogram            // seconds per generation batch (both calls)
+	phases     map[string]*histogram // "prefill" | "memory" | "judge" → seconds per step (rollout.Timing)
 	tokens     map[string]uint64     // "prompt" | "generated" → guard tokens
 	steps      map[string]uint64     // "allow" | "block" → steps answered
 	violations map[string]uint64     // "memory" | "judge" → format violations
@@ -68,6 +69,7 @@ func newMetrics(queueDepth func() int) *metrics {
 		durations:  map[string]*histogram{},
 		batches:    newHistogram(batchBuckets),
 		genSeconds: newHistogram(latencyBuckets),
+		phases:     map[string]*histogram{},
 		tokens:     map[string]uint64{},
 		steps:      map[string]uint64{},
 		violations: map[string]uint64{},
@@ -97,6 +99,24 @@ func (m *metrics) batch(steps int, seconds float64, prompt, generated, memBad, j
 	m.tokens["generated"] += uint64(generated)
 	m.violations["memory"] += uint64(memBad)
 	m.violations["judge"] += uint64(judgeBad)
+}
+
+// stepPhases are the phases of a step's guard time (rollout.Timing), in
+// the order the metrics list them.
+var stepPhases = []string{"prefill", "memory", "judge"}
+
+// stepTiming records one decided step's guard time by phase (seconds).
+func (m *metrics) stepTiming(prefill, memory, judge float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, v := range []float64{prefill, memory, judge} {
+		h, ok := m.phases[stepPhases[i]]
+		if !ok {
+			h = newHistogram(latencyBuckets)
+			m.phases[stepPhases[i]] = h
+		}
+		h.observe(v)
+	}
 }
 
 func (m *metrics) step(decision string) {
@@ -161,6 +181,12 @@ func (m *metrics) write(w io.Writer) error {
 	writeHistogram(&b, "mageguard_batch_steps", "", m.batches)
 	family("mageguard_batch_seconds", "histogram", "Seconds per generation batch (memory and judge calls).")
 	writeHistogram(&b, "mageguard_batch_seconds", "", m.genSeconds)
+	family("mageguard_step_phase_seconds", "histogram", "Seconds of a decided step's generation batch by phase: prefill (both calls' prompts), memory (the memory's generation after its prefill), judge (the judge's); prefill is 0 with a generator that cannot tell it (a server), whose memory and judge are then whole calls.")
+	for _, p := range stepPhases {
+		if h, ok := m.phases[p]; ok {
+			writeHistogram(&b, "mageguard_step_phase_seconds", "phase="+labelValue(p), h)
+		}
+	}
 	counters := []struct {
 		name, help, label string
 		values            map[string]uint64

@@ -15,6 +15,8 @@ func TestMetricsText(t *testing.T) {
 	m.request("a\"b\\c\nd", 404, 0.001)
 	m.batch(5, 0.2, 1000, 40, 1, 0)
 	m.batch(1, 0.05, 200, 8, 0, 1)
+	m.stepTiming(0.004, 0.03, 0.02)
+	m.stepTiming(0.006, 0.2, 0.02)
 	m.step(DecisionAllow)
 	m.step(DecisionBlock)
 	m.step(DecisionBlock)
@@ -43,6 +45,13 @@ func TestMetricsText(t *testing.T) {
 		`mageguard_tokens_total{kind="generated"} 48` + "\n",
 		`mageguard_steps_total{decision="block"} 2` + "\n",
 		`mageguard_format_violations_total{role="judge"} 1` + "\n",
+		// 0.004 ≤ 0.005 < 0.006 ≤ 0.01; 0.03 ≤ 0.05 < 0.2 ≤ 0.25.
+		`mageguard_step_phase_seconds_bucket{phase="prefill",le="0.005"} 1` + "\n",
+		`mageguard_step_phase_seconds_bucket{phase="prefill",le="0.01"} 2` + "\n",
+		`mageguard_step_phase_seconds_bucket{phase="memory",le="0.05"} 1` + "\n",
+		`mageguard_step_phase_seconds_bucket{phase="memory",le="0.25"} 2` + "\n",
+		`mageguard_step_phase_seconds_bucket{phase="judge",le="0.025"} 2` + "\n",
+		`mageguard_step_phase_seconds_count{phase="judge"} 2` + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %q", want)

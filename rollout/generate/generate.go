@@ -9,6 +9,8 @@
 package generate
 
 import (
+	"time"
+
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/rollout/grammar"
 )
@@ -34,6 +36,11 @@ type Request struct {
 	// Chat is the same call before the chat template, for generators that
 	// can only send messages (chat APIs); Prompt is its rendering.
 	Chat *ChatPrompt
+	// Prefix is how many of Prompt's first tokens are the role's static
+	// part (its system prompt with the tool declared), the same at every
+	// call of the role: a generator may keep their keys and values across
+	// calls and prefill only what follows (0: none said).
+	Prefix int
 }
 
 // ChatPrompt is a guard call as chat messages: the role's system prompt,
@@ -59,6 +66,10 @@ type Completion struct {
 	// Usage, when not nil, is the server's own count of the call's tokens
 	// (its `usage`), which the loop's token counts report instead of its own.
 	Usage *Usage
+	// Prefill is the time the generator spent prefilling the prompts of
+	// the Generate call this completion came from (every completion of the
+	// call carries the same); 0 when it cannot tell (a server).
+	Prefill time.Duration
 }
 
 // Usage is a server's count of a call's tokens.

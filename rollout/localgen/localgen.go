@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/mageguard/mageguard/internal/seed"
 	"github.com/mageguard/mageguard/model"
@@ -18,6 +19,12 @@ import (
 // Generator generates guard completions with a Qwen3 model.
 type Generator struct {
 	Model *model.Model
+
+	// NoKeptPrefix prefills each request's static prefix (Request.Prefix)
+	// at every call instead of keeping its keys and values in the model
+	// across calls (model.GenerateOptions.KeepPrefix): for benchmarks; the
+	// completions do not depend on it beyond float32 rounding.
+	NoKeptPrefix bool
 
 	stepByStep bool // tests: decode the leading forced tokens one step each, as the grammar alone would
 
@@ -50,8 +57,13 @@ func (mg *Generator) banned(g *grammar.Grammar, grammarBans []int) []int {
 // reported as 0 (log 1) and their watched log-probs as −Inf (not
 // computed); the tokens after them are what decoding them one by one
 // would give.
+//
+// The static prefix the requests name (Request.Prefix) is prefilled once
+// and kept by the model for later calls (model.GenerateOptions.KeepPrefix)
+// when every request of a group names the same one.
 func (mg *Generator) Generate(reqs []generate.Request, s generate.Sampling) ([]generate.Completion, error) {
 	out := make([]generate.Completion, len(reqs))
+	var prefill time.Duration
 	for gi, idx := range groups(reqs) {
 		gr := mg.newGroup(reqs, idx)
 		opts := model.GenerateOptions{
@@ -65,6 +77,9 @@ func (mg *Generator) Generate(reqs []generate.Request, s generate.Sampling) ([]g
 		}
 		if s.Greedy {
 			opts.Temperature = 0
+		}
+		if !mg.NoKeptPrefix {
+			opts.KeepPrefix = gr.prefix
 		}
 		var advErr error
 		opts.Constrain = mg.constrain(gr, &advErr)
@@ -80,6 +95,12 @@ func (mg *Generator) Generate(reqs []generate.Request, s generate.Sampling) ([]g
 				return nil, err
 			}
 		}
+		if len(gens) > 0 {
+			prefill += gens[0].Prefill
+		}
+	}
+	for i := range out {
+		out[i].Prefill = prefill
 	}
 	return out, nil
 }
@@ -117,6 +138,7 @@ type group struct {
 	leading  [][]int            // per row: the tokens its grammar forces before its first choice
 	lead     int                // how many of them every row has: prefilled, not decoded
 	watch    []int              // the union of the rows' watched ids
+	prefix   int                // the static prefix every row names (Request.Prefix), 0 when they differ
 	slot     map[int]int        // watched id → its index in watch
 }
 
@@ -131,8 +153,12 @@ func (mg *Generator) newGroup(all []generate.Request, idx []int) *group {
 	if mg.stepByStep {
 		gr.lead = 0
 	}
+	gr.prefix = all[idx[0]].Prefix
 	for k, i := range idx {
 		gr.reqs = append(gr.reqs, all[i])
+		if all[i].Prefix != gr.prefix {
+			gr.prefix = 0
+		}
 		if all[i].Grammar != nil {
 			gr.leading[k] = all[i].Grammar.NewDecoder(maxNew).Leading()
 		}

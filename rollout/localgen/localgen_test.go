@@ -144,3 +144,73 @@ func TestPrefilledOpeningEqualsDecodingIt(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptPrefixStepEqualsWithout runs a lone session's first two guard
+// steps (rollout.Guard.Step, as serve and mcp do) with each role's system
+// prompt kept in the model across calls and with every prompt prefilled
+// whole (NoKeptPrefix), greedy and sampled: the same completions, forced
+// flags, decisions and scores, and log-probs within 1e-5; the kept path
+// reused a prefix at the second step.
+func TestKeptPrefixStepEqualsWithout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a model")
+	}
+	tok := guardtest.Tokenizer(t)
+	m := guardtest.TinyModel(t, 32, 64, 16, 7)
+	cfg := rollout.DefaultConfig()
+	cfg.Structured = true
+	cfg.MaxMemoryTokens, cfg.MaxJudgeTokens = 32, 40
+	tr := guardtest.BankTrajectory()
+	steps := func(gen *Generator, s generate.Sampling) []rollout.Turn {
+		g, err := rollout.NewGuard(cfg, tok, gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := rollout.StepInput{UserPrompt: tr.UserPrompt, First: true, Action: tr.Turns[0].Action}
+		a, _, err := g.Step([]rollout.StepInput{first}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := rollout.StepInput{UserPrompt: tr.UserPrompt, Memory: a[0].MemoryOut, Previous: &tr.Turns[0].Action,
+			Observation: tr.Turns[0].Observation, Action: tr.Turns[1].Action}
+		b, _, err := g.Step([]rollout.StepInput{second}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(a, b...)
+	}
+	for _, s := range []generate.Sampling{{Greedy: true, Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1, Seed: 5}} {
+		m.DropKeptPrefixes()
+		hits, _ := m.PrefixCacheStats()
+		kept := steps(&Generator{Model: m}, s)
+		if h, _ := m.PrefixCacheStats(); h < hits+2 {
+			t.Fatalf("%+v: %d kept prefixes reused in two steps, want 2 (memory, judge)", s, h-hits)
+		}
+		whole := steps(&Generator{Model: m, NoKeptPrefix: true}, s)
+		if h, _ := m.PrefixCacheStats(); h < hits+2 {
+			t.Fatal("NoKeptPrefix reused a kept prefix")
+		}
+		worst := 0.0
+		for i := range kept {
+			k, w := kept[i], whole[i]
+			if k.Decision != w.Decision || k.Score != w.Score || k.MemoryOut != w.MemoryOut {
+				t.Fatalf("%+v step %d: decision %s score %g memory %q kept, %s %g %q whole", s, i, k.Decision, k.Score, k.MemoryOut, w.Decision, w.Score, w.MemoryOut)
+			}
+			for _, c := range [][2]*rollout.Call{{k.Memory, w.Memory}, {&k.Judge, &w.Judge}} {
+				if c[0].Prefill <= 0 || c[0].Prefill > c[0].Time {
+					t.Fatalf("step %d: a call's prefill %v of its %v", i, c[0].Prefill, c[0].Time)
+				}
+				if !slices.Equal(c[0].Completion, c[1].Completion) || !slices.Equal(c[0].Forced, c[1].Forced) {
+					t.Fatalf("%+v step %d: %q kept, %q whole", s, i, c[0].Text, c[1].Text)
+				}
+				for j := range c[0].LogProbs {
+					worst = math.Max(worst, math.Abs(float64(c[0].LogProbs[j]-c[1].LogProbs[j])))
+				}
+			}
+		}
+		if worst > 1e-5 {
+			t.Errorf("%+v: max |kept − whole| log-prob %g > 1e-5", s, worst)
+		}
+		t.Logf("%+v: max |kept − whole| log-prob %.3g", s, worst)
+	}
+}

@@ -1,0 +1,164 @@
+package localgen
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/guardtest"
+	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/rollout"
+	"github.com/mageguard/mageguard/rollout/generate"
+)
+
+// benchSteps is how many steps of the bundled eval split's first
+// trajectories BenchmarkGuardStep cycles through.
+const benchSteps = 8
+
+// BenchmarkGuardStep times a lone session's guard step (rollout.Guard.Step
+// with one input, as serve and mcp run a session that is alone) on the
+// tiny demo model (configs/tiny.yaml: model.DefaultTinyConfig drawn from
+// seed 1, float32, the Qwen3 tokenizer, structured calls of at most 40
+// and 36 tokens, greedy as serve decodes), over the first steps of the
+// bundled eval split's trajectories, with each role's system prompt kept
+// across steps (kept) and prefilled at every step (whole). It reports the
+// p50 and p90 of the step's wall time and the p50 of its prefill
+// (rollout.Timing), in milliseconds; the decisions of both are the same
+// (TestKeptPrefixStepEqualsWithout).
+//
+//	go test ./rollout/localgen -run '^$' -bench '^BenchmarkGuardStep$' -benchtime 40x
+func BenchmarkGuardStep(b *testing.B) {
+	backend, err := model.NewBackend(model.DefaultBackendConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := model.DefaultTinyConfig()
+	m, err := model.New(backend, &cfg, 1, dtypes.Float32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := guardtest.Tokenizer(b)
+	rc := rollout.DefaultConfig()
+	rc.Structured = true
+	rc.MaxMemoryTokens, rc.MaxJudgeTokens, rc.MaxObservationTokens = 40, 36, 256
+	trajs, err := dataset.ReadAll(filepath.Join("..", "..", "data", "agentdojo-mini", "eval.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	greedy := generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}
+
+	// The steps: each trajectory's turns in order, the memory carried from
+	// the step before, as a session sends them.
+	g, err := rollout.NewGuard(rc, tok, &Generator{Model: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var inputs []rollout.StepInput
+	for _, tr := range trajs {
+		memory := ""
+		for t := range tr.Turns {
+			if len(inputs) == benchSteps {
+				break
+			}
+			in := rollout.StepInput{UserPrompt: tr.UserPrompt, First: t == 0, Memory: memory, Action: tr.Turns[t].Action}
+			if t > 0 {
+				in.Previous, in.Observation = &tr.Turns[t-1].Action, tr.Turns[t-1].Observation
+			}
+			turns, _, err := g.Step([]rollout.StepInput{in}, greedy)
+			if err != nil {
+				b.Fatal(err)
+			}
+			inputs = append(inputs, in)
+			memory = turns[0].MemoryOut
+		}
+	}
+	b.Logf("%d steps of %d trajectories; GOMAXPROCS %d; load average %s", len(inputs), len(trajs), runtime.GOMAXPROCS(0), loadAverage())
+
+	for _, mode := range []struct {
+		name   string
+		noKeep bool
+	}{{"kept", false}, {"whole", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			g, err := rollout.NewGuard(rc, tok, &Generator{Model: m, NoKeptPrefix: mode.noKeep})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, in := range inputs { // every shape compiled, the prefixes kept
+				if _, _, err := g.Step([]rollout.StepInput{in}, greedy); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var wall, prefill []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				start := time.Now()
+				turns, _, err := g.Step([]rollout.StepInput{inputs[i%len(inputs)]}, greedy)
+				wall = append(wall, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				prefill = append(prefill, turns[0].Timing().Prefill)
+			}
+			b.StopTimer()
+			b.ReportMetric(percentileMS(wall, 50), "p50-ms")
+			b.ReportMetric(percentileMS(wall, 90), "p90-ms")
+			b.ReportMetric(percentileMS(prefill, 50), "prefill-p50-ms")
+			b.Logf("%s: %d steps; load average after %s", mode.name, b.N, loadAverage())
+		})
+	}
+}
+
+// percentileMS is the p-th percentile of ds (nearest rank), in
+// milliseconds.
+func percentileMS(ds []time.Duration, p int) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	k := max((p*len(s)+99)/100, 1) // nearest rank: ceil(p/100 · n)
+	return float64(s[k-1].Microseconds()) / 1000
+}
+
+// loadAverage is /proc/loadavg's first three fields ("?" where it cannot be
+// read): benchmarks print the machine's load beside their figures.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+// TestPercentileMS pins the nearest-rank percentile the benchmark reports.
+func TestPercentileMS(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		var out []time.Duration
+		for _, n := range ns {
+			out = append(out, time.Duration(n)*time.Millisecond)
+		}
+		return out
+	}
+	cases := []struct {
+		ds   []time.Duration
+		p    int
+		want float64
+	}{
+		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 50, 5},
+		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 90, 9},
+		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 91, 10},
+		{ms(3), 90, 3},
+		{nil, 50, 0},
+	}
+	for _, c := range cases {
+		if got := percentileMS(c.ds, c.p); got != c.want {
+			t.Errorf("p%d of %v = %g ms, want %g", c.p, c.ds, got, c.want)
+		}
+	}
+}
