@@ -155,8 +155,8 @@ MCP_E2E_CALLS ?= 60
 mcp-e2e:
 	MCP_E2E_CALLS=$(MCP_E2E_CALLS) scripts/mcp-e2e.sh $(MCP_E2E_OUT)
 
-# The loop from the guard's own traffic back to training (not part of `make
-# test`): synth trajectories played through the real `mageguard serve` and
+# The loop from the guard's own traffic back to training (scripts/replay-e2e,
+# not part of `make test`): synth trajectories played through the real `mageguard serve` and
 # `mageguard mcp --monitor` (a random tiny checkpoint, configs/tiny.yaml)
 # in front of an MCP server that answers with the recorded observations,
 # the true labels posted as an operator's, `data import sessions` compared
@@ -168,9 +168,9 @@ REPLAY_E2E_OUT          ?= runs/replay-e2e
 REPLAY_E2E_TRAJECTORIES ?= 4
 replay-e2e: build
 	rm -rf $(REPLAY_E2E_OUT)
-	MAGEGUARD_REPLAY_E2E=$(abspath $(REPLAY_E2E_OUT)) MAGEGUARD_BIN=$(abspath $(BIN)) \
-	  MAGEGUARD_REPLAY_TRAJECTORIES=$(REPLAY_E2E_TRAJECTORIES) \
-	  $(GO) test -count=1 -v -timeout 30m -run '^TestReplayE2E$$' ./cmd/mageguard
+	timeout 30m $(GO) run ./scripts/replay-e2e --bin $(BIN) --out $(REPLAY_E2E_OUT) \
+	  --trajectories $(REPLAY_E2E_TRAJECTORIES)
+
 # What `mageguard mcp` itself adds to a tools/call over stdio (not part of
 # make test; it asserts nothing): the gateway on a random tiny checkpoint
 # (configs/tiny.yaml, --monitor) in front of a one-tool downstream, driven
