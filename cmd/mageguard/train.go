@@ -50,7 +50,8 @@ Without model.path (--model) training starts from a random Qwen3 built from the
 model.* architecture keys and model.seed (what configs/tiny.yaml does).
 
 Writes to --out: config.yaml (the resolved config), metrics.jsonl (a line per
-step), curves.png (the learning curves of metrics.jsonl), rollouts.jsonl (with train.log_rollouts), checkpoint-STEP/ (Hugging Face
+step), curves.png (the learning curves of metrics.jsonl), rollouts.jsonl (with train.log_rollouts),
+tokens.jsonl (every trained token's log-probs and loss term, with train.log_tokens), checkpoint-STEP/ (Hugging Face
 model directories with optimizer.safetensors and trainer_state.json) every
 train.save_every steps and at the end, keeping the newest train.keep_last, and
 checkpoint-best/ by train.best_metric when train.eval_every > 0.
@@ -61,7 +62,14 @@ train.steps=200 to train longer; --config is refused with --resume). A
 change of a key that changes what the checkpoint is (a model.* key other
 than how it runs, train.checkpoint_dtype, grpo.master_dtype) is refused,
 naming the key; other changes are logged and recorded as config_changed in
-the resumed run's first metrics.jsonl line.`,
+the resumed run's first metrics.jsonl line.
+
+grpo.loss picks the objective (grpo, dapo, gspo, cispo) and
+grpo.rollout_correction (tis, mis) weighs it for a sampler whose log-probs are
+not π_old's (docs/training.md). With a LoRA adapter (model.lora.rank) and
+rollout.generator: openai, a vLLM or SGLang server generates the rollouts and
+loads the adapter after every step (docs/real-use.md); otherwise training
+needs the local model.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := f.config(cmd)
