@@ -170,7 +170,8 @@ FUZZ_TARGETS := \
 	./eval:FuzzReadReport \
 	./internal/strictjson:FuzzCheck \
 	./internal/strictjson:FuzzObject \
-	./serve:FuzzParseRequest
+	./serve:FuzzParseRequest \
+	./mcpgate:FuzzDecodeAudit
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \
