@@ -25,7 +25,7 @@ const (
 // Record is one line of the audit log (JSON).
 type Record struct {
 	Time       time.Time `json:"time"`
-	Event      string    `json:"event"`             // EventDecision or EventOutcome
+	Event      string    `json:"event"`             // EventDecision, EventOutcome or EventToolChanged
 	MCPSession string    `json:"mcp_session"`       // the gateway's name of the client session
 	Owner      string    `json:"owner,omitempty"`   // the name of the client's token
 	Session    string    `json:"session,omitempty"` // the guard session (serve's id)
@@ -45,6 +45,15 @@ type Record struct {
 	Error         string          `json:"error,omitempty"`         // why the guard did not decide, or why the forwarded call failed
 	IsError       *bool           `json:"is_error,omitempty"`      // outcome: the tool's result was an error
 	DownstreamMS  int64           `json:"downstream_ms,omitempty"` // outcome: the downstream's time
+	// Flag marks a decision on a call to a tool that is not approved
+	// (--monitor: forwarded all the same): "tool_changed: FIELDS" or
+	// "tool_not_approved: new tool".
+	Flag string `json:"flag,omitempty"`
+	// tool_changed: the pinned and the listed definition's hashes ("" old:
+	// a new tool) and the fields that differ.
+	OldHash string   `json:"old_hash,omitempty"`
+	NewHash string   `json:"new_hash,omitempty"`
+	Fields  []string `json:"fields,omitempty"`
 }
 
 // Audit is an append-only JSONL file of Records, each written and synced

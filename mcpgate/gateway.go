@@ -63,6 +63,14 @@ type Options struct {
 	Log *slog.Logger
 	// ConnectTimeout bounds the downstream's start and handshake (0: 30 s).
 	ConnectTimeout time.Duration
+	// Downstream names the downstream in errors and logs (its command or URL).
+	Downstream string
+	// Pins are the approved tool definitions (nil: every listed tool is
+	// approved).
+	Pins *Pins
+	// Limits bound what a downstream or a client may make the gateway
+	// hold (zero: DefaultConfig).
+	Limits Config
 }
 
 // Gateway is the MCP server clients connect to. Serve Server over a
@@ -90,6 +98,12 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 30 * time.Second
+	}
+	if opts.Limits == (Config{}) {
+		opts.Limits = DefaultConfig()
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("mcpgate: mcp.%w", err)
 	}
 	g := &Gateway{opts: opts, log: opts.Log, now: time.Now, sessions: map[*mcp.ServerSession]*session{}}
 	if g.log == nil {
@@ -185,6 +199,8 @@ func (g *Gateway) receive(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		case "tools/call":
 			return s.callTool(ctx, req.(*mcp.CallToolRequest))
+		case "tools/list":
+			return s.listForClient(ctx, req.GetParams())
 		}
 		return s.forward(ctx, method, req.GetParams())
 	}
@@ -236,6 +252,14 @@ func (g *Gateway) unregister(s *session) {
 	g.mu.Lock()
 	delete(g.sessions, s.client)
 	g.mu.Unlock()
+}
+
+// downstream names the downstream in errors.
+func (g *Gateway) downstream() string {
+	if g.opts.Downstream == "" {
+		return "(unnamed)"
+	}
+	return fmt.Sprintf("%q", g.opts.Downstream)
 }
 
 // newSessionName is the audit's name of a client session: "m_" and 16

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -33,8 +34,10 @@ type session struct {
 	prompt      string  // the latest user request the guard session knows ("" for NoTask)
 	observation *string // the last assessed call's result (nil before the first step)
 
-	toolsMu sync.Mutex
-	tools   map[string]bool // the downstream's tool names as last listed (nil: not listed)
+	listMu        sync.Mutex  // one listing at a time
+	refreshQueued atomic.Bool // a check after list_changed is waiting for listMu
+	toolsMu       sync.Mutex
+	tools         *toolView // the last listing, checked (nil: none, or stale)
 }
 
 // connect starts the downstream session of client session ss: the
@@ -110,9 +113,7 @@ func (s *session) fromDown(next mcp.MethodHandler) mcp.MethodHandler {
 		case "ping", "notifications/cancelled":
 			return next(ctx, method, req)
 		case "notifications/tools/list_changed":
-			s.toolsMu.Lock()
-			s.tools = nil
-			s.toolsMu.Unlock()
+			s.toolsChanged()
 		}
 		p := req.GetParams()
 		if isNil(p) {
@@ -137,28 +138,6 @@ func (s *session) fromDown(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, nil
 	}
-}
-
-// knowsTool reports whether the downstream lists a tool: from the last
-// listing, else from a new one.
-func (s *session) knowsTool(ctx context.Context, name string) (bool, error) {
-	s.toolsMu.Lock()
-	known := s.tools[name]
-	s.toolsMu.Unlock()
-	if known {
-		return true, nil
-	}
-	tools := map[string]bool{}
-	for t, err := range s.down.Tools(ctx, nil) {
-		if err != nil {
-			return false, err
-		}
-		tools[t.Name] = true
-	}
-	s.toolsMu.Lock()
-	s.tools = tools
-	s.toolsMu.Unlock()
-	return tools[name], nil
 }
 
 // related are a session's client requests in progress, so that what the

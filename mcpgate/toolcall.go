@@ -62,13 +62,23 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	defer func() { <-s.turn }()
 
 	rec := &Record{Event: EventDecision, MCPSession: s.name, Owner: s.owner, Tool: p.Name, Monitor: s.g.opts.Monitor}
-	known, err := s.knowsTool(ctx, p.Name)
+	tool, err := s.tool(ctx, p.Name)
 	if err != nil {
 		return nil, downstreamError(ctx, err)
 	}
-	if !known { // the name is the client's alone: quoted short
+	if tool == nil { // the name is the client's alone: quoted short
 		rec.Tool, rec.Error = serve.ShortText(p.Name), "unknown tool: the downstream server does not list it"
 		return s.notForwarded(rec, refused("mageguard: unknown tool %q: the downstream MCP server does not list it; the call was not run", serve.ShortText(p.Name)))
+	}
+	if tool.auditErr != nil { // its change is not in the audit log: fails closed, as any record
+		return auditFailed(tool.auditErr), nil
+	}
+	if tool.Status != ToolApproved {
+		rec.Flag = flag(tool)
+		if !s.g.opts.Monitor {
+			rec.Error = rec.Flag + " (not approved)"
+			return s.notForwarded(rec, refused("%s", unapproved(tool)))
+		}
 	}
 	areq, err := s.assessRequest(p.Name, p.Arguments, meta)
 	if err != nil {

@@ -1,0 +1,215 @@
+package mcpgate
+
+// The downstream's tools as the gateway lists them: every page, within
+// mcp.max_list_pages and mcp.max_list_tools; checked against the pins
+// (pins.go); shown to the client as approved (enforcing: a changed tool
+// as its pinned definition, a new one not at all; --monitor: as listed).
+// A client's tools/list, a tools/call of a tool the last listing lacks
+// and the downstream's notifications/tools/list_changed list again.
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// EventToolChanged is the audit event of a tool whose definition differs
+// from its pin, or a tool listed after the first listing.
+const EventToolChanged = "tool_changed"
+
+// toolView is a session's last listing, checked.
+type toolView struct {
+	byName map[string]*checkedTool
+	shown  []*mcp.Tool // what the client is shown
+}
+
+type checkedTool struct {
+	*CheckedTool
+	auditErr error // the change could not be audited: calls to the tool are refused
+}
+
+// listTools lists every page of the downstream's tools within the bounds.
+func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
+	lim := s.g.opts.Limits
+	var all []*mcp.Tool
+	cursor := ""
+	for page := 1; ; page++ {
+		if page > lim.MaxListPages {
+			return nil, fmt.Errorf("the downstream MCP server %s listed more than %d pages of tools (mcp.max_list_pages)", s.g.downstream(), lim.MaxListPages)
+		}
+		res, err := s.down.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, res.Tools...)
+		if len(all) > lim.MaxListTools {
+			return nil, fmt.Errorf("the downstream MCP server %s listed more than %d tools (mcp.max_list_tools)", s.g.downstream(), lim.MaxListTools)
+		}
+		if res.NextCursor == "" {
+			return all, nil
+		}
+		cursor = res.NextCursor
+	}
+}
+
+// refreshTools lists the downstream's tools and checks them against the
+// pins; each change not audited yet is audited (and then kept as pending
+// in the pins). It becomes the session's view.
+func (s *session) refreshTools(ctx context.Context) (*toolView, error) {
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	return s.refreshLocked(ctx)
+}
+
+func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
+	tools, err := s.listTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var checked []*CheckedTool
+	if s.g.opts.Pins != nil {
+		if checked, err = s.g.opts.Pins.Check(tools); err != nil {
+			s.g.log.Error("tool pins", "error", err.Error())
+			return nil, fmt.Errorf("mageguard: the tool pins could not be read or written: %w", err)
+		}
+	} else {
+		for _, t := range tools {
+			checked = append(checked, &CheckedTool{Tool: t})
+		}
+	}
+	v := &toolView{byName: map[string]*checkedTool{}}
+	for _, c := range checked {
+		ct := &checkedTool{CheckedTool: c}
+		v.byName[c.Tool.Name] = ct
+		if c.Status != ToolApproved && c.Novel {
+			ct.auditErr = s.auditChange(c)
+		}
+		switch {
+		case s.g.opts.Monitor || c.Status == ToolApproved:
+			v.shown = append(v.shown, c.Tool)
+		case c.Status == ToolChanged:
+			t, err := c.Pinned.Tool()
+			if err != nil {
+				return nil, fmt.Errorf("mageguard: the pin of tool %q: %w", c.Tool.Name, err)
+			}
+			v.shown = append(v.shown, t)
+		}
+	}
+	s.toolsMu.Lock()
+	s.tools = v
+	s.toolsMu.Unlock()
+	return v, nil
+}
+
+// auditChange writes a tool change's record, then keeps the change as
+// pending in the pins (so it is audited once).
+func (s *session) auditChange(c *CheckedTool) error {
+	rec := &Record{Event: EventToolChanged, MCPSession: s.name, Owner: s.owner, Tool: c.Tool.Name,
+		NewHash: c.Pin.Hash, Fields: c.Changed, Monitor: s.g.opts.Monitor}
+	if c.Pinned != nil {
+		rec.OldHash = c.Pinned.Hash
+	} else {
+		rec.Fields = []string{"new tool"}
+	}
+	if err := s.g.audit(rec); err != nil {
+		s.g.log.Error("audit", "error", err.Error())
+		return err
+	}
+	s.g.log.Warn("tool changed", "mcp_session", s.name, "tool", c.Tool.Name, "fields", strings.Join(rec.Fields, ","))
+	if err := s.g.opts.Pins.Seen(c); err != nil {
+		s.g.log.Error("tool pins", "error", err.Error())
+	}
+	return nil
+}
+
+// tool returns a tool of the downstream as last listed, listing again
+// when the last listing lacks it or did not approve it (an operator may
+// have approved it since) (nil: the downstream does not list it).
+func (s *session) tool(ctx context.Context, name string) (*checkedTool, error) {
+	s.toolsMu.Lock()
+	v := s.tools
+	s.toolsMu.Unlock()
+	if v != nil {
+		if c := v.byName[name]; c != nil && c.auditErr == nil && c.Status == ToolApproved {
+			return c, nil
+		}
+	}
+	v, err := s.refreshTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v.byName[name], nil
+}
+
+// listForClient answers a client's tools/list: every approved tool, in
+// one page.
+func (s *session) listForClient(ctx context.Context, p mcp.Params) (mcp.Result, error) {
+	if lp, ok := p.(*mcp.ListToolsParams); ok && lp != nil && lp.Cursor != "" {
+		return nil, rpcError(codeInvalidParams, "mageguard: tools/list has one page (no cursor to follow)")
+	}
+	v, err := s.refreshTools(ctx)
+	if err != nil {
+		return nil, downstreamError(ctx, err)
+	}
+	return &mcp.ListToolsResult{Tools: v.shown}, nil
+}
+
+// toolsChanged runs the check after the downstream's
+// notifications/tools/list_changed (the notification goes on to the
+// client): one check at a time, later notifications meanwhile coalesced.
+func (s *session) toolsChanged() {
+	s.toolsMu.Lock()
+	s.tools = nil
+	s.toolsMu.Unlock()
+	if !s.refreshQueued.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		s.listMu.Lock()
+		defer s.listMu.Unlock()
+		s.refreshQueued.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := s.refreshLocked(ctx); err != nil {
+			s.g.log.Error("tools/list after list_changed", "mcp_session", s.name, "error", err.Error())
+		}
+	}()
+}
+
+// unapproved is the client's refusal of a call to a tool that is not
+// approved.
+func unapproved(c *checkedTool) string {
+	if c.Status == ToolNew {
+		return fmt.Sprintf("mageguard: the tool %q is not approved: it was not in the downstream MCP server's first listing "+
+			"(or its pin was revoked); the call was not run. An operator can approve it (mageguard mcp tools approve %s).", c.Tool.Name, c.Tool.Name)
+	}
+	return fmt.Sprintf("mageguard: the tool %q changed since it was approved (%s differ from the pinned definition %s; now %s); "+
+		"the call was not run. An operator can review and approve the change (mageguard mcp tools approve %s).",
+		c.Tool.Name, strings.Join(c.Changed, ", "), c.Pinned.Hash, c.Pin.Hash, c.Tool.Name)
+}
+
+// flag is the decision record's flag of a call to a tool that is not
+// approved.
+func flag(c *checkedTool) string {
+	if c.Status == ToolNew {
+		return "tool_not_approved: new tool"
+	}
+	return "tool_changed: " + strings.Join(c.Changed, ", ")
+}
+
+// isNilValue reports whether v is nil or a nil pointer, map or slice.
+func isNilValue(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
+}
