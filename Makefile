@@ -171,7 +171,8 @@ FUZZ_TARGETS := \
 	./internal/strictjson:FuzzCheck \
 	./internal/strictjson:FuzzObject \
 	./serve:FuzzParseRequest \
-	./mcpgate:FuzzDecodeAudit
+	./mcpgate:FuzzDecodeAudit \
+	./mcpgate:FuzzDecodePinFile
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

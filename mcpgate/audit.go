@@ -45,6 +45,9 @@ type Record struct {
 	Error         string          `json:"error,omitempty"`         // why the guard did not decide, or why the forwarded call failed
 	IsError       *bool           `json:"is_error,omitempty"`      // outcome: the tool's result was an error
 	DownstreamMS  int64           `json:"downstream_ms,omitempty"` // outcome: the downstream's time
+	// DroppedNotifications (outcome) counts the downstream's notifications
+	// during the call past mcp.max_notifications_per_call, not passed on.
+	DroppedNotifications int64 `json:"dropped_notifications,omitempty"`
 	// Flag marks a decision on a call to a tool that is not approved
 	// (--monitor: forwarded all the same): "tool_changed: FIELDS" or
 	// "tool_not_approved: new tool".

@@ -182,9 +182,9 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 		return auditFailed(err), nil
 	}
 	start := s.g.now()
-	res, err := s.forward(ctx, "tools/call", fwd)
+	res, dropped, err := s.forwardCounted(ctx, "tools/call", fwd)
 	out := &Record{Event: EventOutcome, MCPSession: s.name, Owner: s.owner, Session: rec.Session, Step: rec.Step, Tool: rec.Tool,
-		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: s.g.now().Sub(start).Milliseconds()}
+		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: s.g.now().Sub(start).Milliseconds(), DroppedNotifications: dropped}
 	var result *mcp.CallToolResult
 	if err != nil {
 		out.Error = err.Error()

@@ -132,7 +132,7 @@ refused. docs/mcp.md has client configurations.`,
 	fl.StringVar(&r.listen, "listen", "", "serve MCP over Streamable HTTP at http://HOST:PORT/mcp instead of stdio")
 	fl.StringVar(&r.api, "api", "", "with stdio: serve the sessions API (/v1/, /healthz, /metrics) at HOST:PORT")
 	fl.StringArrayVar(&r.allowedHosts, "allowed-host", nil, "a Host / Origin name to accept besides loopback's (repeatable)")
-	fl.DurationVar(&r.idle, "idle-timeout", 30*time.Minute, "with --listen: close a client session (and its downstream) idle this long (0: never)")
+	fl.DurationVar(&r.idle, "idle-timeout", 5*time.Minute, "with --listen: close a client session (and its downstream) idle this long, freeing its place within mcp.max_client_sessions (0: never)")
 	fl.StringVar(&r.tlsCert, "tls-cert", "", "TLS certificate (PEM) to serve HTTPS")
 	fl.StringVar(&r.tlsKey, "tls-key", "", "TLS private key (PEM)")
 	fl.StringVar(&r.toolPins, "tool-pins", "", "a reviewed tool pin file: its definitions are the approved ones (else the first listing is pinned)")
@@ -192,7 +192,7 @@ func (r *mcpRun) downstream() string {
 // client session.
 func (r *mcpRun) dial() (mcp.Transport, error) {
 	if r.upstreamURL != "" {
-		return &mcp.StreamableClientTransport{Endpoint: r.upstreamURL}, nil
+		return &mcp.StreamableClientTransport{Endpoint: r.upstreamURL, HTTPClient: mcpgate.UpstreamClient(r.cfg.Serve.MaxBodyBytes)}, nil
 	}
 	c := exec.Command(r.command[0], r.command[1:]...)
 	c.Stderr = r.stderr
