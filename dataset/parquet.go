@@ -31,6 +31,13 @@ type pqTrajectory struct {
 	Turns           []pqTurn `parquet:"turns,list"`
 	Utility         *bool    `parquet:"utility,optional"`
 	Security        *bool    `parquet:"security,optional"`
+	Tools           []pqTool `parquet:"tools,list"` // a file without these columns (written before them) reads as no tools
+}
+
+type pqTool struct {
+	Name        string `parquet:"name"`
+	Description string `parquet:"description"`
+	Parameters  string `parquet:"parameters,json"` // "" = none
 }
 
 type pqTurn struct {
@@ -105,6 +112,9 @@ func checkParquetSchema(s *parquet.Schema) *FieldError {
 	for _, path := range want.Columns() {
 		name := strings.Join(path, ".")
 		got, ok := s.Lookup(path...)
+		if !ok && path[0] == "tools" {
+			continue // optional: read as no tools
+		}
 		if !ok {
 			return fieldErr(fieldOfColumn(path), "missing column %q", name)
 		}
@@ -205,6 +215,17 @@ func fromParquet(p *pqTrajectory) (*Trajectory, error) {
 		}
 		tu.Action.Arguments = args
 	}
+	for i, pt := range p.Tools {
+		tool := Tool{Name: pt.Name, Description: pt.Description}
+		if pt.Parameters != "" {
+			params, err := compactJSON([]byte(pt.Parameters))
+			if err != nil {
+				return nil, fieldErr(fmt.Sprintf("tools[%d].parameters", i), "%v", err)
+			}
+			tool.Parameters = params
+		}
+		t.Tools = append(t.Tools, tool)
+	}
 	return t, nil
 }
 
@@ -218,6 +239,9 @@ func toParquet(t *Trajectory) pqTrajectory {
 	for i, tu := range t.Turns {
 		p.Turns[i] = pqTurn{User: tu.User, Observation: tu.Observation, Label: int32(tu.Label),
 			Action: pqAction{Name: tu.Action.Name, Arguments: string(tu.Action.Arguments)}}
+	}
+	for _, tool := range t.Tools {
+		p.Tools = append(p.Tools, pqTool{Name: tool.Name, Description: tool.Description, Parameters: string(tool.Parameters)})
 	}
 	return p
 }

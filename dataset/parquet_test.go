@@ -46,26 +46,29 @@ func writeFlipped(t testing.TB, path string, data []byte, i int, v byte) {
 	}
 }
 
-// TestCorruptPageIndexOrCodecNeverCrashes: byte 51192 set to 0xff (in the page
-// index, which panicked with "slice bounds out of range") and byte 50514
-// set to 14 (a column chunk's codec changed from ZSTD to LZ4_RAW, whose
-// decoder doubled its buffer until "fatal error: out of memory") give a
-// result or an error naming the file, never a crash.
+// TestCorruptPageIndexOrCodecNeverCrashes: byte 51192 set to 0xff (the
+// page index's offset, which panicked with "slice bounds out of range") and
+// byte 50514 set to 14 (a column chunk's codec changed from ZSTD to
+// LZ4_RAW, whose decoder doubled its buffer until "fatal error: out of
+// memory") give a result or an error naming the file, never a crash. (Those
+// offsets were the binary's file before the tools columns; in the test
+// binary's file with them, the same fields are bytes 51593 and 50915.)
 func TestCorruptPageIndexOrCodecNeverCrashes(t *testing.T) {
 	_, data := miniParquet(t)
-	// The binary's file is 51331 bytes; a test binary's is shorter only in
-	// the footer's last field (created_by names no build), after both bytes.
-	if len(data) < 51300 || data[50514] != 12 || data[51192] != 239 {
-		t.Fatalf("the writer's output changed (%d bytes, byte 50514 = %d, byte 51192 = %d): update the offsets", len(data), data[50514], data[51192])
+	// A test binary's file is shorter than the binary's only in the
+	// footer's last field (created_by names no build), after both bytes.
+	const pageIndex, codec = 51593, 50915
+	if len(data) < 51900 || data[codec] != 12 || data[pageIndex] != 242 {
+		t.Fatalf("the writer's output changed (%d bytes, byte %d = %d, byte %d = %d): update the offsets", len(data), codec, data[codec], pageIndex, data[pageIndex])
 	}
 	p := filepath.Join(t.TempDir(), "flipped.parquet")
 
-	writeFlipped(t, p, data, 51192, 0xff) // the page index is not read
+	writeFlipped(t, p, data, pageIndex, 0xff) // the page index is not read
 	if ts, err := ReadAll(p); err != nil || len(ts) != 218 {
 		t.Fatalf("page index damaged: %d trajectories, %v", len(ts), err)
 	}
 
-	writeFlipped(t, p, data, 50514, 14)
+	writeFlipped(t, p, data, codec, 14)
 	_, err := ReadAll(p)
 	var e *Error
 	if !errors.As(err, &e) || e.File != p || !strings.Contains(err.Error(), "LZ4_RAW data") {
