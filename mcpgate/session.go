@@ -37,11 +37,16 @@ type session struct {
 	guardID     string  // "" until the session's first tools/call
 	prompt      string  // the latest user request the guard session knows ("" for NoTask)
 	observation *string // the last assessed call's result (nil before the first step)
+	stepped     bool    // the guard session has had its first step
 
 	listMu        sync.Mutex  // one listing at a time
 	refreshQueued atomic.Bool // a check after list_changed is waiting for listMu
 	toolsMu       sync.Mutex
 	tools         *toolView // the last listing, checked (nil: none, or stale)
+	lastView      *toolView // the last listing, even when stale
+	// guardTools are the definitions the guard was shown (name: hash);
+	// under turn, set at the session's first step.
+	guardTools map[string]string
 }
 
 // connect starts the downstream session of client session ss: the

@@ -80,6 +80,9 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 			return s.notForwarded(rec, refused("%s", unapproved(tool)))
 		}
 	}
+	if change := s.approvedChanges(); change != "" && s.observation != nil {
+		s.observation = ptr(s.g.bound(*s.observation + change))
+	}
 	areq, err := s.assessRequest(p.Name, p.Arguments, meta)
 	if err != nil {
 		rec.Error = err.Error()
@@ -258,7 +261,16 @@ func (s *session) step(ctx context.Context, req *serve.AssessRequest, meta strin
 		}
 		s.g.log.Info("guard session", "mcp_session", s.name, "session", id)
 	}
+	if !s.stepped { // the first step shows the memory the tools the client was shown
+		req.ShownTools = s.guardSeesTools()
+		if req.ShownTools == nil {
+			req.ShownTools = []serve.Tool{}
+		}
+	}
 	ans, err := s.g.opts.Guard.Assess(ctx, s.guardID, req)
+	if err == nil {
+		s.stepped = true
+	}
 	if err == nil && meta != "" {
 		s.prompt = meta
 	}

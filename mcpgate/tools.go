@@ -9,12 +9,17 @@ package mcpgate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/rollout/prompt"
+	"github.com/mageguard/mageguard/serve"
 )
 
 // EventToolChanged is the audit event of a tool whose definition differs
@@ -23,8 +28,9 @@ const EventToolChanged = "tool_changed"
 
 // toolView is a session's last listing, checked.
 type toolView struct {
-	byName map[string]*checkedTool
-	shown  []*mcp.Tool // what the client is shown
+	byName    map[string]*checkedTool
+	shown     []*mcp.Tool       // what the client is shown
+	shownHash map[string]string // the hash of each tool's definition shown, by name
 }
 
 type checkedTool struct {
@@ -78,10 +84,14 @@ func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
 		}
 	} else {
 		for _, t := range tools {
-			checked = append(checked, &CheckedTool{Tool: t})
+			pin, err := PinTool(t, s.g.now())
+			if err != nil {
+				return nil, err
+			}
+			checked = append(checked, &CheckedTool{Tool: t, Pin: pin})
 		}
 	}
-	v := &toolView{byName: map[string]*checkedTool{}}
+	v := &toolView{byName: map[string]*checkedTool{}, shownHash: map[string]string{}}
 	for _, c := range checked {
 		ct := &checkedTool{CheckedTool: c}
 		v.byName[c.Tool.Name] = ct
@@ -91,18 +101,82 @@ func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
 		switch {
 		case s.g.opts.Monitor || c.Status == ToolApproved:
 			v.shown = append(v.shown, c.Tool)
+			v.shownHash[c.Tool.Name] = c.Pin.Hash
 		case c.Status == ToolChanged:
 			t, err := c.Pinned.Tool()
 			if err != nil {
 				return nil, fmt.Errorf("mageguard: the pin of tool %q: %w", c.Tool.Name, err)
 			}
 			v.shown = append(v.shown, t)
+			v.shownHash[c.Tool.Name] = c.Pinned.Hash
 		}
 	}
 	s.toolsMu.Lock()
-	s.tools = v
+	s.tools, s.lastView = v, v
 	s.toolsMu.Unlock()
 	return v, nil
+}
+
+// guardSeesTools returns, for a session's first step, the tools its
+// client was shown (as the guard session's declared tools, which its
+// first memory update reads as untrusted content), and records them as
+// what the guard knows. Under turn.
+func (s *session) guardSeesTools() []serve.Tool {
+	s.toolsMu.Lock()
+	v := s.lastView
+	s.toolsMu.Unlock()
+	s.guardTools = map[string]string{}
+	if v == nil {
+		return nil
+	}
+	var out []serve.Tool
+	for _, t := range v.shown {
+		out = append(out, serveTool(t))
+		s.guardTools[t.Name] = v.shownHash[t.Name]
+	}
+	return out
+}
+
+// approvedChanges returns, as text for the pending observation, the
+// definitions the client is now shown that the guard has not seen: a
+// change an operator approved (or, with --monitor, any change), a tool
+// approved since. Under turn.
+func (s *session) approvedChanges() string {
+	s.toolsMu.Lock()
+	v := s.lastView
+	s.toolsMu.Unlock()
+	if v == nil || s.guardTools == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, t := range v.shown {
+		h := v.shownHash[t.Name]
+		if old, ok := s.guardTools[t.Name]; ok && old == h {
+			continue
+		}
+		st := serveTool(t)
+		fmt.Fprintf(&b, toolNowShown, t.Name, prompt.ToolsText([]dataset.Tool{{Name: st.Name, Description: st.Description, Parameters: st.Parameters}}))
+		s.guardTools[t.Name] = h
+	}
+	return b.String()
+}
+
+// toolNowShown introduces, in the pending observation, a tool definition
+// the client is shown since the guard last saw the tools.
+const toolNowShown = "\n\n[the agent is now shown this definition of the tool %s (changed or added, and approved):]\n%s"
+
+// serveTool is a tool as a guard session declares it.
+func serveTool(t *mcp.Tool) serve.Tool {
+	st := serve.Tool{Name: t.Name, Description: t.Description}
+	if t.Title != "" && t.Description == "" {
+		st.Description = t.Title
+	}
+	if !isNilValue(t.InputSchema) {
+		if data, err := json.Marshal(t.InputSchema); err == nil {
+			st.Parameters = data
+		}
+	}
+	return st
 }
 
 // auditChange writes a tool change's record, then keeps the change as
