@@ -1,7 +1,9 @@
 package mcpgate
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -249,5 +251,68 @@ func TestUpstreamBodiesAreBounded(t *testing.T) {
 				t.Errorf("err %v", err)
 			}
 		})
+	}
+}
+
+// rawDownstream is a downstream written by hand over pipes: it sends
+// notifications/tools/list_changed during the handshake — before it
+// answers initialize, and again at the client's initialized (as
+// server-everything does) — then lists one tool.
+func rawDownstream(t *testing.T) (mcp.Transport, error) {
+	upR, upW := io.Pipe()     // gateway to server
+	downR, downW := io.Pipe() // server to gateway
+	go func() {
+		defer downW.Close()
+		lines := bufio.NewScanner(upR)
+		lines.Buffer(nil, 1<<20)
+		for lines.Scan() {
+			var msg struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+				Params struct {
+					ProtocolVersion string `json:"protocolVersion"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(lines.Bytes(), &msg) != nil {
+				continue
+			}
+			if msg.Method == "notifications/initialized" { // as server-everything registers its tools
+				io.WriteString(downW, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`+"\n")
+			}
+			if msg.ID == nil {
+				continue
+			}
+			var out string
+			switch msg.Method {
+			case "initialize":
+				io.WriteString(downW, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`+"\n")
+				out = fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"raw","version":"1"}}}`, msg.ID, msg.Params.ProtocolVersion)
+			case "tools/list":
+				out = fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}]}}`, msg.ID)
+			default:
+				out = fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no"}}`, msg.ID)
+			}
+			io.WriteString(downW, out+"\n")
+		}
+	}()
+	return &mcp.IOTransport{Reader: downR, Writer: upW}, nil
+}
+
+// TestListChangedDuringTheHandshake: a downstream that says its tool
+// list changed before it has answered initialize does not bring the
+// gateway down (the check then waits for the handshake; before, it listed
+// on a connection not yet made: a nil pointer, the process gone).
+func TestListChangedDuringTheHandshake(t *testing.T) {
+	pins, err := OpenPins(t.TempDir(), "raw", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Options{Pins: pins})
+	h.gw.opts.Dial = func() (mcp.Transport, error) { return rawDownstream(t) }
+	ctx := context.Background()
+	c := h.connect(ctx)
+	res, err := c.cs.ListTools(ctx, nil)
+	if err != nil || len(res.Tools) != 1 || res.Tools[0].Name != "t" {
+		t.Fatalf("%v %+v", err, res)
 	}
 }

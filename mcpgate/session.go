@@ -27,6 +27,7 @@ type session struct {
 	owner  string // the name of the client's token ("" without authentication)
 
 	ready     chan struct{} // closed when the client has sent notifications/initialized
+	connected chan struct{} // closed when the downstream's handshake is over (down set, or nil: it failed)
 	readyOnce sync.Once
 	inflight  related         // the client's requests in progress
 	pending   pendingRequests // the downstream's requests awaiting the client's answer
@@ -57,7 +58,7 @@ func (g *Gateway) connect(ss *mcp.ServerSession, params *mcp.InitializeParams, v
 	if err != nil {
 		return nil, err
 	}
-	s := &session{g: g, client: ss, name: newSessionName(), owner: owner, ready: make(chan struct{}),
+	s := &session{g: g, client: ss, name: newSessionName(), owner: owner, ready: make(chan struct{}), connected: make(chan struct{}),
 		turn: make(chan struct{}, 1), prompt: g.opts.Task}
 	caps := &mcp.ClientCapabilities{}
 	if params.Capabilities != nil {
@@ -76,7 +77,10 @@ func (g *Gateway) connect(ss *mcp.ServerSession, params *mcp.InitializeParams, v
 	client.AddReceivingMiddleware(s.fromDown)
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.ConnectTimeout)
 	defer cancel()
-	if s.down, err = client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: version}); err != nil {
+	down, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	s.down = down
+	close(s.connected)
+	if err != nil {
 		return nil, err
 	}
 	if !g.register(s) {

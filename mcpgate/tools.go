@@ -243,6 +243,10 @@ func (s *session) toolsChanged() {
 		return
 	}
 	go func() {
+		<-s.connected // the downstream may say so during its handshake
+		if s.down == nil {
+			return
+		}
 		s.listMu.Lock()
 		defer s.listMu.Unlock()
 		s.refreshQueued.Store(false)
