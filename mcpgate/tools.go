@@ -163,7 +163,7 @@ func (s *session) approvedChanges() string {
 
 // toolNowShown introduces, in the pending observation, a tool definition
 // the client is shown since the guard last saw the tools.
-const toolNowShown = "\n\n[the agent is now shown this definition of the tool %s (changed or added, and approved):]\n%s"
+const toolNowShown = "\n\n[the agent is now shown this definition of the tool %s (changed or added since the guard last saw the tools):]\n%s"
 
 // serveTool is a tool as a guard session declares it.
 func serveTool(t *mcp.Tool) serve.Tool {
