@@ -231,6 +231,8 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, ss *mc
 	}
 	if err := g.reserve(owner); err != nil {
 		g.log.Warn("session refused", "owner", owner, "error", err.Error())
+		// The refused session holds nothing once its answer is sent.
+		context.AfterFunc(ctx, func() { ss.Close() })
 		return nil, err
 	}
 	s, err := g.connect(ss, params, ir.ProtocolVersion, owner)

@@ -94,9 +94,24 @@ func TestClientSessionsAreCapped(t *testing.T) {
 	if body, _ := initAs(t, srv.URL, tokenB); !strings.Contains(body, `"protocolVersion"`) {
 		t.Fatalf("B's session: %s", body)
 	}
-	if body, _ := initAs(t, srv.URL, tokenB); !strings.Contains(body, "too many client sessions: 3 are open (mcp.max_client_sessions)") {
+	body, refusedID := initAs(t, srv.URL, tokenB)
+	if !strings.Contains(body, "too many client sessions: 3 are open (mcp.max_client_sessions)") {
 		t.Fatalf("B's second session: %s", body)
 	}
+	// The refused session is closed once answered: it holds nothing.
+	guardtest.WaitFor(t, "the refused session to be closed", func() bool {
+		req, _ := http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+tokenB)
+		req.Header.Set("Mcp-Session-Id", refusedID)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusNotFound
+	})
 	if n := dials.Load(); n != 3 || h.gw.Sessions() != 3 {
 		t.Fatalf("%d downstreams started, %d sessions, want 3", n, h.gw.Sessions())
 	}
