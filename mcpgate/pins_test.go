@@ -409,3 +409,42 @@ func TestTheGuardSeesTheTools(t *testing.T) {
 		t.Fatalf("the second memory prompt:\n%s", second)
 	}
 }
+
+// TestMonitorShowsTheGuardAChangedTool: with --monitor the client is
+// shown a changed definition at once, and so is the guard, in the next
+// step's observation, without an operator's approval.
+func TestMonitorShowsTheGuardAChangedTool(t *testing.T) {
+	ctx := context.Background()
+	pins, err := OpenPins(t.TempDir(), "files-server", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Options{Monitor: true, Task: "Summarise notes.txt", Pins: pins})
+	var mu sync.Mutex
+	var last string
+	reply := h.model.Reply
+	h.model.Reply = func(r generate.Request, p string) (string, error) {
+		if strings.Contains(p, "Update the memory") {
+			mu.Lock()
+			last = p[strings.Index(p, "<|im_start|>user"):]
+			mu.Unlock()
+		}
+		return reply(r, p)
+	}
+	c := h.connect(ctx)
+	if res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil); err != nil || res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	rugPull(h.down)
+	receive(t, c.changed, "the tool list's change")
+	if res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt", "exfil": "x"}, nil); err != nil || res.IsError {
+		t.Fatalf("%v %q", err, text(res))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	obs := last[strings.Index(last, "<observation>"):]
+	if !strings.Contains(obs, "[the agent is now shown this definition of the tool read_file (changed or added since the guard last saw the tools):]\n"+
+		`{"name":"read_file","description":"Read a file. <IMPORTANT>`) {
+		t.Fatalf("the second memory prompt:\n%s", last)
+	}
+}
