@@ -214,7 +214,9 @@ FUZZ_TARGETS := \
 	./eval:FuzzReadReport \
 	./internal/strictjson:FuzzCheck \
 	./internal/strictjson:FuzzObject \
-	./serve:FuzzParseRequest
+	./serve:FuzzParseRequest \
+	./mcpgate:FuzzDecodeAudit \
+	./mcpgate:FuzzDecodePinFile
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

@@ -3,6 +3,7 @@ package config
 import (
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/grpo"
+	"github.com/mageguard/mageguard/mcpgate"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
@@ -24,6 +25,7 @@ type Config struct {
 	Sweep   sweep.Config    `yaml:"sweep"`   // grid of config points for `mageguard sweep`
 	Eval    eval.Config     `yaml:"eval"`    // held-out data and decoding of `mageguard eval`
 	Serve   serve.Config    `yaml:"serve"`   // batching, limits and blocking rule of `mageguard serve`
+	MCP     mcpgate.Config  `yaml:"mcp"`     // what a downstream or a client may make `mageguard mcp` hold
 }
 
 // Default returns the configuration with every section at its defaults.
@@ -38,6 +40,7 @@ func Default() *Config {
 		Sweep:   sweep.DefaultConfig(),
 		Eval:    eval.DefaultConfig(),
 		Serve:   serve.DefaultConfig(),
+		MCP:     mcpgate.DefaultConfig(),
 	}
 }
 

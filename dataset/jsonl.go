@@ -66,7 +66,7 @@ func (r *jsonlReader) Next() (*Trajectory, error) {
 
 // recordFields are the keys of a trajectory object, in schema order.
 var recordFields = []string{"id", "source", "suite", "user_task_id", "injection_task_id", "attack_type",
-	"model", "user_prompt", "turns", "utility", "security"}
+	"model", "user_prompt", "turns", "utility", "security", "tools"}
 
 // DecodeJSON decodes one trajectory object strictly: every required key
 // present with its JSON type, no unknown keys, no key given twice in any
@@ -114,6 +114,9 @@ func DecodeJSON(b []byte) (*Trajectory, error) {
 		return nil, err
 	}
 	if t.Security, err = optBool(obj, "security"); err != nil {
+		return nil, err
+	}
+	if err := decodeTools(obj, t); err != nil {
 		return nil, err
 	}
 	raw, ok := obj["turns"]

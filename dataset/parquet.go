@@ -31,6 +31,13 @@ type pqTrajectory struct {
 	Turns           []pqTurn `parquet:"turns,list"`
 	Utility         *bool    `parquet:"utility,optional"`
 	Security        *bool    `parquet:"security,optional"`
+	Tools           []pqTool `parquet:"tools,list"` // a file without these columns (written before them) reads as no tools
+}
+
+type pqTool struct {
+	Name        string `parquet:"name"`
+	Description string `parquet:"description"`
+	Parameters  string `parquet:"parameters,json"` // "" = none
 }
 
 type pqTurn struct {
@@ -114,8 +121,8 @@ func checkParquetSchema(s *parquet.Schema) *FieldError {
 	for _, path := range want.Columns() {
 		name := strings.Join(path, ".")
 		got, ok := s.Lookup(path...)
-		if !ok && optionalColumns[name] {
-			continue
+		if !ok && (optionalColumns[name] || path[0] == "tools") {
+			continue // optional: read as empty (no tools, no label source)
 		}
 		if !ok {
 			return fieldErr(fieldOfColumn(path), "missing column %q", name)
@@ -218,6 +225,17 @@ func fromParquet(p *pqTrajectory) (*Trajectory, error) {
 		}
 		tu.Action.Arguments = args
 	}
+	for i, pt := range p.Tools {
+		tool := Tool{Name: pt.Name, Description: pt.Description}
+		if pt.Parameters != "" {
+			params, err := compactJSON([]byte(pt.Parameters))
+			if err != nil {
+				return nil, fieldErr(fmt.Sprintf("tools[%d].parameters", i), "%v", err)
+			}
+			tool.Parameters = params
+		}
+		t.Tools = append(t.Tools, tool)
+	}
 	return t, nil
 }
 
@@ -232,6 +250,9 @@ func toParquet(t *Trajectory) pqTrajectory {
 		p.Turns[i] = pqTurn{User: tu.User, Observation: tu.Observation, Label: int32(tu.Label),
 			LabelSource: tu.LabelSource, LabelNote: tu.LabelNote,
 			Action: pqAction{Name: tu.Action.Name, Arguments: string(tu.Action.Arguments)}}
+	}
+	for _, tool := range t.Tools {
+		p.Tools = append(p.Tools, pqTool{Name: tool.Name, Description: tool.Description, Parameters: string(tool.Parameters)})
 	}
 	return p
 }

@@ -46,26 +46,29 @@ func writeFlipped(t testing.TB, path string, data []byte, i int, v byte) {
 	}
 }
 
-// TestCorruptPageIndexOrCodecNeverCrashes: byte 52061 set to 0xff (in the page
-// index offset, which panicked with "slice bounds out of range") and byte 51160
-// set to 14 (a column chunk's codec changed from ZSTD to LZ4_RAW, whose
+// TestCorruptPageIndexOrCodecNeverCrashes: a byte of a column chunk's page
+// index offset set to 0xff (which panicked with "slice bounds out of
+// range") and a column chunk's codec changed from ZSTD to LZ4_RAW (whose
 // decoder doubled its buffer until "fatal error: out of memory") give a
-// result or an error naming the file, never a crash.
+// result or an error naming the file, never a crash. The offsets are those
+// fields' bytes in the test binary's file (with the tools and label_source
+// columns), found by decoding the footer before and after the change.
 func TestCorruptPageIndexOrCodecNeverCrashes(t *testing.T) {
 	_, data := miniParquet(t)
-	// The binary's file is 52206 bytes; a test binary's is shorter only in
-	// the footer's last field (created_by names no build), after both bytes.
-	if len(data) < 52150 || data[51160] != 12 || data[52061] != 248 {
-		t.Fatalf("the writer's output changed (%d bytes, byte 51160 = %d, byte 52061 = %d): update the offsets", len(data), data[51160], data[52061])
+	// A test binary's file is shorter than the binary's only in the
+	// footer's last field (created_by names no build), after both bytes.
+	const pageIndex, codec = 52462, 51561
+	if len(data) < 52800 || data[codec] != 12 || data[pageIndex] != 251 {
+		t.Fatalf("the writer's output changed (%d bytes, byte %d = %d, byte %d = %d): update the offsets", len(data), codec, data[codec], pageIndex, data[pageIndex])
 	}
 	p := filepath.Join(t.TempDir(), "flipped.parquet")
 
-	writeFlipped(t, p, data, 52061, 0xff) // the page index is not read
+	writeFlipped(t, p, data, pageIndex, 0xff) // the page index is not read
 	if ts, err := ReadAll(p); err != nil || len(ts) != 218 {
 		t.Fatalf("page index damaged: %d trajectories, %v", len(ts), err)
 	}
 
-	writeFlipped(t, p, data, 51160, 14)
+	writeFlipped(t, p, data, codec, 14)
 	_, err := ReadAll(p)
 	var e *Error
 	if !errors.As(err, &e) || e.File != p || !strings.Contains(err.Error(), "LZ4_RAW data") {

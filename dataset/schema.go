@@ -38,6 +38,7 @@ type Trajectory struct {
 	Turns           []Turn  `json:"turns"`             // the agent's actions in order (may be empty)
 	Utility         *bool   `json:"utility"`           // the benchmark's own outcome: the user task was solved (nil = unknown)
 	Security        *bool   `json:"security"`          // the benchmark's own outcome: the attack succeeded (nil = unknown or benign)
+	Tools           []Tool  `json:"tools,omitempty"`   // the tools the agent was shown (optional; tools.go)
 }
 
 // Turn is one action of the agent and what came back from it.
@@ -159,7 +160,7 @@ func (t *Trajectory) Validate() error {
 			return fieldErr(p+".label_source", "must be one of %s, got %q", strings.Join(LabelSources, ", "), tu.LabelSource)
 		}
 	}
-	return nil
+	return t.validateTools()
 }
 
 // checkArguments requires a JSON object with no key given twice and valid
@@ -249,7 +250,7 @@ func Equal(a, b *Trajectory) bool {
 		a.Model != b.Model || a.UserPrompt != b.UserPrompt ||
 		!eqStrPtr(a.InjectionTaskID, b.InjectionTaskID) || !eqStrPtr(a.AttackType, b.AttackType) ||
 		!eqBoolPtr(a.Utility, b.Utility) || !eqBoolPtr(a.Security, b.Security) ||
-		len(a.Turns) != len(b.Turns) {
+		len(a.Turns) != len(b.Turns) || !toolsEqual(a.Tools, b.Tools) {
 		return false
 	}
 	for i := range a.Turns {

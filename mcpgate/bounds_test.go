@@ -3,11 +3,14 @@ package mcpgate
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mageguard/mageguard/serve"
 )
@@ -98,5 +101,51 @@ func TestALongToolResultIsCutBeforeTheGuard(t *testing.T) {
 	// The step's stored result is the same cut text, marker included.
 	if r := steps[0].Result; r == nil || *r != obs {
 		t.Errorf("the long call's stored result is not its cut observation")
+	}
+}
+
+// TestAListingIsBounded: a downstream that lists page after page (one
+// tool a page), or more tools than mcp.max_list_tools, makes the listing
+// fail with an error naming the downstream, for the client's tools/list
+// and for a call's tool check alike; within the bounds it is whole.
+func TestAListingIsBounded(t *testing.T) {
+	cases := []struct {
+		name       string
+		tools      int
+		pages, max int
+		wantErr    string
+		wantListed int
+	}{
+		{"within", 5, 5, 5, "", 5},
+		{"pages", 6, 5, 100, "listed more than 5 pages of tools (mcp.max_list_pages)", 0},
+		{"tools", 6, 100, 5, "listed more than 5 tools (mcp.max_list_tools)", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			lim := DefaultConfig()
+			lim.MaxListPages, lim.MaxListTools = c.pages, c.max
+			h := newHarness(t, Options{Limits: lim, Downstream: "paged-server"})
+			h.down.server = mcp.NewServer(&mcp.Implementation{Name: "paged"}, &mcp.ServerOptions{PageSize: 1})
+			for i := range c.tools {
+				mcp.AddTool(h.down.server, &mcp.Tool{Name: fmt.Sprintf("t%d", i)}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
+				})
+			}
+			cl := h.connect(ctx)
+			res, err := cl.cs.ListTools(ctx, nil)
+			if c.wantErr == "" {
+				if err != nil || len(res.Tools) != c.wantListed || res.NextCursor != "" {
+					t.Fatalf("%v %+v", err, res)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), `the downstream MCP server "paged-server" `+c.wantErr) {
+				t.Errorf("tools/list: %v", err)
+			}
+			if _, err := cl.call(ctx, "t0", map[string]any{}, nil); err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("tools/call: %v", err)
+			}
+		})
 	}
 }

@@ -63,6 +63,14 @@ type Options struct {
 	Log *slog.Logger
 	// ConnectTimeout bounds the downstream's start and handshake (0: 30 s).
 	ConnectTimeout time.Duration
+	// Downstream names the downstream in errors and logs (its command or URL).
+	Downstream string
+	// Pins are the approved tool definitions (nil: every listed tool is
+	// approved).
+	Pins *Pins
+	// Limits bound what a downstream or a client may make the gateway
+	// hold (zero: DefaultConfig).
+	Limits Config
 }
 
 // Gateway is the MCP server clients connect to. Serve Server over a
@@ -81,6 +89,11 @@ type Gateway struct {
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*session
 	closed   bool
+	// Client sessions open or starting (their downstream being
+	// connected), in all and per owner: within mcp.max_client_sessions
+	// and mcp.max_client_sessions_per_token.
+	open    int
+	byOwner map[string]int
 }
 
 // New builds a gateway.
@@ -91,7 +104,13 @@ func New(opts Options) (*Gateway, error) {
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 30 * time.Second
 	}
-	g := &Gateway{opts: opts, log: opts.Log, now: time.Now, sessions: map[*mcp.ServerSession]*session{}}
+	if opts.Limits == (Config{}) {
+		opts.Limits = DefaultConfig()
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("mcpgate: mcp.%w", err)
+	}
+	g := &Gateway{opts: opts, log: opts.Log, now: time.Now, sessions: map[*mcp.ServerSession]*session{}, byOwner: map[string]int{}}
 	if g.log == nil {
 		g.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -185,6 +204,8 @@ func (g *Gateway) receive(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		case "tools/call":
 			return s.callTool(ctx, req.(*mcp.CallToolRequest))
+		case "tools/list":
+			return s.listForClient(ctx, req.GetParams())
 		}
 		return s.forward(ctx, method, req.GetParams())
 	}
@@ -208,8 +229,15 @@ func (g *Gateway) initialize(ctx context.Context, next mcp.MethodHandler, ss *mc
 	if sr, ok := req.(*mcp.ServerRequest[*mcp.InitializeParams]); ok && sr.Extra != nil && sr.Extra.TokenInfo != nil {
 		owner = sr.Extra.TokenInfo.UserID
 	}
+	if err := g.reserve(owner); err != nil {
+		g.log.Warn("session refused", "owner", owner, "error", err.Error())
+		// The refused session holds nothing once its answer is sent.
+		context.AfterFunc(ctx, func() { ss.Close() })
+		return nil, err
+	}
 	s, err := g.connect(ss, params, ir.ProtocolVersion, owner)
 	if err != nil {
+		g.release(owner)
 		g.log.Error("downstream", "error", err.Error())
 		return nil, rpcError(codeInternal, "mageguard: could not start the downstream MCP server: %v", err)
 	}
@@ -236,6 +264,43 @@ func (g *Gateway) unregister(s *session) {
 	g.mu.Lock()
 	delete(g.sessions, s.client)
 	g.mu.Unlock()
+	g.release(s.owner)
+}
+
+// reserve takes a client session's place within mcp.max_client_sessions
+// and mcp.max_client_sessions_per_token, before its downstream is
+// started; release gives it back when the session ends (or fails to
+// start).
+func (g *Gateway) reserve(owner string) error {
+	lim := g.opts.Limits
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.open >= lim.MaxClientSessions:
+		return rpcError(codeInternal, "mageguard: too many client sessions: %d are open (mcp.max_client_sessions); close one, or wait for an idle one to be closed", g.open)
+	case g.byOwner[owner] >= lim.MaxClientSessionsPerToken:
+		return rpcError(codeInternal, "mageguard: too many client sessions for this token: %d are open (mcp.max_client_sessions_per_token); close one, or wait for an idle one to be closed", g.byOwner[owner])
+	}
+	g.open++
+	g.byOwner[owner]++
+	return nil
+}
+
+func (g *Gateway) release(owner string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open--
+	if g.byOwner[owner]--; g.byOwner[owner] <= 0 {
+		delete(g.byOwner, owner)
+	}
+}
+
+// downstream names the downstream in errors.
+func (g *Gateway) downstream() string {
+	if g.opts.Downstream == "" {
+		return "(unnamed)"
+	}
+	return fmt.Sprintf("%q", g.opts.Downstream)
 }
 
 // newSessionName is the audit's name of a client session: "m_" and 16

@@ -225,6 +225,9 @@ type harness struct {
 	model *guardtest.Scripted
 	down  *downstream
 	audit string
+	// onSample, when set, runs in the clients' sampling handler before
+	// it answers (a client slow to answer).
+	onSample func()
 }
 
 // newHarness builds the harness; tokens, if given, authenticate the
@@ -288,6 +291,9 @@ func (h *harness) connect(ctx context.Context) *client {
 	c := &client{progress: make(chan float64, 8), logs: make(chan string, 8), changed: make(chan struct{}, 4)}
 	cl := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			if h.onSample != nil {
+				h.onSample()
+			}
 			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "hi"}}, nil
 		},
 		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {

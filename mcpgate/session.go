@@ -2,11 +2,14 @@ package mcpgate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -24,17 +27,27 @@ type session struct {
 	owner  string // the name of the client's token ("" without authentication)
 
 	ready     chan struct{} // closed when the client has sent notifications/initialized
+	connected chan struct{} // closed when the downstream's handshake is over (down set, or nil: it failed)
 	readyOnce sync.Once
-	inflight  related // the client's requests in progress
+	inflight  related         // the client's requests in progress
+	pending   pendingRequests // the downstream's requests awaiting the client's answer
+	dropped   atomic.Int64    // the downstream's notifications dropped past mcp.max_notifications_per_call
 
 	turn chan struct{} // holds one tool call at a time (capacity 1)
 	// Under turn: the guard session and what its next step needs.
 	guardID     string  // "" until the session's first tools/call
 	prompt      string  // the latest user request the guard session knows ("" for NoTask)
 	observation *string // the last assessed call's result (nil before the first step)
+	stepped     bool    // the guard session has had its first step
 
-	toolsMu sync.Mutex
-	tools   map[string]bool // the downstream's tool names as last listed (nil: not listed)
+	listMu        sync.Mutex  // one listing at a time
+	refreshQueued atomic.Bool // a check after list_changed is waiting for listMu
+	toolsMu       sync.Mutex
+	tools         *toolView // the last listing, checked (nil: none, or stale)
+	lastView      *toolView // the last listing, even when stale
+	// guardTools are the definitions the guard was shown (name: hash);
+	// under turn, set at the session's first step.
+	guardTools map[string]string
 }
 
 // connect starts the downstream session of client session ss: the
@@ -45,7 +58,7 @@ func (g *Gateway) connect(ss *mcp.ServerSession, params *mcp.InitializeParams, v
 	if err != nil {
 		return nil, err
 	}
-	s := &session{g: g, client: ss, name: newSessionName(), owner: owner, ready: make(chan struct{}),
+	s := &session{g: g, client: ss, name: newSessionName(), owner: owner, ready: make(chan struct{}), connected: make(chan struct{}),
 		turn: make(chan struct{}, 1), prompt: g.opts.Task}
 	caps := &mcp.ClientCapabilities{}
 	if params.Capabilities != nil {
@@ -64,7 +77,10 @@ func (g *Gateway) connect(ss *mcp.ServerSession, params *mcp.InitializeParams, v
 	client.AddReceivingMiddleware(s.fromDown)
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.ConnectTimeout)
 	defer cancel()
-	if s.down, err = client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: version}); err != nil {
+	down, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	s.down = down
+	close(s.connected)
+	if err != nil {
 		return nil, err
 	}
 	if !g.register(s) {
@@ -89,15 +105,27 @@ func (g *Gateway) connect(ss *mcp.ServerSession, params *mcp.InitializeParams, v
 // forward sends a client's request or notification to the downstream as
 // it came and returns the downstream's answer.
 func (s *session) forward(ctx context.Context, method string, p mcp.Params) (mcp.Result, error) {
+	res, _, err := s.forwardCounted(ctx, method, p)
+	return res, err
+}
+
+// forwardCounted is forward, also returning how many of the downstream's
+// notifications during the request were dropped past
+// mcp.max_notifications_per_call.
+func (s *session) forwardCounted(ctx context.Context, method string, p mcp.Params) (mcp.Result, int64, error) {
 	if isNil(p) {
 		p = nil
 	}
-	defer s.inflight.add(ctx, p)()
+	rel, remove := s.inflight.add(ctx, p)
 	res, err := s.toDown(ctx, method, &mcp.ClientRequest[mcp.Params]{Session: s.down, Params: p})
-	if err != nil {
-		return nil, downstreamError(ctx, err)
+	remove()
+	if n := rel.dropped.Load(); n > 0 {
+		s.g.log.Warn("notifications dropped", "mcp_session", s.name, "method", method, "dropped", n)
 	}
-	return res, nil
+	if err != nil {
+		return nil, rel.dropped.Load(), downstreamError(ctx, err)
+	}
+	return res, rel.dropped.Load(), nil
 }
 
 // fromDown is the downstream client's receiving middleware: a ping is
@@ -110,23 +138,33 @@ func (s *session) fromDown(next mcp.MethodHandler) mcp.MethodHandler {
 		case "ping", "notifications/cancelled":
 			return next(ctx, method, req)
 		case "notifications/tools/list_changed":
-			s.toolsMu.Lock()
-			s.tools = nil
-			s.toolsMu.Unlock()
+			s.toolsChanged()
 		}
 		p := req.GetParams()
 		if isNil(p) {
 			p = nil
 		}
-		if !strings.HasPrefix(method, "notifications/") {
+		notification := strings.HasPrefix(method, "notifications/")
+		if !notification {
+			done, err := s.pending.take(p, s.g.opts.Limits)
+			if err != nil {
+				s.g.log.Warn("downstream request refused", "mcp_session", s.name, "method", method, "error", err.Error())
+				return nil, err
+			}
+			defer done()
 			select {
 			case <-s.ready:
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
-		cctx, stop := s.inflight.route(ctx, p)
+		cctx, rel, stop := s.inflight.route(ctx, p)
 		defer stop()
+		if notification && rel != nil && rel.notes.Add(1) > int64(s.g.opts.Limits.MaxNotificationsPerCall) {
+			rel.dropped.Add(1)
+			s.dropped.Add(1)
+			return nil, nil
+		}
 		res, err := s.g.toClient(cctx, method, &mcp.ServerRequest[mcp.Params]{Session: s.client, Params: p})
 		if err != nil {
 			var we *jsonrpc.Error
@@ -139,44 +177,26 @@ func (s *session) fromDown(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// knowsTool reports whether the downstream lists a tool: from the last
-// listing, else from a new one.
-func (s *session) knowsTool(ctx context.Context, name string) (bool, error) {
-	s.toolsMu.Lock()
-	known := s.tools[name]
-	s.toolsMu.Unlock()
-	if known {
-		return true, nil
-	}
-	tools := map[string]bool{}
-	for t, err := range s.down.Tools(ctx, nil) {
-		if err != nil {
-			return false, err
-		}
-		tools[t.Name] = true
-	}
-	s.toolsMu.Lock()
-	s.tools = tools
-	s.toolsMu.Unlock()
-	return tools[name], nil
-}
-
 // related are a session's client requests in progress, so that what the
 // downstream sends while serving one (progress, logging, sampling,
 // elicitation) reaches the client in that request's stream.
 type related struct {
-	mu   sync.Mutex
-	next int
-	reqs map[int]relatedReq
+	mu    sync.Mutex
+	next  int
+	reqs  map[int]*relatedReq
+	ended []*relatedReq // the last keepEnded ended requests with a progress token
 }
 
 type relatedReq struct {
 	ctx   context.Context
 	token any // the request's progress token, if any
+	// notes counts the downstream's notifications sent in this request's
+	// stream; past mcp.max_notifications_per_call they are dropped.
+	notes, dropped atomic.Int64
 }
 
-// add records a request in progress; the returned function removes it.
-func (r *related) add(ctx context.Context, p mcp.Params) func() {
+// add records a request in progress; remove removes it.
+func (r *related) add(ctx context.Context, p mcp.Params) (req *relatedReq, remove func()) {
 	var token any
 	if rp, ok := p.(mcp.RequestParams); ok {
 		token = rp.GetProgressToken()
@@ -184,23 +204,38 @@ func (r *related) add(ctx context.Context, p mcp.Params) func() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.reqs == nil {
-		r.reqs = map[int]relatedReq{}
+		r.reqs = map[int]*relatedReq{}
 	}
 	id := r.next
 	r.next++
-	r.reqs[id] = relatedReq{ctx: ctx, token: token}
-	return func() {
+	req = &relatedReq{ctx: ctx, token: token}
+	r.reqs[id] = req
+	return req, func() {
 		r.mu.Lock()
 		delete(r.reqs, id)
+		if token != nil { // its late progress still counts against its cap
+			r.ended = append(r.ended, req)
+			if len(r.ended) > keepEnded {
+				r.ended = r.ended[1:]
+			}
+		}
 		r.mu.Unlock()
 	}
 }
 
+// keepEnded is how many ended requests with a progress token a session
+// remembers: the downstream's notifications for a request are handled in
+// order after its response may have been (the SDK answers a call as soon
+// as its response is read, and queues what came before it), so a
+// notification naming an ended request's token still counts against that
+// request's mcp.max_notifications_per_call.
+const keepEnded = 16
+
 // route returns the context to send a downstream's message p with: the
-// values of the client request it relates to — the one whose progress
-// token a progress notification names, else the only one in progress —
-// and cancelled when downCtx or that request ends.
-func (r *related) route(downCtx context.Context, p mcp.Params) (context.Context, context.CancelFunc) {
+// values of the client request it relates to (rel; nil: none) — the one
+// whose progress token a progress notification names, else the only one
+// in progress — and cancelled when downCtx or that request ends.
+func (r *related) route(downCtx context.Context, p mcp.Params) (ctx context.Context, rel *relatedReq, stop func()) {
 	var token any
 	if pn, ok := p.(*mcp.ProgressNotificationParams); ok {
 		token = pn.ProgressToken
@@ -209,17 +244,64 @@ func (r *related) route(downCtx context.Context, p mcp.Params) (context.Context,
 	r.mu.Lock()
 	for _, q := range r.reqs {
 		if token != nil && q.token != nil && fmt.Sprint(q.token) == fmt.Sprint(token) {
-			base = q.ctx
+			base, rel = q.ctx, q
 			break
 		}
 		if token == nil && len(r.reqs) == 1 {
-			base = q.ctx
+			base, rel = q.ctx, q
+		}
+	}
+	if rel == nil && token != nil {
+		for _, q := range slices.Backward(r.ended) {
+			if fmt.Sprint(q.token) == fmt.Sprint(token) {
+				rel = q // ended: sent with no request's context, as before
+				break
+			}
 		}
 	}
 	r.mu.Unlock()
 	ctx, cancel := context.WithCancel(base)
-	stop := context.AfterFunc(downCtx, cancel)
-	return ctx, func() { stop(); cancel() }
+	after := context.AfterFunc(downCtx, cancel)
+	return ctx, rel, func() { after(); cancel() }
+}
+
+// pendingRequests are the downstream's requests to the client (sampling,
+// elicitation, roots) awaiting the client's answer: within
+// mcp.max_pending_requests and mcp.max_pending_request_bytes (their
+// params' JSON), one more is refused at once, so that a downstream
+// cannot make the gateway hold requests a client never answers.
+type pendingRequests struct {
+	mu    sync.Mutex
+	n     int
+	bytes int64
+}
+
+// take counts a request in (done counts it out) or refuses it.
+func (q *pendingRequests) take(p mcp.Params, lim Config) (done func(), err error) {
+	size := int64(0)
+	if p != nil {
+		data, err := json.Marshal(p)
+		if err != nil {
+			return nil, rpcError(codeInvalidParams, "mageguard: %v", err)
+		}
+		size = int64(len(data))
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.n >= lim.MaxPendingRequests:
+		return nil, rpcError(codeInternal, "mageguard: %d requests to the client are already waiting for its answer (mcp.max_pending_requests)", q.n)
+	case q.bytes+size > lim.MaxPendingRequestBytes:
+		return nil, rpcError(codeInternal, "mageguard: the requests to the client waiting for its answer would hold %d bytes, more than mcp.max_pending_request_bytes (%d)", q.bytes+size, lim.MaxPendingRequestBytes)
+	}
+	q.n++
+	q.bytes += size
+	return func() {
+		q.mu.Lock()
+		q.n--
+		q.bytes -= size
+		q.mu.Unlock()
+	}, nil
 }
 
 // JSON-RPC error codes the gateway answers with.

@@ -27,6 +27,10 @@ import (
 // notRun is the observation of a blocked call: what happened to it.
 const notRun = "(not run: the guard blocked this call)"
 
+// notRunAudit is the observation of an allowed call that was not run
+// because its decision record could not be written.
+const notRunAudit = "(not run: the gateway's audit log could not be written)"
+
 // monitorOperator resumes a session blocked in monitor mode: the operator
 // who started the gateway with Options.Monitor, which forwards every call
 // whatever the decision. (Resuming is an operator's act; the client's
@@ -59,20 +63,31 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	defer func() { <-s.turn }()
 
 	rec := &Record{Event: EventDecision, MCPSession: s.name, Owner: s.owner, Tool: p.Name, Monitor: s.g.opts.Monitor}
-	known, err := s.knowsTool(ctx, p.Name)
+	tool, err := s.tool(ctx, p.Name)
 	if err != nil {
 		return nil, downstreamError(ctx, err)
 	}
-	if !known { // the name is the client's alone: quoted short
+	if tool == nil { // the name is the client's alone: quoted short
 		rec.Tool, rec.Error = serve.ShortText(p.Name), "unknown tool: the downstream server does not list it"
-		s.g.audit(rec)
-		return refused("mageguard: unknown tool %q: the downstream MCP server does not list it; the call was not run", serve.ShortText(p.Name)), nil
+		return s.notForwarded(rec, refused("mageguard: unknown tool %q: the downstream MCP server does not list it; the call was not run", serve.ShortText(p.Name)))
+	}
+	if tool.auditErr != nil { // its change is not in the audit log: fails closed, as any record
+		return auditFailed(tool.auditErr), nil
+	}
+	if tool.Status != ToolApproved {
+		rec.Flag = flag(tool)
+		if !s.g.opts.Monitor {
+			rec.Error = rec.Flag + " (not approved)"
+			return s.notForwarded(rec, refused("%s", unapproved(tool)))
+		}
+	}
+	if change := s.approvedChanges(); change != "" && s.observation != nil {
+		s.observation = ptr(s.g.bound(*s.observation + change))
 	}
 	areq, err := s.assessRequest(p.Name, p.Arguments, meta)
 	if err != nil {
 		rec.Error = err.Error()
-		s.g.audit(rec)
-		return refused("mageguard: %s; the call was not run", err), nil
+		return s.notForwarded(rec, refused("mageguard: %s; the call was not run", err))
 	}
 	rec.Arguments = s.g.elide(areq.Action).Arguments
 	stepped := s.g.now()
@@ -90,12 +105,9 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	rec.PrefillMS, rec.MemoryMS, rec.JudgeMS = millis(ans.Timing.Prefill), millis(ans.Timing.Memory), millis(ans.Timing.Judge)
 	if ans.Decision == serve.DecisionBlock {
 		if !s.g.opts.Monitor {
-			if err := s.g.audit(rec); err != nil {
-				s.g.log.Error("audit", "error", err.Error())
-			}
 			s.observation = ptr(notRun)
 			s.recordResult(step, notRun)
-			return blocked(p.Name, s.guardID, ans), nil
+			return s.notForwarded(rec, blocked(p.Name, s.guardID, ans))
 		}
 		if err := s.g.opts.Guard.Resume(monitorOperator, s.guardID); err != nil {
 			s.g.log.Error("monitor: resume", "session", s.guardID, "error", err.Error())
@@ -115,28 +127,44 @@ func (s *session) undecided(ctx context.Context, fwd *mcp.CallToolParamsRaw, rec
 	rec.Error = err.Error()
 	var ae *serve.APIError
 	if errors.As(err, &ae) && ae.Status == 400 {
-		s.g.audit(rec)
-		return refused("mageguard: %s; the call was not run", strings.TrimPrefix(ae.Message, "action.")), nil
+		return s.notForwarded(rec, refused("mageguard: %s; the call was not run", strings.TrimPrefix(ae.Message, "action.")))
 	}
 	if ctx.Err() != nil {
-		s.g.audit(rec)
+		if aerr := s.g.audit(rec); aerr != nil {
+			s.g.log.Error("audit", "error", aerr.Error())
+		}
 		return nil, ctx.Err()
 	}
 	if s.g.opts.Monitor {
 		return s.forwardCall(ctx, fwd, rec, false)
 	}
-	if err := s.g.audit(rec); err != nil {
-		s.g.log.Error("audit", "error", err.Error())
-	}
 	if ae != nil && ae.Code == "unknown_session" {
-		return refused("mageguard: this session's guard session %s no longer exists (deleted, or expired after serve.session_idle_s); "+
-			"the call to %s was not run. Start a new session (reconnect).", s.guardID, fwd.Name), nil
+		return s.notForwarded(rec, refused("mageguard: this session's guard session %s no longer exists (deleted, or expired after serve.session_idle_s); "+
+			"the call to %s was not run. Start a new session (reconnect).", s.guardID, fwd.Name))
 	}
 	if ae != nil && ae.Code == "session_blocked" {
-		return refused("mageguard: this session is blocked since the guard blocked one of its calls; the call to %s was not run. "+
-			"An operator can resume the session (guard session %s: POST /v1/sessions/%s/resume).", fwd.Name, s.guardID, s.guardID), nil
+		return s.notForwarded(rec, refused("mageguard: this session is blocked since the guard blocked one of its calls; the call to %s was not run. "+
+			"An operator can resume the session (guard session %s: POST /v1/sessions/%s/resume).", fwd.Name, s.guardID, s.guardID))
 	}
-	return refused("mageguard could not assess this call to %s (%s); the call was not run.", fwd.Name, rec.Error), nil
+	return s.notForwarded(rec, refused("mageguard could not assess this call to %s (%s); the call was not run.", fwd.Name, rec.Error))
+}
+
+// notForwarded audits the decision not to forward a call and returns the
+// client's result for it; a record that cannot be written fails closed
+// like a forwarded call's: the client is told the audit failed (the call
+// was not run either way).
+func (s *session) notForwarded(rec *Record, res *mcp.CallToolResult) (mcp.Result, error) {
+	if err := s.g.audit(rec); err != nil {
+		s.g.log.Error("audit", "error", err.Error())
+		return auditFailed(err), nil
+	}
+	return res, nil
+}
+
+// auditFailed is the client's result for a call whose record could not
+// be written: not run, and why.
+func auditFailed(err error) *mcp.CallToolResult {
+	return refused("mageguard: the audit log could not be written (%v); the call was not run", err)
 }
 
 // refused is a tool result with isError: a call the gateway did not run,
@@ -159,13 +187,17 @@ func (s *session) forwardCall(ctx context.Context, fwd *mcp.CallToolParamsRaw, r
 	rec.Forwarded = true
 	if err := s.g.audit(rec); err != nil {
 		s.g.log.Error("audit", "error", err.Error())
-		return nil, rpcError(codeInternal, "mageguard: the audit log could not be written (%v); the call was not run", err)
+		if stepped {
+			s.observation = ptr(notRunAudit)
+		}
+		return auditFailed(err), nil
 	}
 	start := s.g.now()
-	res, err := s.forward(ctx, "tools/call", fwd)
+	res, dropped, err := s.forwardCounted(ctx, "tools/call", fwd)
 	took := s.g.now().Sub(start)
 	out := &Record{Event: EventOutcome, MCPSession: s.name, Owner: s.owner, Session: rec.Session, Step: rec.Step, Tool: rec.Tool,
-		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: took.Milliseconds(), DownstreamUS: took.Microseconds()}
+		Forwarded: true, Monitor: rec.Monitor, DownstreamMS: took.Milliseconds(), DownstreamUS: took.Microseconds(),
+		DroppedNotifications: dropped}
 	var result *mcp.CallToolResult
 	if err != nil {
 		out.Error = err.Error()
@@ -250,7 +282,16 @@ func (s *session) step(ctx context.Context, req *serve.AssessRequest, meta strin
 		}
 		s.g.log.Info("guard session", "mcp_session", s.name, "session", id)
 	}
+	if !s.stepped { // the first step shows the memory the tools the client was shown
+		req.ShownTools = s.guardSeesTools()
+		if req.ShownTools == nil {
+			req.ShownTools = []serve.Tool{}
+		}
+	}
 	ans, err := s.g.opts.Guard.Assess(ctx, s.guardID, req)
+	if err == nil {
+		s.stepped = true
+	}
 	if err == nil && meta != "" {
 		s.prompt = meta
 	}

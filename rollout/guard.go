@@ -317,6 +317,7 @@ type episodeView struct {
 	obs        []string         // per turn of the trajectory (only [Start-1, End) are filled)
 	actions    []dataset.Action // per turn, like obs
 	users      []*string        // per turn, like obs: the user message before the action, if any
+	tools      *string          // the trajectory's tools (prompt.ToolsText, elided as an observation); nil: none
 }
 
 func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
@@ -325,6 +326,10 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 		users: make([]*string, len(tr.Turns))}
 	el := elider{g: g, stats: stats}
 	v.userPrompt = el.user(tr.UserPrompt)
+	if len(tr.Tools) > 0 {
+		text := el.observation(prompt.ToolsText(tr.Tools))
+		v.tools = &text
+	}
 	for t := max(e.Start-1, 0); t < e.End; t++ {
 		tu := &tr.Turns[t]
 		v.obs[t] = el.observation(tu.Observation)
@@ -338,7 +343,8 @@ func (g *Guard) view(e *Episode, stats *Stats) *episodeView {
 }
 
 // events returns what the memory sees at turn t of the window (from 0), in
-// order: at the window's first turn the user's request and the action just
+// order: at the window's first turn the user's request (and the agent's
+// tools, when the trajectory has them) and the action just
 // before the window, if any; later the previous action with its
 // observation; then the user message that arrived before this turn's
 // action, if any.
@@ -347,6 +353,9 @@ func (v *episodeView) events(t int) prompt.Events {
 	var ev prompt.Events
 	if t == 0 {
 		ev = append(ev, prompt.Event{User: &v.userPrompt})
+		if v.tools != nil {
+			ev = append(ev, prompt.Event{Tools: v.tools})
+		}
 	}
 	if abs > 0 {
 		ev = append(ev, prompt.Event{Action: &v.actions[abs-1], Observation: v.obs[abs-1]})

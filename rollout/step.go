@@ -16,6 +16,7 @@ import (
 // the pending action a_t). Its texts are raw: Step elides them as Run does.
 type StepInput struct {
 	UserPrompt   string          // the user's request q_0, shown to the memory at the first step
+	Tools        []dataset.Tool  // the agent's tools, shown to the memory at the first step after the request (none: nothing shown)
 	First        bool            // the session's first step (t = 1)
 	Memory       string          // m_{t−1} ("" at the first step)
 	Previous     *dataset.Action // a_{t−1}, nil at the first step
@@ -103,6 +104,10 @@ func (g *Guard) prepare(in *StepInput) (*prepared, error) {
 	if in.First {
 		u := el.user(in.UserPrompt)
 		ev = append(ev, prompt.Event{User: &u})
+		if len(in.Tools) > 0 {
+			tools := el.observation(prompt.ToolsText(in.Tools))
+			ev = append(ev, prompt.Event{Tools: &tools})
+		}
 	}
 	if in.Previous != nil {
 		a := el.action(*in.Previous)

@@ -15,6 +15,10 @@
 #     the same write is forwarded; both in the audit log. The guard model
 #     here is scripted (scripts/mcp-e2e/guard-stub.mjs, as an
 #     OpenAI-compatible server): a random checkpoint blocks nothing on cue.
+#  2b. A rug pull: a server on the TypeScript SDK whose tool's description
+#     and schema change after its first call (rugpull-server.mjs): enforcing,
+#     the client is shown the pinned definition and the call carrying the new
+#     argument is refused and audited; with --monitor it is forwarded and flagged.
 #  3. Latency: reads straight to server-filesystem, then through the gateway
 #     with the tiny checkpoint on CPU; p50/p99 of each and what the gateway adds.
 #
@@ -62,9 +66,12 @@ waitfor() {
   return 1
 }
 # gateway PORT UPSTREAM LOG: the gateway in --monitor on the tiny checkpoint.
+# The suite opens a client session per scenario and leaves them open (30, all
+# without a token): past mcp.max_client_sessions_per_token (16) the rest
+# would be refused, so it is raised to the total (64) here.
 gateway() {
-  "$mg" mcp "${tiny[@]}" --state "$tmp/state-$1" --monitor --listen "127.0.0.1:$1" --insecure-no-auth \
-    --upstream-url "$2" >"$3" 2>&1 &
+  "$mg" mcp "${tiny[@]}" --set mcp.max_client_sessions_per_token=64 --state "$tmp/state-$1" --monitor \
+    --listen "127.0.0.1:$1" --insecure-no-auth --upstream-url "$2" >"$3" 2>&1 &
   pids+=($!)
   waitfor "http://127.0.0.1:$1/healthz"
   for _ in $(seq 1 600); do grep -q "mcp: ready" "$3" && return 0; sleep 0.1; done
@@ -117,6 +124,18 @@ for mode in enforce monitor; do
   rm -f "$E2E_AUDIT"
   export E2E_GATEWAY_ARGS=$(json mcp "${stub[@]}" --state "$tmp/state-$mode" --audit "$E2E_AUDIT" "${extra[@]}")
   (cd "$tmp" && node client.mjs scenario "$mode") || status=1
+done
+
+echo
+echo "== 2b. A rug pull (scripts/mcp-e2e/rugpull-server.mjs, on the TypeScript SDK's server): a tool's description changes after the first listing"
+export RUGPULL_SERVER=$tmp/rugpull-server.mjs RUGPULL_LOG=$tmp/rugpull-calls.jsonl
+for mode in enforce monitor; do
+  extra=()
+  [ "$mode" = monitor ] && extra=(--monitor)
+  export E2E_AUDIT=$out/audit-rugpull-$mode.jsonl
+  rm -f "$E2E_AUDIT"
+  export E2E_GATEWAY_ARGS=$(json mcp "${stub[@]}" --state "$tmp/state-rugpull-$mode" --audit "$E2E_AUDIT" "${extra[@]}")
+  (cd "$tmp" && node client.mjs rugpull "$mode") || status=1
 done
 
 echo

@@ -56,6 +56,11 @@ type AssessRequest struct {
 	Observation  *string        // the previous action's observation (not at a session's first step)
 	UserMessages []string       // user messages since the last call
 	Step         *int           // optional: the index this step must have (idempotent retries)
+	// ShownTools (in-process front ends only; ParseAssess never sets it)
+	// are shown to the memory at the session's first step in place of the
+	// session's declared tools, without restricting its actions to them:
+	// mageguard mcp's tools, as its client was shown them.
+	ShownTools []Tool
 }
 
 // AssessResponse is the answer of an assess call.

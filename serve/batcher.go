@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 	"github.com/mageguard/mageguard/rollout/prompt"
@@ -143,6 +144,15 @@ func (b *batcher) decide(ctx context.Context, id string, sess *Session, req *Ass
 	}
 	in := rollout.StepInput{UserPrompt: sess.UserPrompt, First: sess.StepCount == 0, Memory: sess.Memory,
 		Previous: sess.LastAction, UserMessages: req.UserMessages, Action: req.Action, MaxPromptTokens: b.cfg.MaxPromptTokens}
+	if in.First { // the declared tools, shown with the request
+		shown := sess.Tools
+		if req.ShownTools != nil {
+			shown = req.ShownTools
+		}
+		for _, t := range shown {
+			in.Tools = append(in.Tools, dataset.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		}
+	}
 	if req.Observation != nil {
 		in.Observation = *req.Observation
 	}

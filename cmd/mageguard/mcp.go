@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,6 +32,7 @@ type mcpRun struct {
 	command                      []string // the downstream's command and arguments (after --)
 	listen, api, tlsCert, tlsKey string
 	allowedHosts                 []string
+	toolPins                     string        // --tool-pins: a reviewed pin file
 	idle                         time.Duration // --listen: a client session idle this long is closed
 	monitor, init                bool          // init: replace an empty sessions.db (as serve --init)
 	tokens                       *serve.Tokens
@@ -63,6 +65,16 @@ the session's later calls are refused until an operator resumes it (POST
 and records but forwards every call. The user's request is --task, or a
 call's params._meta["mageguard/user_prompt"]; without either the memory
 starts from the tool results alone.
+
+Tool definitions are pinned at the downstream's first complete listing
+(STATE/pins/, or from a reviewed --tool-pins file): a tool whose definition
+changes later, or a tool listed later, is not approved — enforcing, the
+client is shown the pinned definition (or not the new tool) and a call to it
+is refused; --monitor forwards it and flags it. Every change is audited
+(tool_changed). "mageguard mcp tools --state DIR" lists, approves and
+revokes pins. The mcp section bounds what a downstream or a client may make
+the gateway hold (listing pages and tools, pending requests, notifications,
+client sessions).
 
 Guard sessions and steps are stored in --state (sessions.db, as serve's,
 checked before anything is served; an empty file where it was is refused
@@ -112,7 +124,7 @@ refused. docs/mcp.md has client configurations.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&modelDir, "model", "", "the guard's checkpoint directory (model.path)")
-	fl.StringVar(&r.state, "state", "", "state directory: the sessions database (sessions.db) and the audit log live there")
+	fl.StringVar(&r.state, "state", "", "state directory: the sessions database (sessions.db), the tool pins (pins/) and the audit log live there")
 	fl.BoolVar(&r.init, "init", false, "start an empty sessions database where STATE/sessions.db is an empty file")
 	fl.StringVar(&r.auditPath, "audit", "", "the audit log, JSON lines (default STATE/audit.jsonl)")
 	fl.StringVar(&r.task, "task", "", "the user's request, for every session (else per call in _meta[\"mageguard/user_prompt\"])")
@@ -121,10 +133,12 @@ refused. docs/mcp.md has client configurations.`,
 	fl.StringVar(&r.listen, "listen", "", "serve MCP over Streamable HTTP at http://HOST:PORT/mcp instead of stdio")
 	fl.StringVar(&r.api, "api", "", "with stdio: serve the sessions API (/v1/, /healthz, /metrics) at HOST:PORT")
 	fl.StringArrayVar(&r.allowedHosts, "allowed-host", nil, "a Host / Origin name to accept besides loopback's (repeatable)")
-	fl.DurationVar(&r.idle, "idle-timeout", 30*time.Minute, "with --listen: close a client session (and its downstream) idle this long (0: never)")
+	fl.DurationVar(&r.idle, "idle-timeout", 5*time.Minute, "with --listen: close a client session (and its downstream) idle this long, freeing its place within mcp.max_client_sessions (0: never)")
 	fl.StringVar(&r.tlsCert, "tls-cert", "", "TLS certificate (PEM) to serve HTTPS")
 	fl.StringVar(&r.tlsKey, "tls-key", "", "TLS private key (PEM)")
+	fl.StringVar(&r.toolPins, "tool-pins", "", "a reviewed tool pin file: its definitions are the approved ones (else the first listing is pinned)")
 	auth.register(cmd)
+	cmd.AddCommand(newMCPToolsCmd())
 	return cmd
 }
 
@@ -166,11 +180,20 @@ func (r *mcpRun) check(args []string, auth authFlags) error {
 	return nil
 }
 
+// downstream names the downstream: its URL, or its command line (the
+// key of its tool pins).
+func (r *mcpRun) downstream() string {
+	if r.upstreamURL != "" {
+		return r.upstreamURL
+	}
+	return strings.Join(r.command, " ")
+}
+
 // dial is the gateway's Options.Dial: a new downstream connection per
 // client session.
 func (r *mcpRun) dial() (mcp.Transport, error) {
 	if r.upstreamURL != "" {
-		return &mcp.StreamableClientTransport{Endpoint: r.upstreamURL}, nil
+		return &mcp.StreamableClientTransport{Endpoint: r.upstreamURL, HTTPClient: mcpgate.UpstreamClient(r.cfg.Serve.MaxBodyBytes)}, nil
 	}
 	c := exec.Command(r.command[0], r.command[1:]...)
 	c.Stderr = r.stderr
@@ -191,6 +214,10 @@ func (r *mcpRun) run(ctx context.Context) error {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	defer audit.Close()
+	pins, err := mcpgate.OpenPins(r.state, r.downstream(), r.toolPins)
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
 	guard, err := newOnlineGuard(r.cfg, "mcp")
 	if err != nil {
 		return err
@@ -201,14 +228,14 @@ func (r *mcpRun) run(ctx context.Context) error {
 	}
 	defer srv.Close()
 	gw, err := mcpgate.New(mcpgate.Options{Guard: srv, Dial: r.dial, Monitor: r.monitor, Task: r.task, Audit: audit, Log: logger,
-		Elide: guard.guard.ElideAction})
+		Elide: guard.guard.ElideAction, Downstream: r.downstream(), Pins: pins, Limits: r.cfg.MCP})
 	if err != nil {
 		return err
 	}
 	defer gw.Close()
 	load := func() error { return guard.load(srv, r.stderr) }
 	mode := map[bool]string{false: "enforcing", true: "monitor (every call forwarded)"}[r.monitor]
-	fmt.Fprintf(r.stderr, "mcp: %s; state %s, audit %s\n", mode, st.Path(), audit.Path())
+	fmt.Fprintf(r.stderr, "mcp: %s; state %s, audit %s, tool pins %s\n", mode, st.Path(), audit.Path(), pins.Path())
 	if r.listen != "" {
 		ln, err := net.Listen("tcp", r.listen)
 		if err != nil {

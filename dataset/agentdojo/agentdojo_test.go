@@ -2,6 +2,7 @@ package agentdojo
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -258,5 +259,37 @@ func TestContentFormats(t *testing.T) {
 	var ct Content
 	if err := ct.UnmarshalJSON([]byte(`42`)); err == nil {
 		t.Error("number content accepted")
+	}
+}
+
+// TestRunToolsBecomeTheTrajectorysTools: a log that lists the agent's
+// tools (flat, or OpenAI's {"type": "function", "function": {...}})
+// gives the trajectory those tools, parameters compacted; a log without
+// them (the logs of ../shared/data/agentdojo) gives none.
+func TestRunToolsBecomeTheTrajectorysTools(t *testing.T) {
+	data := `{"suite_name":"banking","user_task_id":"user_task_1","injection_task_id":null,"attack_type":null,
+		"messages":[{"role":"user","content":"first"},{"role":"assistant","tool_calls":[{"function":"get_balance","args":{}}]}],
+		"tools":[{"name":"get_balance","description":"Get the balance."},
+		         {"type":"function","function":{"name":"send_money","description":"Send money.","parameters":{ "type": "object" }}}]}`
+	var run Run
+	if err := json.Unmarshal([]byte(data), &run); err != nil {
+		t.Fatal(err)
+	}
+	tr, _, err := Convert(&run, RunPath{"m", "banking", "user_task_1", None, None}, DefaultRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []dataset.Tool{{Name: "get_balance", Description: "Get the balance."},
+		{Name: "send_money", Description: "Send money.", Parameters: json.RawMessage(`{"type":"object"}`)}}
+	if len(tr.Tools) != 2 || tr.Tools[0].Name != want[0].Name || tr.Tools[0].Parameters != nil ||
+		tr.Tools[1].Name != want[1].Name || tr.Tools[1].Description != want[1].Description || string(tr.Tools[1].Parameters) != string(want[1].Parameters) {
+		t.Fatalf("tools %+v", tr.Tools)
+	}
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	run.Tools = nil
+	if tr, _, err = Convert(&run, RunPath{"m", "banking", "user_task_1", None, None}, DefaultRules()); err != nil || tr.Tools != nil {
+		t.Fatalf("without tools: %+v %v", tr.Tools, err)
 	}
 }

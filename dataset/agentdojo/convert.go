@@ -76,6 +76,20 @@ func Convert(run *Run, p RunPath, rules *Rules) (*dataset.Trajectory, []string, 
 	if err := addTurns(t, run.Messages); err != nil {
 		return nil, nil, err
 	}
+	for _, rt := range run.Tools {
+		if rt.Function != nil {
+			rt = *rt.Function
+		}
+		tool := dataset.Tool{Name: rt.Name, Description: rt.Description}
+		if p := bytes.TrimSpace(rt.Parameters); len(p) > 0 && string(p) != "null" {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, p); err != nil {
+				return nil, nil, fmt.Errorf("field tools: %w", err)
+			}
+			tool.Parameters = buf.Bytes()
+		}
+		t.Tools = append(t.Tools, tool)
+	}
 	base := Action{Suite: run.SuiteName, UserTask: userTask, InjectionTask: injTask, Benign: benign}
 	why, err := labelTurns(t, base, run.Injections, rules)
 	if err != nil {

@@ -21,6 +21,8 @@
 //     turns[t].user of the next action;
 //   - utility is the run's utility; security the run's security for attack
 //     runs and null for benign ones (the benchmark writes true there);
+//   - the tools the agent was shown, when the log lists them, become the
+//     trajectory's tools;
 //   - sanity runs (an injection task given as the user task) are skipped.
 package agentdojo
 
@@ -42,6 +44,18 @@ type Run struct {
 	Messages        []Message         `json:"messages"`
 	Utility         *bool             `json:"utility"`
 	Security        *bool             `json:"security"`
+	// Tools are the functions the agent was shown, when the log has them
+	// (the logs of ../shared/data/agentdojo do not): {name, description,
+	// parameters}, or the same under "function" (OpenAI's form).
+	Tools []RunTool `json:"tools"`
+}
+
+// RunTool is one function of a run's tool list.
+type RunTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Function    *RunTool        `json:"function"`
 }
 
 // Message is one chat message of a run.

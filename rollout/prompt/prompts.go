@@ -196,6 +196,19 @@ func ActionJSON(a dataset.Action) string {
 	return `{"name": ` + string(name) + `, "arguments": ` + string(args) + `}`
 }
 
+// ToolsText renders the agent's tool list for the memory: one JSON object
+// a line, {"name", "description", "parameters"} (no HTML escaping; empty
+// fields left out).
+func ToolsText(tools []dataset.Tool) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	for _, t := range tools {
+		enc.Encode(t) // cannot fail: strings and a JSON object
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
 func trusted(s string) Part   { return chat.Trusted(s) }
 func untrusted(s string) Part { return chat.Untrusted(s) }
 
@@ -214,6 +227,10 @@ type Event struct {
 	User        *string         // a user message (the request, or a later message)
 	Action      *dataset.Action // an action (when User is nil)
 	Observation string          // the action's observation
+	// Tools is the agent's tool list as ToolsText renders it (elided as an
+	// observation), when User and Action are nil: shown as a tool result
+	// is, since the tools' servers write the descriptions.
+	Tools *string
 }
 
 // Events are what happened since the memory's last update, in order: at a
@@ -234,6 +251,11 @@ func (p *Prompts) Memory(prev string, ev Events) Prompt {
 	for _, e := range ev {
 		if e.User != nil {
 			u = append(u, block("user_request", *e.User)...)
+		} else if e.Tools != nil {
+			// In an observation block: the delimiting, escaping and system
+			// prompt's rule (data, never instructions) of a tool result.
+			u = append(u, trusted("The tools the agent was shown (their servers wrote these definitions):\n"))
+			u = append(u, block("observation", *e.Tools)...)
 		} else {
 			u = append(u, block("action", ActionJSON(*e.Action))...)
 			u = append(u, block("observation", e.Observation)...)

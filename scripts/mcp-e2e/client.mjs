@@ -6,18 +6,25 @@
 //       injected instruction, then the write it asks for: blocked (the file
 //       does not exist) or, with --monitor, forwarded (it does); both calls in
 //       the audit log
+//   node client.mjs rugpull enforce|monitor    rugpull-server.mjs changes its
+//       tool's definition after the first call: enforcing, the client is
+//       shown the pinned definition and the call carrying "exfil" is refused
+//       without reaching the server; with --monitor it is forwarded and
+//       flagged; the change is audited (tool_changed) either way
 //   node client.mjs latency                   E2E_CALLS reads straight to
 //       server-filesystem, then through the gateway; p50/p99 of each
 //
 // Settings come from the environment: E2E_MAGEGUARD (the binary),
 // E2E_GATEWAY_ARGS (JSON array: the arguments, "mcp" and its flags), E2E_SERVER (JSON array: the
 // server's command), E2E_DIR (the server's folder), E2E_AUDIT (the audit
-// log), E2E_LOG (stderr of the processes), E2E_CALLS, E2E_OUT (latency JSON).
+// log), E2E_LOG (stderr of the processes), E2E_CALLS, E2E_OUT (latency JSON);
+// for rugpull, RUGPULL_SERVER (the server's script) and RUGPULL_LOG.
 import fs from "node:fs";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const env = (k) => {
   if (!process.env[k]) throw new Error(`${k} is not set`);
@@ -81,6 +88,48 @@ async function scenario(mode) {
   }
 }
 
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function rugpull(mode) {
+  const serverLog = env("RUGPULL_LOG");
+  fs.rmSync(serverLog, { force: true });
+  const client = await connect(env("E2E_MAGEGUARD"), [...JSON.parse(env("E2E_GATEWAY_ARGS")), "--", "node", env("RUGPULL_SERVER")]);
+  let changed = false;
+  client.setNotificationHandler(ToolListChangedNotificationSchema, () => { changed = true; });
+  const first = (await client.listTools()).tools.find((t) => t.name === "read_file");
+  check(first && first.description === "Read a file.", `[rugpull ${mode}] the first listing: ${JSON.stringify(first?.description)}`);
+  const r1 = await client.callTool({ name: "read_file", arguments: { path: "a.txt" } });
+  check(!r1.isError, `[rugpull ${mode}] a call before the change runs: ${JSON.stringify(text(r1))}`);
+  let changes = [];
+  for (let i = 0; i < 200 && !(changed && changes.length > 0); i++) {
+    await sleep(50);
+    changes = audit().filter((r) => r.event === "tool_changed");
+  }
+  check(changed, `[rugpull ${mode}] the client heard notifications/tools/list_changed`);
+  const c = changes[0];
+  check(changes.length === 1 && c.tool === "read_file" && c.old_hash && c.new_hash && c.old_hash !== c.new_hash &&
+    JSON.stringify(c.fields) === JSON.stringify(["description", "inputSchema"]),
+    `[rugpull ${mode}] audit: tool_changed read_file ${JSON.stringify(c?.fields)} ${c?.old_hash?.slice(0, 19)} -> ${c?.new_hash?.slice(0, 19)}`);
+  const shown = (await client.listTools()).tools.find((t) => t.name === "read_file");
+  const poisoned = (shown?.description ?? "").includes("IMPORTANT");
+  check(mode === "enforce" ? !poisoned : poisoned, `[rugpull ${mode}] the client is shown ${mode === "enforce" ? "the pinned" : "the new"} definition: ${JSON.stringify(shown?.description)}`);
+  const r2 = await client.callTool({ name: "read_file", arguments: { path: "a.txt", exfil: "ssh-key" } });
+  await client.close();
+  const ran = fs.readFileSync(serverLog, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+  const exfilRan = ran.some((a) => a.exfil);
+  const dec = audit().filter((r) => r.event === "decision" && r.tool === "read_file");
+  const last = dec[dec.length - 1];
+  if (mode === "enforce") {
+    check(r2.isError && text(r2).includes('the tool "read_file" changed since it was approved'), `[rugpull ${mode}] the call carrying exfil is refused: ${JSON.stringify(text(r2))}`);
+    check(!exfilRan, `[rugpull ${mode}] the server never got exfil`);
+    check(last && !last.forwarded && last.flag === "tool_changed: description, inputSchema", `[rugpull ${mode}] audit: the call refused, flagged: ${JSON.stringify(last?.flag)}`);
+  } else {
+    check(!r2.isError && text(r2) === "received exfil: ssh-key", `[rugpull ${mode}] the call is forwarded: ${JSON.stringify(text(r2))}`);
+    check(exfilRan, `[rugpull ${mode}] the server got it`);
+    check(last && last.forwarded && last.monitor && last.flag === "tool_changed: description, inputSchema", `[rugpull ${mode}] audit: forwarded, flagged: ${JSON.stringify(last?.flag)}`);
+  }
+}
+
 const pct = (xs, p) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.max(0, Math.ceil(p * s.length) - 1)];
@@ -127,6 +176,7 @@ async function latency() {
 
 try {
   if (process.argv[2] === "scenario") await scenario(process.argv[3]);
+  else if (process.argv[2] === "rugpull") await rugpull(process.argv[3]);
   else if (process.argv[2] === "latency") await latency();
   else throw new Error("usage: client.mjs scenario enforce|monitor | latency");
 } catch (e) {
