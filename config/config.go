@@ -1,6 +1,8 @@
 package config
 
 import (
+	"reflect"
+
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
@@ -42,10 +44,22 @@ func Default() *Config {
 }
 
 // Load builds a configuration: defaults, then the YAML file (when path is not
-// empty), then each `key=value` of sets in order. The result is validated.
+// empty), then each `key=value` of sets in order. The paths of PathKeys are
+// made absolute (a file's against its folder, the others against the
+// working directory). The result is validated.
 func Load(path string, sets []string) (*Config, error) {
-	cfg := Default()
+	var files []string
 	if path != "" {
+		files = []string{path}
+	}
+	return LoadFiles(files, sets)
+}
+
+// LoadFiles is Load with several files, each overriding the keys it sets in
+// those before it (e.g. a checkpoint's settings, then --config).
+func LoadFiles(files []string, sets []string) (*Config, error) {
+	cfg := Default()
+	for _, path := range files {
 		if err := LoadFile(path, cfg); err != nil {
 			return nil, err
 		}
@@ -54,6 +68,9 @@ func Load(path string, sets []string) (*Config, error) {
 		if err := Set(cfg, kv); err != nil {
 			return nil, err
 		}
+	}
+	if err := absPaths(reflect.ValueOf(cfg).Elem()); err != nil {
+		return nil, err
 	}
 	if err := Validate(cfg); err != nil {
 		return nil, err

@@ -31,7 +31,8 @@ type Validator interface {
 // LoadFile decodes the YAML file path into dst (a pointer to a struct that
 // already holds the defaults). Keys absent from the file keep their values.
 // A top-level `base: FILE` key (a path relative to this file) names a file
-// loaded first, which this one overrides.
+// loaded first, which this one overrides. The relative paths the file gives
+// to PathKeys are made relative to the file's folder.
 func LoadFile(path string, dst any) error {
 	return loadFile(path, dst, 0)
 }
@@ -82,6 +83,7 @@ func loadFile(path string, dst any, depth int) error {
 	if err := suggest(apply(root, reflect.ValueOf(dst).Elem(), ""), dst); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
+	resolveFilePaths(root, reflect.ValueOf(dst).Elem(), filepath.Dir(path))
 	return nil
 }
 

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mageguard/mageguard/config"
+	"github.com/mageguard/mageguard/model/checkpoint"
+)
+
+// TestCheckpointCarriesItsSettings: eval given a checkpoint that records
+// its settings, without --config, decides exactly as with the config file
+// it was made with (here a tokenizer path relative to that file and a
+// structured decoding, not the defaults), says which settings it
+// used, and --set still overrides them.
+func TestCheckpointCarriesItsSettings(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	cfgDir := t.TempDir()
+	tok, err := filepath.Rel(cfgDir, mustAbs(t, "../../assets/qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(cfgDir, "guard.yaml")
+	text := "model:\n  tokenizer: " + tok + "\nrollout:\n  structured: true\n  max_memory_tokens: 40\n  max_judge_tokens: 36\n"
+	if err := os.WriteFile(cfgFile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSettings(ckpt, cfg); err != nil { // what train writes into each checkpoint
+		t.Fatal(err)
+	}
+	data := evalSubset(t, "two.jsonl", 55, 26)
+	out := t.TempDir()
+	decisions := func(name string, args ...string) ([]byte, string) {
+		t.Helper()
+		dir := filepath.Join(out, name)
+		_, stderr, err := run(t, append([]string{"eval", "--model", ckpt, "--data", data, "--out", dir}, args...)...)
+		if err != nil {
+			t.Fatalf("eval %s: %v\n%s", name, err, stderr)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "decisions.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, stderr
+	}
+	withConfig, _ := decisions("with-config", "--config", cfgFile)
+	alone, stderr := decisions("alone")
+	if !bytes.Equal(alone, withConfig) {
+		t.Errorf("eval --model without --config decided otherwise than with --config %s", cfgFile)
+	}
+	saved := filepath.Join(ckpt, checkpoint.SettingsFile)
+	if want := "settings: the checkpoint's " + saved + "\n"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr does not say %q:\n%s", want, stderr)
+	}
+	// --set overrides the checkpoint's settings key by key: structured
+	// decoding off, the random model's calls no longer all parse.
+	loose, stderr := decisions("loose", "--set", "rollout.structured=false")
+	if bytes.Equal(loose, alone) {
+		t.Error("--set rollout.structured=false changed no decision")
+	}
+	if want := "settings: the checkpoint's " + saved + ", then --set rollout.structured=false\n"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr does not say %q:\n%s", want, stderr)
+	}
+}
+
+// TestCommandsRunFromAnyDirectory: from a directory outside the
+// repository, the commands that read configs/tiny.yaml's relative paths
+// (its tokenizer, its data) find them, and the checkpoint model init
+// writes holds its tokenizer and absolute settings.
+func TestCommandsRunFromAnyDirectory(t *testing.T) {
+	tiny := mustAbs(t, "../../configs/tiny.yaml")
+	t.Chdir(t.TempDir())
+	if _, stderr, err := run(t, "plan", "--config", tiny); err != nil {
+		t.Fatalf("plan: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := run(t, "model", "init", "--config", tiny, "--out", "m"); err != nil {
+		t.Fatalf("model init: %v\n%s", err, stderr)
+	}
+	for _, f := range []string{"tokenizer.json", checkpoint.SettingsFile} {
+		if _, err := os.Stat(filepath.Join("m", f)); err != nil {
+			t.Errorf("model init wrote no %s: %v", f, err)
+		}
+	}
+	saved, err := config.Load(filepath.Join("m", checkpoint.SettingsFile), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, p := range map[string]string{"model.tokenizer": saved.Model.Tokenizer, "train.data": saved.Train.Data, "eval.data": saved.Eval.Data} {
+		if !filepath.IsAbs(p) {
+			t.Errorf("%s = %q in the settings written: want an absolute path", key, p)
+		} else if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
