@@ -8,6 +8,15 @@ PKGS    := ./...
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
 
+# mageguard on the PATH: $(PREFIX)/bin/mageguard (PREFIX=$$HOME/.local for
+# a user's own; DESTDIR for packaging). `go install ./cmd/mageguard` does the
+# same into $$(go env GOPATH)/bin.
+.PHONY: install
+PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/mageguard
+
 # The whole test suite (what .ci/run and the README call).
 test:
 	$(GO) vet $(PKGS)
