@@ -413,6 +413,10 @@ func knownKeys(t reflect.Type, prefix string) []string {
 	return keys
 }
 
+// Closest returns the word of known nearest to word by closestKey's rule
+// ("" when none is close): the commands' "did you mean" for flags.
+func Closest(known []string, word string) string { return closestKey(known, word) }
+
 // closestKey returns the known key nearest to key: one with the same last
 // part in another section ("rollout.gamma" → "rewards.gamma"), else the
 // one at the smallest edit distance if that is at most a third of key's

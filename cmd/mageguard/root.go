@@ -75,6 +75,8 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newServeCmd(),
 		newMCPCmd(),
 	)
+	root.SetFlagErrorFunc(flagError)
+	withChecks(root)
 	return root
 }
 

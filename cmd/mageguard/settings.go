@@ -28,6 +28,11 @@ var runsACheckpoint = map[string]bool{
 // --config, then --set; one line on log says which were used.
 func resolveConfig(cmd *cobra.Command, log io.Writer) (*config.Config, error) {
 	var files, used []string
+	if f := cmd.Flags().Lookup("model"); f != nil && f.Changed {
+		if err := checkRunDir(f.Value.String()); err != nil {
+			return nil, err
+		}
+	}
 	if f := cmd.Flags().Lookup("model"); f != nil && f.Changed && runsACheckpoint[cmd.CommandPath()] {
 		saved := filepath.Join(f.Value.String(), checkpoint.SettingsFile)
 		if _, err := os.Stat(saved); err == nil {

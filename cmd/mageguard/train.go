@@ -33,7 +33,7 @@ func trainConfig(out string, resume bool) (*config.Config, error) {
 func newTrainCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "train --config FILE [--data FILE] [--model DIR] [--out DIR] [--resume]",
+		Use:   "train --config FILE [--data FILE] [--model DIR] --out DIR [--resume]",
 		Short: "Train a MAGE guard with turn-wise GRPO on labeled trajectories",
 		Long: `train runs turn-wise GRPO (docs/design.md): each step samples train.trajectories
 trajectories (balanced between attack runs with a label-1 action and the rest
@@ -88,7 +88,7 @@ the resumed run's first metrics.jsonl line.`,
 			return runLoop("train", cfg, f.out, f.resume, train.Run)
 		},
 	}
-	f.add(cmd, "runs/train")
+	f.add(cmd)
 	return cmd
 }
 
@@ -96,7 +96,11 @@ the resumed run's first metrics.jsonl line.`,
 // on cfg into out: a first Ctrl-C or SIGTERM stops it after a checkpoint of
 // the last finished step, a second kills at once; then it says where the
 // run wrote and how to resume it (`mageguard NAME --resume`).
-func runLoop(name string, cfg *config.Config, out string, resume bool, loop func(context.Context, train.Options) (*train.Result, error)) error {
+func runLoop(name string, cfg *config.Config, out string, resume bool, loop func(context.Context, train.Options) (*train.Result, error)) (err error) {
+	// A run that fails before its first checkpoint leaves no folder behind;
+	// one with a checkpoint keeps it for --resume.
+	outDir := newOutFolder(out)
+	defer func() { outDir.cleanup(err, "checkpoint-*") }()
 	resolved, err := config.Marshal(cfg)
 	if err != nil {
 		return err
