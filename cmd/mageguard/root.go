@@ -62,6 +62,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 	global = globalFlags{}
 	root.PersistentFlags().StringVar(&global.configFile, "config", "", "YAML config file (see configs/)")
 	root.PersistentFlags().StringArrayVar(&global.sets, "set", nil, "override a config key: --set section.key=value (repeatable)")
+	root.PersistentFlags().BoolP("verbose", "v", false, "also log what libraries print (the go backend's parallelism line)")
 	root.AddCommand(
 		newConfigCmd(),
 		newDataCmd(),

@@ -246,7 +246,7 @@ func runServe(ctx context.Context, cfg *config.Config, addr string, state serveS
 		}
 	}()
 	n, _ := store.Count()
-	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %d sessions)\n", scheme, ln.Addr(), store.Path(), n)
+	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %s)\n", scheme, ln.Addr(), store.Path(), count(n, "session", "sessions"))
 
 	if err := guard.load(srv, stderr); err != nil {
 		hs.Close()

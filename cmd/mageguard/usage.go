@@ -217,3 +217,11 @@ func (o outFolder) cleanup(err error, keep ...string) {
 	}
 	os.RemoveAll(o.dir)
 }
+
+// count writes n with the noun's singular or plural: "1 session", "2 sessions".
+func count[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
