@@ -200,3 +200,22 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# `mageguard mcp` tried offline (docs/mcp.md#trying-it-offline): the gateway
+# in front of cmd/mcp-files (list_directory, read_file, write_file over
+# runs/mcp-demo/files, stdio), a benign call and the call an injected note
+# asks for, then the guard's decisions from the audit log. The guard is
+# MCP_DEMO_MODEL (make demo's checkpoint-best), else a random tiny model
+# written by model init. No network.
+.PHONY: mcp-demo
+MCP_DEMO_MODEL ?= runs/tiny/checkpoint-best
+mcp-demo: build
+	$(GO) build -o bin/mcp-files ./cmd/mcp-files
+	$(GO) build -o bin/mcp-demo ./scripts/mcp-demo
+	@model="$(MCP_DEMO_MODEL)"; \
+	if [ ! -f "$$model/config.json" ]; then \
+	  model=runs/mcp-demo-model; \
+	  echo "mcp-demo: no $(MCP_DEMO_MODEL) (make demo writes it): a random tiny model in $$model instead"; \
+	  [ -f "$$model/config.json" ] || $(BIN) model init --config configs/tiny.yaml --out $$model; \
+	fi; \
+	bin/mcp-demo --mageguard $(BIN) --files bin/mcp-files --model "$$model" --out runs/mcp-demo
