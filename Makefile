@@ -219,3 +219,17 @@ mcp-demo: build
 	  [ -f "$$model/config.json" ] || $(BIN) model init --config configs/tiny.yaml --out $$model; \
 	fi; \
 	bin/mcp-demo --mageguard $(BIN) --files bin/mcp-files --model "$$model" --out runs/mcp-demo
+
+# Every mageguard command README.md and docs/*.md show in code blocks, run
+# as written (scripts/docs-check) with mageguard installed under
+# $(DOCS_CHECK_PREFIX) and on the PATH, after make demo (whose runs/tiny the
+# docs' eval commands read); eval gets --limit 2. Placeholders, servers,
+# whole sweeps, GPU-sized configs and inputs of runs the docs only describe
+# are skipped with the reason; cmd/mageguard's TestDocCommandsParse checks
+# every command's syntax in make test. Logs in runs/docs-check/logs.
+.PHONY: docs-check
+DOCS_CHECK_PREFIX ?= $(abspath runs/docs-check/prefix)
+docs-check:
+	$(MAKE) install PREFIX=$(DOCS_CHECK_PREFIX)
+	PATH=$(DOCS_CHECK_PREFIX)/bin:$$PATH $(MAKE) demo
+	PATH=$(DOCS_CHECK_PREFIX)/bin:$$PATH $(GO) run ./scripts/docs-check --log runs/docs-check/logs
