@@ -59,11 +59,14 @@ func Extract(path string) ([]Command, error) {
 		line++
 		text := sc.Text()
 		if fence, ok := strings.CutPrefix(strings.TrimSpace(text), "```"); ok {
-			if !inBlock && !shellFence[strings.TrimSpace(fence)] {
-				skipBlock = !skipBlock // a text, json, yaml … block: no commands
-				continue
+			switch {
+			case skipBlock: // the end of a text, json, yaml … block
+				skipBlock = false
+			case !inBlock && !shellFence[strings.TrimSpace(fence)]:
+				skipBlock = true
+			default:
+				inBlock, pending, vars = !inBlock, "", map[string]string{}
 			}
-			inBlock, pending, vars = !inBlock, "", map[string]string{}
 			continue
 		}
 		if skipBlock {

@@ -11,6 +11,7 @@ import (
 // pipes, and inline spans; a usage summary marked, its brackets dropped.
 func TestExtract(t *testing.T) {
 	md := "Run `mageguard config --set rewards.gamma=0.5` or `mageguard eval [--data F]`.\n" +
+		"```json\n{\"mageguard\": 1}\n```\n" +
 		"```sh\n" +
 		"CKPT=runs/tiny/checkpoint-8   # a checkpoint\n" +
 		"mageguard eval --model $CKPT \\\n" +
@@ -39,9 +40,9 @@ func TestExtract(t *testing.T) {
 	want := []got{
 		{1, []string{"config", "--set", "rewards.gamma=0.5"}, true},
 		{1, []string{"eval", "--data", "F"}, true},
-		{4, []string{"eval", "--model", "runs/tiny/checkpoint-8", "--out", "runs/e"}, false},
-		{6, []string{"tokenize", "--untrusted"}, false},
-		{9, []string{"model", "generate", "--prompt", "Hello there"}, true},
+		{7, []string{"eval", "--model", "runs/tiny/checkpoint-8", "--out", "runs/e"}, false},
+		{9, []string{"tokenize", "--untrusted"}, false},
+		{12, []string{"model", "generate", "--prompt", "Hello there"}, true},
 	}
 	if !reflect.DeepEqual(gs, want) {
 		t.Errorf("got %+v\nwant %+v", gs, want)
