@@ -109,3 +109,10 @@ func mustAbs(t *testing.T, p string) string {
 	}
 	return abs
 }
+
+// repoYAML makes a test config's repository paths ("../../assets/…",
+// relative to this package) absolute, for a file written elsewhere: a
+// config file's relative paths are relative to its own folder.
+func repoYAML(t *testing.T, text string) string {
+	return strings.ReplaceAll(text, "../../", mustAbs(t, "../..")+"/")
+}
