@@ -101,6 +101,48 @@ func TestCommandsRunFromAnyDirectory(t *testing.T) {
 	}
 }
 
+// TestTrainThenEvalFromAnyDirectory: from a directory outside the
+// repository, a tiny train with configs/tiny.yaml's absolute path writes a
+// checkpoint whose settings file is the run's config.yaml, and eval of
+// that checkpoint without --config decides exactly as eval with the
+// training config.
+func TestTrainThenEvalFromAnyDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	tiny := mustAbs(t, "../../configs/tiny.yaml")
+	t.Chdir(t.TempDir())
+	small := []string{"--set", "train.steps=1", "--set", "train.trajectories=2", "--set", "train.max_turns=1",
+		"--set", "rollout.group_size=2", "--set", "train.eval_every=0", "--set", "train.save_every=1", "--set", "model.hidden_size=16",
+		"--set", "model.intermediate_size=32", "--set", "model.num_hidden_layers=1", "--set", "model.head_dim=4"}
+	if _, stderr, err := run(t, append([]string{"train", "--config", tiny, "--out", "run"}, small...)...); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr)
+	}
+	saved, err := os.ReadFile(filepath.Join("run", "checkpoint-1", checkpoint.SettingsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runCfg, err := os.ReadFile(filepath.Join("run", "config.yaml")); err != nil || !bytes.Equal(saved, runCfg) {
+		t.Errorf("checkpoint-1/%s differs from the run's config.yaml (%v)", checkpoint.SettingsFile, err)
+	}
+	eval := func(out string, args ...string) []byte {
+		t.Helper()
+		args = append([]string{"eval", "--model", filepath.Join("run", "checkpoint-1"), "--limit", "2", "--out", out}, args...)
+		if _, stderr, err := run(t, args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr)
+		}
+		b, err := os.ReadFile(filepath.Join(out, "decisions.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	alone := eval("alone")
+	if withConfig := eval("with-config", append([]string{"--config", tiny}, small...)...); !bytes.Equal(alone, withConfig) {
+		t.Error("eval without --config decided otherwise than with the training config")
+	}
+}
+
 func mustAbs(t *testing.T, p string) string {
 	t.Helper()
 	abs, err := filepath.Abs(p)
