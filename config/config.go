@@ -64,6 +64,11 @@ func LoadFiles(files []string, sets []string) (*Config, error) {
 			return nil, err
 		}
 	}
+	return finish(cfg, sets)
+}
+
+// finish applies sets to cfg, makes its paths absolute and validates it.
+func finish(cfg *Config, sets []string) (*Config, error) {
 	for _, kv := range sets {
 		if err := Set(cfg, kv); err != nil {
 			return nil, err
@@ -76,4 +81,16 @@ func LoadFiles(files []string, sets []string) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// LoadRun is Load for a run's own config.yaml (train --resume): mageguard
+// writes it with absolute paths, and a relative path in it comes from an
+// older mageguard, which wrote the paths as given, relative to the
+// working directory the run started in; they stay so.
+func LoadRun(path string, sets []string) (*Config, error) {
+	cfg := Default()
+	if err := loadFile(path, cfg, 0, false); err != nil {
+		return nil, err
+	}
+	return finish(cfg, sets)
 }

@@ -63,3 +63,28 @@ func TestPathsRelativeToTheirFile(t *testing.T) {
 		t.Errorf("two files: sft.teacher %q, train.data %q", two.SFT.Teacher, two.Train.Data)
 	}
 }
+
+// TestLoadRunKeepsOldRelativePaths: a run's config.yaml written by an older
+// mageguard holds paths relative to the working directory; LoadRun reads
+// them so (a new one holds absolute paths).
+func TestLoadRunKeepsOldRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	saved := filepath.Join(dir, "run", "config.yaml")
+	if err := os.MkdirAll(filepath.Dir(saved), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(saved, []byte("train:\n  data: data/train.jsonl\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadRun(saved, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(wd, "data/train.jsonl"); cfg.Train.Data != want {
+		t.Errorf("train.data = %q, want %q", cfg.Train.Data, want)
+	}
+}

@@ -27,7 +27,7 @@ func trainConfig(out string, resume bool) (*config.Config, error) {
 		return nil, fmt.Errorf("--resume continues with the run's own %s: drop --config (change keys with --set)", saved)
 	}
 	fmt.Fprintf(os.Stderr, "resume: configuration from %s\n", saved)
-	return config.Load(saved, global.sets)
+	return config.LoadRun(saved, global.sets)
 }
 
 func newTrainCmd() *cobra.Command {
