@@ -162,7 +162,7 @@ func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 			ds   []Decision
 		}{opts.BaselineName, opts.Baseline})
 	}
-	drawn := false
+	drawn, maxX := false, 0.0
 	for i, s := range sets {
 		xys := perTask(s.ds)
 		if len(xys) == 0 {
@@ -176,19 +176,31 @@ func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 		}
 		sc.Color = chart.WithAlpha(c, 0x60)
 		sc.Shape = plotutil.Shape(i)
-		line, err := plotter.NewLine(meanByX(xys))
-		if err != nil {
-			return nil, err
+		// The mean per length, joined only between adjacent lengths: no
+		// line across a length without tasks.
+		var line *plotter.Line
+		for _, seg := range chart.Segments(meanByX(xys), 1) {
+			if len(seg) == 1 { // a lone length: its mean as a short bar
+				seg = plotter.XYs{{X: seg[0].X - 0.15, Y: seg[0].Y}, {X: seg[0].X + 0.15, Y: seg[0].Y}}
+			}
+			l, err := plotter.NewLine(seg)
+			if err != nil {
+				return nil, err
+			}
+			l.Color, l.Width = c, vg.Points(2)
+			p.Add(l)
+			line = l
 		}
-		line.Color = c
-		line.Width = vg.Points(2)
-		p.Add(sc, line)
+		p.Add(sc)
 		p.Legend.Add(s.name, sc, line)
+		for _, xy := range xys {
+			maxX = max(maxX, xy.X)
+		}
 	}
 	if !drawn {
 		chart.NoData(p)
 	} else {
-		p.X.Min, p.Y.Min = 0, 0
+		p.X.Min, p.X.Max, p.Y.Min = 0, maxX+0.5, 0 // room for the points at the longest task
 		p.Y.Tick.Marker = chart.PlainTicks{}
 		p.X.Tick.Marker = chart.IntegerTicks{}
 	}
