@@ -8,6 +8,15 @@ PKGS    := ./...
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
 
+# mageguard on the PATH: $(PREFIX)/bin/mageguard (PREFIX=$$HOME/.local for
+# a user's own; DESTDIR for packaging). `go install ./cmd/mageguard` does the
+# same into $$(go env GOPATH)/bin.
+.PHONY: install
+PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/mageguard
+
 # The whole test suite (what .ci/run and the README call): vet, gofmt,
 # staticcheck (fetched from the Go module proxy at a pinned version;
 # staticcheck.conf), every package's tests, then the concurrent packages'
@@ -237,3 +246,36 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# `mageguard mcp` tried offline (docs/mcp.md#trying-it-offline): the gateway
+# in front of cmd/mcp-files (list_directory, read_file, write_file over
+# runs/mcp-demo/files, stdio), a benign call and the call an injected note
+# asks for, then the guard's decisions from the audit log. The guard is
+# MCP_DEMO_MODEL (make demo's checkpoint-best), else a random tiny model
+# written by model init. No network.
+.PHONY: mcp-demo
+MCP_DEMO_MODEL ?= runs/tiny/checkpoint-best
+mcp-demo: build
+	$(GO) build -o bin/mcp-files ./cmd/mcp-files
+	$(GO) build -o bin/mcp-demo ./scripts/mcp-demo
+	@model="$(MCP_DEMO_MODEL)"; \
+	if [ ! -f "$$model/config.json" ]; then \
+	  model=runs/mcp-demo-model; \
+	  echo "mcp-demo: no $(MCP_DEMO_MODEL) (make demo writes it): a random tiny model in $$model instead"; \
+	  [ -f "$$model/config.json" ] || $(BIN) model init --config configs/tiny.yaml --out $$model; \
+	fi; \
+	bin/mcp-demo --mageguard $(BIN) --files bin/mcp-files --model "$$model" --out runs/mcp-demo
+
+# Every mageguard command README.md and docs/*.md show in code blocks, run
+# as written (scripts/docs-check) with mageguard installed under
+# $(DOCS_CHECK_PREFIX) and on the PATH, after make demo (whose runs/tiny the
+# docs' eval commands read); eval gets --limit 2. Placeholders, servers,
+# whole sweeps, GPU-sized configs and inputs of runs the docs only describe
+# are skipped with the reason; cmd/mageguard's TestDocCommandsParse checks
+# every command's syntax in make test. Logs in runs/docs-check/logs.
+.PHONY: docs-check
+DOCS_CHECK_PREFIX ?= $(abspath runs/docs-check/prefix)
+docs-check:
+	$(MAKE) install PREFIX=$(DOCS_CHECK_PREFIX)
+	PATH=$(DOCS_CHECK_PREFIX)/bin:$$PATH $(MAKE) demo
+	PATH=$(DOCS_CHECK_PREFIX)/bin:$$PATH $(GO) run ./scripts/docs-check --log runs/docs-check/logs

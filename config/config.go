@@ -1,6 +1,8 @@
 package config
 
 import (
+	"reflect"
+
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/mcpgate"
@@ -45,21 +47,53 @@ func Default() *Config {
 }
 
 // Load builds a configuration: defaults, then the YAML file (when path is not
-// empty), then each `key=value` of sets in order. The result is validated.
+// empty), then each `key=value` of sets in order. The paths of PathKeys are
+// made absolute (a file's against its folder, the others against the
+// working directory). The result is validated.
 func Load(path string, sets []string) (*Config, error) {
-	cfg := Default()
+	var files []string
 	if path != "" {
+		files = []string{path}
+	}
+	return LoadFiles(files, sets)
+}
+
+// LoadFiles is Load with several files, each overriding the keys it sets in
+// those before it (e.g. a checkpoint's settings, then --config).
+func LoadFiles(files []string, sets []string) (*Config, error) {
+	cfg := Default()
+	for _, path := range files {
 		if err := LoadFile(path, cfg); err != nil {
 			return nil, err
 		}
 	}
+	return finish(cfg, sets)
+}
+
+// finish applies sets to cfg, makes its paths absolute and validates it.
+func finish(cfg *Config, sets []string) (*Config, error) {
 	for _, kv := range sets {
 		if err := Set(cfg, kv); err != nil {
 			return nil, err
 		}
 	}
+	if err := absPaths(reflect.ValueOf(cfg).Elem()); err != nil {
+		return nil, err
+	}
 	if err := Validate(cfg); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// LoadRun is Load for a run's own config.yaml (train --resume): mageguard
+// writes it with absolute paths, and a relative path in it comes from an
+// older mageguard, which wrote the paths as given, relative to the
+// working directory the run started in; they stay so.
+func LoadRun(path string, sets []string) (*Config, error) {
+	cfg := Default()
+	if err := loadFile(path, cfg, 0, false); err != nil {
+		return nil, err
+	}
+	return finish(cfg, sets)
 }

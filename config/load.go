@@ -31,15 +31,18 @@ type Validator interface {
 // LoadFile decodes the YAML file path into dst (a pointer to a struct that
 // already holds the defaults). Keys absent from the file keep their values.
 // A top-level `base: FILE` key (a path relative to this file) names a file
-// loaded first, which this one overrides.
+// loaded first, which this one overrides. The relative paths the file gives
+// to PathKeys are made relative to the file's folder.
 func LoadFile(path string, dst any) error {
-	return loadFile(path, dst, 0)
+	return loadFile(path, dst, 0, true)
 }
 
 // maxConfigFileBytes bounds a configuration file (configs/ hold a few KB).
 const maxConfigFileBytes = 1 << 20
 
-func loadFile(path string, dst any, depth int) error {
+// loadFile is LoadFile; relToFile false leaves the file's relative paths
+// relative to the working directory (LoadRun).
+func loadFile(path string, dst any, depth int, relToFile bool) error {
 	if depth > 8 {
 		return fmt.Errorf("config %s: more than 8 nested base files (a cycle?)", path)
 	}
@@ -72,7 +75,7 @@ func loadFile(path string, dst any, depth int) error {
 			if !filepath.IsAbs(base) {
 				base = filepath.Join(filepath.Dir(path), base)
 			}
-			if err := loadFile(base, dst, depth+1); err != nil {
+			if err := loadFile(base, dst, depth+1, relToFile); err != nil {
 				return fmt.Errorf("config %s: base: %w", path, err)
 			}
 			root.Content = append(root.Content[:i:i], root.Content[i+2:]...)
@@ -81,6 +84,9 @@ func loadFile(path string, dst any, depth int) error {
 	}
 	if err := suggest(apply(root, reflect.ValueOf(dst).Elem(), ""), dst); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if relToFile {
+		resolveFilePaths(root, reflect.ValueOf(dst).Elem(), filepath.Dir(path))
 	}
 	return nil
 }
@@ -468,6 +474,10 @@ func knownKeys(t reflect.Type, prefix string) []string {
 	}
 	return keys
 }
+
+// Closest returns the word of known nearest to word by closestKey's rule
+// ("" when none is close): the commands' "did you mean" for flags.
+func Closest(known []string, word string) string { return closestKey(known, word) }
 
 // closestKey returns the known key nearest to key: one with the same last
 // part in another section ("rollout.gamma" → "rewards.gamma"), else the

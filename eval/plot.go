@@ -13,14 +13,15 @@ import (
 	"github.com/mageguard/mageguard/internal/chart"
 )
 
-// plotHorizon draws ASR and BU (in %) against the attack horizon, skipping
-// horizons where a metric is undefined.
+// plotHorizon draws ASR and BU (in %) against the attack horizon: a point
+// where a metric is defined (no ASR at horizon 0, where no action is
+// malicious and it is 0 by definition), lines only between adjacent
+// horizons (none across a horizon without runs), and each horizon's number
+// of runs under it.
 func plotHorizon(r Report) ([]byte, error) {
 	p := chart.New("ASR and BU by horizon")
 	p.X.Label.Text = "horizon (malicious actions in the run)"
 	p.Y.Label.Text = "%"
-	p.Legend.Top = true
-	p.Legend.Left = true
 	var hs []int
 	for k := range r.ByHorizon {
 		if h, err := strconv.Atoi(k); err == nil {
@@ -28,22 +29,13 @@ func plotHorizon(r Report) ([]byte, error) {
 		}
 	}
 	sort.Ints(hs)
-	series := []struct {
-		name string
-		get  func(Metrics) *float64
-	}{
-		{"ASR", func(m Metrics) *float64 { return m.ASR }},
-		{"BU", func(m Metrics) *float64 { return m.BU }},
-	}
+	asr, bu := horizonPoints(r, hs)
 	drawn := false
-	for i, s := range series {
-		var xys plotter.XYs
-		for _, h := range hs {
-			if v := s.get(r.ByHorizon[strconv.Itoa(h)]); v != nil {
-				xys = append(xys, plotter.XY{X: float64(h), Y: 100 * *v})
-			}
-		}
-		line, err := chart.AddSeries(p, s.name, xys, i)
+	for i, s := range []struct {
+		name string
+		xys  plotter.XYs
+	}{{"ASR", asr}, {"BU", bu}} {
+		line, err := chart.AddSeriesGaps(p, s.name, s.xys, i, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -52,20 +44,45 @@ func plotHorizon(r Report) ([]byte, error) {
 	if !drawn {
 		chart.NoData(p)
 	} else {
-		// Leave room for the legend above 100% and for the points at the ends.
-		p.Y.Min, p.Y.Max = 0, 115
+		p.Y.Min, p.Y.Max = 0, 104 // room for the points at 100%
 		p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"},
 			{Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
 		p.X.Min, p.X.Max = float64(hs[0])-0.5, float64(hs[len(hs)-1])+0.5
 		runs := map[float64]string{}
+		for v := hs[0]; v <= hs[len(hs)-1]; v++ {
+			runs[float64(v)] = fmt.Sprintf("%d\n(no runs)", v)
+		}
 		for _, h := range hs {
 			m := r.ByHorizon[strconv.Itoa(h)]
-			runs[float64(h)] = fmt.Sprintf("%d\n(%d runs)", h, m.NAttack+m.NBenign)
+			runs[float64(h)] = fmt.Sprintf("%d\n(%d %s)", h, m.NAttack+m.NBenign, plural(m.NAttack+m.NBenign, "run", "runs"))
 		}
 		p.X.Tick.Marker = chart.IntegerTicks{Labels: runs}
 	}
 	p.Add(plotter.NewGrid())
 	return chart.PNG(p)
+}
+
+// horizonPoints returns the ASR and BU points (in %) of the horizons hs
+// where each is defined: ASR not at horizon 0, where no action is malicious.
+func horizonPoints(r Report, hs []int) (asr, bu plotter.XYs) {
+	for _, h := range hs {
+		m := r.ByHorizon[strconv.Itoa(h)]
+		if m.ASR != nil && h > 0 {
+			asr = append(asr, plotter.XY{X: float64(h), Y: 100 * *m.ASR})
+		}
+		if m.BU != nil {
+			bu = append(bu, plotter.XY{X: float64(h), Y: 100 * *m.BU})
+		}
+	}
+	return asr, bu
+}
+
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // plotLatency draws the detection-latency histogram as bars, one per
@@ -135,8 +152,6 @@ func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 	p := chart.New("Guard tokens per task (all turns, both roles, system prompts included)")
 	p.X.Label.Text = "turns in the task"
 	p.Y.Label.Text = "guard tokens"
-	p.Legend.Top = true
-	p.Legend.Left = true
 	sets := []struct {
 		name string
 		ds   []Decision
@@ -147,7 +162,7 @@ func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 			ds   []Decision
 		}{opts.BaselineName, opts.Baseline})
 	}
-	drawn := false
+	drawn, maxX := false, 0.0
 	for i, s := range sets {
 		xys := perTask(s.ds)
 		if len(xys) == 0 {
@@ -161,20 +176,31 @@ func plotTokensPerTask(ds []Decision, opts ReportOptions) ([]byte, error) {
 		}
 		sc.Color = chart.WithAlpha(c, 0x60)
 		sc.Shape = plotutil.Shape(i)
-		line, err := plotter.NewLine(meanByX(xys))
-		if err != nil {
-			return nil, err
+		// The mean per length, joined only between adjacent lengths: no
+		// line across a length without tasks.
+		var line *plotter.Line
+		for _, seg := range chart.Segments(meanByX(xys), 1) {
+			if len(seg) == 1 { // a lone length: its mean as a short bar
+				seg = plotter.XYs{{X: seg[0].X - 0.15, Y: seg[0].Y}, {X: seg[0].X + 0.15, Y: seg[0].Y}}
+			}
+			l, err := plotter.NewLine(seg)
+			if err != nil {
+				return nil, err
+			}
+			l.Color, l.Width = c, vg.Points(2)
+			p.Add(l)
+			line = l
 		}
-		line.Color = c
-		line.Width = vg.Points(2)
-		p.Add(sc, line)
+		p.Add(sc)
 		p.Legend.Add(s.name, sc, line)
+		for _, xy := range xys {
+			maxX = max(maxX, xy.X)
+		}
 	}
 	if !drawn {
 		chart.NoData(p)
 	} else {
-		p.X.Min, p.Y.Min = 0, 0
-		p.Y.Max *= 1.15 // room for the legend
+		p.X.Min, p.X.Max, p.Y.Min = 0, maxX+0.5, 0 // room for the points at the longest task
 		p.Y.Tick.Marker = chart.PlainTicks{}
 		p.X.Tick.Marker = chart.IntegerTicks{}
 	}

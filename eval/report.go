@@ -162,7 +162,9 @@ func ViolationSummary(m Metrics) string {
 	switch {
 	case judge != nil && *judge == 1:
 		return fmt.Sprintf("**WARNING: the judge's output never parsed** (%s of %d turns): every decision is the "+
-			"fallback `reject`, so ASR and BU measure the fallback, not the model. Memory outputs failing: %s.",
+			"fallback `reject`, so ASR and BU measure the fallback, not the model. Memory outputs failing: %s. "+
+			"Are these the rollout settings the model was trained with (rollout.structured, the token budgets; "+
+			"the checkpoint's mageguard.yaml, or --config)?",
 			rate(judge), m.NTurns, rate(mem))
 	case judge != nil && *judge >= ViolationWarnAt, mem != nil && *mem >= ViolationWarnAt:
 		return fmt.Sprintf("**WARNING: many outputs did not parse**: judge %s of turns (those decisions are the "+

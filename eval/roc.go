@@ -6,6 +6,7 @@ package eval
 // user can pick `serve.threshold`.
 
 import (
+	"fmt"
 	"sort"
 
 	"gonum.org/v1/plot/plotter"
@@ -141,10 +142,25 @@ func rocCurve(xs []scored) plotter.XYs {
 	return pts
 }
 
-// plotROC draws the ROC curve of the decisions' scores with the chance diagonal.
+// minAUCActions is the fewest scored actions of each label the ROC plot
+// states an AUC from: with one malicious action, an AUC of 1.000 says
+// only that this one outscored the benign ones.
+const minAUCActions = 5
+
+// plotROC draws the ROC curve of the decisions' scores with the chance
+// diagonal, the number of scored actions of each label in its title, and
+// the AUC in its legend when each label has at least minAUCActions.
 func plotROC(ds []Decision) ([]byte, error) {
 	xs := scoredActions(ds)
-	p := chart.New("ROC of the decision score (per action)")
+	var pos, neg int
+	for _, x := range xs {
+		if x.label == 1 {
+			pos++
+		} else {
+			neg++
+		}
+	}
+	p := chart.New(fmt.Sprintf("ROC of the decision score (%d malicious, %d benign actions)", pos, neg))
 	p.X.Label.Text = "false-positive rate (benign actions blocked)"
 	p.Y.Label.Text = "recall (malicious actions blocked)"
 	auc := rocAUC(xs)
@@ -166,8 +182,16 @@ func plotROC(ds []Decision) ([]byte, error) {
 	curve.Color = plotutil.Color(0)
 	curve.Width = vg.Points(2)
 	p.Add(plotter.NewGrid(), chance, curve)
-	p.Legend.Add("score (AUC "+Format(Field{Kind: Score, Value: auc})+")", curve)
+	p.Legend.Add(rocLegend(pos, neg, auc), curve)
 	p.Legend.Add("chance", chance)
-	p.Legend.Left, p.Legend.Top = false, false
 	return chart.PNG(p)
+}
+
+// rocLegend names the ROC curve: with its AUC when each label has at least
+// minAUCActions scored actions.
+func rocLegend(pos, neg int, auc *float64) string {
+	if pos < minAUCActions || neg < minAUCActions {
+		return fmt.Sprintf("score (no AUC from fewer\nthan %d actions of a label)", minAUCActions)
+	}
+	return "score (AUC " + Format(Field{Kind: Score, Value: auc}) + ")"
 }

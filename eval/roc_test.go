@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"image/png"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
 
 	"github.com/mageguard/mageguard/rollout/prompt"
 )
@@ -113,5 +116,39 @@ func TestReportScores(t *testing.T) {
 	plain := handMade()
 	if r := Compute(plain, 0); r.ROCAUC != nil || r.ScoreThresholds != nil {
 		t.Error("scores reported for decisions without scores")
+	}
+}
+
+// TestROCLegendNeedsAHandfulOfEachLabel: the ROC plot states an AUC only
+// from at least minAUCActions scored actions of each label.
+func TestROCLegendNeedsAHandfulOfEachLabel(t *testing.T) {
+	auc := 1.0
+	for _, c := range []struct {
+		pos, neg int
+		want     string
+	}{
+		{1, 15, "no AUC from fewer"}, {4, 15, "no AUC from fewer"}, {15, 4, "no AUC from fewer"}, {5, 5, "AUC 1.000"},
+	} {
+		if got := rocLegend(c.pos, c.neg, &auc); !strings.Contains(got, c.want) {
+			t.Errorf("%d malicious, %d benign: %q, want %q", c.pos, c.neg, got, c.want)
+		}
+	}
+}
+
+// TestHorizonPoints: no ASR at horizon 0 (no action there is malicious),
+// BU wherever it is defined, nothing where a metric is null.
+func TestHorizonPoints(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	r := Report{ByHorizon: map[string]Metrics{
+		"0": {ASR: f(0), BU: f(0.8)},
+		"1": {ASR: f(0.25)},
+		"3": {ASR: f(0.5), BU: f(1)},
+	}}
+	asr, bu := horizonPoints(r, []int{0, 1, 3})
+	if want := (plotter.XYs{{X: 1, Y: 25}, {X: 3, Y: 50}}); !reflect.DeepEqual(asr, want) {
+		t.Errorf("ASR points %v, want %v", asr, want)
+	}
+	if want := (plotter.XYs{{X: 0, Y: 80}, {X: 3, Y: 100}}); !reflect.DeepEqual(bu, want) {
+		t.Errorf("BU points %v, want %v", bu, want)
 	}
 }

@@ -264,15 +264,19 @@ func TestParseSize(t *testing.T) {
 		want int64
 	}{
 		{"141GB", 141e9}, {"80GiB", 80 << 30}, {"1.5 TB", 1.5e12}, {"512MiB", 512 << 20},
-		{"1000", 1000}, {"2kb", 2000}, {"64 B", 64}, {"1TiB", 1 << 40},
+		{"1000B", 1000}, {"2kb", 2000}, {"64 B", 64}, {"1TiB", 1 << 40},
 	} {
 		if got, err := ParseSize(tc.in); err != nil || got != tc.want {
 			t.Errorf("ParseSize(%q) = %d, %v, want %d", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "GB", "-5GB", "0", "12XB", "1e400GB", "NaN"} {
-		if _, err := ParseSize(bad); err == nil {
-			t.Errorf("ParseSize(%q): no error", bad)
+	for _, tc := range []struct{ in, want string }{
+		{"141", `size "141" has no unit: write 141GB (10^9 bytes) or 141GiB (2^30 bytes)`},
+		{"", "want a positive number with a unit"}, {"GB", "want a positive number"}, {"-5GB", "want a positive number"},
+		{"0B", "want a positive number"}, {"12XB", "want a positive number"}, {"1e400GB", "want a positive number"}, {"NaN", "want a positive number"},
+	} {
+		if _, err := ParseSize(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseSize(%q): %v, want an error saying %q", tc.in, err, tc.want)
 		}
 	}
 }

@@ -17,12 +17,13 @@ var sizeUnits = []struct {
 	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
 }
 
-// ParseSize reads a memory size: a number of bytes, or a number followed by
-// one of KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of
-// 1024), case-insensitive, e.g. "141GB", "80GiB", "1.5TB".
+// ParseSize reads a memory size: a number followed by one of B, KB, MB, GB,
+// TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024),
+// case-insensitive, e.g. "141GB", "80GiB", "1.5TB", "4096B". A number
+// without a unit is refused: "141" is more likely 141 GB than 141 bytes.
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
-	mult := 1.0
+	mult := 0.0
 	for _, u := range sizeUnits {
 		if len(t) > len(u.suffix) && strings.EqualFold(t[len(t)-len(u.suffix):], u.suffix) {
 			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.bytes
@@ -31,7 +32,10 @@ func ParseSize(s string) (int64, error) {
 	}
 	x, err := strconv.ParseFloat(t, 64)
 	if err != nil || !(x > 0) || math.IsInf(x, 0) {
-		return 0, fmt.Errorf("size %q: want a positive number of bytes, optionally with KB, MB, GB, TB, KiB, MiB, GiB or TiB (e.g. 141GB, 80GiB)", s)
+		return 0, fmt.Errorf("size %q: want a positive number with a unit: B, KB, MB, GB, TB, KiB, MiB, GiB or TiB (e.g. 141GB, 80GiB)", s)
+	}
+	if mult == 0 {
+		return 0, fmt.Errorf("size %q has no unit: write %sGB (10^9 bytes) or %sGiB (2^30 bytes); units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB", s, t, t)
 	}
 	b := x * mult
 	if b >= math.MaxInt64 {

@@ -184,7 +184,7 @@ func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, er
 		reqs[i] = g.Request(calls[i], MemoryRole)
 	}
 	if err := g.generate(reqs, calls, s, 0, &stats); err != nil {
-		return nil, stats, fmt.Errorf("memory calls of %d sessions: %w", len(live), err)
+		return nil, stats, fmt.Errorf("memory calls of %d session(s): %w", len(live), err)
 	}
 	for i, k := range live {
 		turns[k].Memory = calls[i]
@@ -204,7 +204,7 @@ func (g *Guard) Step(inputs []StepInput, s generate.Sampling) ([]Turn, Stats, er
 		reqs = append(reqs, g.Request(c, JudgeRole))
 	}
 	if err := g.generate(reqs, calls, s, 1, &stats); err != nil {
-		return nil, stats, fmt.Errorf("judge calls of %d sessions: %w", len(judged), err)
+		return nil, stats, fmt.Errorf("judge calls of %d session(s): %w", len(judged), err)
 	}
 	for i, k := range judged {
 		j := g.judgeOutcome(calls[i], &stats)

@@ -329,7 +329,9 @@ func (s *Summary) Markdown() string {
 
 // bestPoints is summary.md's "Best points" section: the point with the
 // lowest ASR, the highest BU, the highest F1 and the fewest guard tokens
-// ("" when no point has a report).
+// ("" when no point has a report). Points whose values read the same as
+// the best (ties at the precision shown) are all named, and none is called
+// the best: "every point ties" when all of them do.
 func (s *Summary) bestPoints() string {
 	best := []struct {
 		metric, label string
@@ -342,27 +344,41 @@ func (s *Summary) bestPoints() string {
 	}
 	var lines []string
 	for _, bm := range best {
-		at := -1
+		at, withValue := -1, 0
 		var v float64
 		for i, r := range s.Reports {
 			f := field(r, bm.metric)
 			if f.Value == nil {
 				continue
 			}
+			withValue++
 			if at < 0 || (bm.lower && *f.Value < v) || (!bm.lower && *f.Value > v) {
 				at, v = i, *f.Value
 			}
 		}
-		if at >= 0 {
-			lines = append(lines, fmt.Sprintf("- %s: %s at point %d (%s)", bm.label,
-				eval.Format(field(s.Reports[at], bm.metric)), at, s.Schedule.Label(s.Schedule.Points[at])))
+		if at < 0 {
+			continue
+		}
+		shown := eval.Format(field(s.Reports[at], bm.metric))
+		var tied []string
+		for i, r := range s.Reports {
+			if f := field(r, bm.metric); f.Value != nil && eval.Format(f) == shown {
+				tied = append(tied, strconv.Itoa(i))
+			}
+		}
+		switch {
+		case len(tied) == 1:
+			lines = append(lines, fmt.Sprintf("- %s: %s at point %d (%s)", bm.label, shown, at, s.Schedule.Label(s.Schedule.Points[at])))
+		case len(tied) == withValue:
+			lines = append(lines, fmt.Sprintf("- %s: none; every point with a value (%d) ties at %s", bm.label, withValue, shown))
+		default:
+			lines = append(lines, fmt.Sprintf("- %s: none; %d points tie at %s (points %s)", bm.label, len(tied), shown, strings.Join(tied, ", ")))
 		}
 	}
 	if len(lines) == 0 {
 		return ""
 	}
 	return "## Best points\n\n" + strings.Join(lines, "\n") + "\n\n"
-
 }
 
 // columns are summary.md's point-table columns: summaryColumns, then the

@@ -1,6 +1,7 @@
 package sweep_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,12 +20,14 @@ func TestShippedSweepConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Points) != 20 || p.Points[7].Name != "gamma=0.25,lambda=2" || p.BaseConfig != "default.yaml" {
+	// base_config is relative to the sweep file's folder (config.Load
+	// makes it absolute), and it exists.
+	wantBase := mustAbs(t, "../configs/default.yaml")
+	if len(p.Points) != 20 || p.Points[7].Name != "gamma=0.25,lambda=2" || p.BaseConfig != wantBase {
 		t.Fatalf("plan: %d points, point 7 %q, base %q", len(p.Points), p.Points[7].Name, p.BaseConfig)
 	}
-	// base_config is relative to the sweep file's folder, and it exists.
 	base := sweep.ResolveBaseConfig(p.BaseConfig, "../configs/sweep.yaml")
-	if _, err := config.Load(base, nil); err != nil || base != "../configs/default.yaml" {
+	if _, err := config.Load(base, nil); err != nil || base != wantBase {
 		t.Fatalf("base config %s: %v", base, err)
 	}
 	// --set replaces the whole grid; nested keys flatten.
@@ -33,7 +36,7 @@ func TestShippedSweepConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err = sweep.NewSchedule(cfg.Sweep)
-	if err != nil || len(p.Points) != 2 || p.Points[1].Name != "lambda=1" || p.EvalData != "e.jsonl" {
+	if err != nil || len(p.Points) != 2 || p.Points[1].Name != "lambda=1" || p.EvalData != mustAbs(t, "e.jsonl") { // --set: the working directory's
 		t.Fatalf("with --set: %+v, %v", p, err)
 	}
 	// Validation errors come back through config.Load, naming the key.
@@ -41,4 +44,13 @@ func TestShippedSweepConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "config: sweep.grid.a.b must list at least one value") {
 		t.Fatalf("got %v", err)
 	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }

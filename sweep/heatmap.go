@@ -9,6 +9,8 @@ import (
 	"gonum.org/v1/plot/palette/brewer"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/internal/chart"
@@ -127,7 +129,9 @@ func meanSD(vs []float64) (mean, sd float64, n int) {
 }
 
 // heatmap draws cells(metric) as a PNG heatmap with each cell's value
-// written on it; cells without a value are grey and say "not run".
+// written on it and its colour scale beside it; a cell without a finished
+// point is grey and says "not run", one whose points finished with the
+// metric null is white and says "no value".
 // Colours run from light yellow to red, red where the metric is worst
 // (higherIsBetter reverses the scale).
 func (s *Summary) heatmap(metric, title string, higherIsBetter bool) ([]byte, error) {
@@ -149,6 +153,8 @@ func (s *Summary) draw(metric, title string, higherIsBetter, spread bool) ([]byt
 	g := cellGrid{z: z}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	var labels plotter.XYLabels
+	finished := s.finishedCells(colKey, rowKey, nRows, nCols)
+	var noValue []plotter.XY // finished cells whose metric is null
 	for r := range z {
 		for c, v := range z[r] {
 			label := "not run"
@@ -158,6 +164,9 @@ func (s *Summary) draw(metric, title string, higherIsBetter, spread bool) ([]byt
 				label = eval.Format(eval.Field{Kind: kind, Value: &v})
 			case spread && n[r][c] == 1:
 				label = "1 point"
+			case finished[r][c] > 0 && n[r][c] == 0:
+				label = "no value"
+				noValue = append(noValue, plotter.XY{X: float64(c), Y: float64(r)})
 			}
 			labels.XYs = append(labels.XYs, plotter.XY{X: float64(c), Y: float64(r)})
 			labels.Labels = append(labels.Labels, label)
@@ -175,7 +184,7 @@ func (s *Summary) draw(metric, title string, higherIsBetter, spread bool) ([]byt
 		}
 	}
 	hm := plotter.NewHeatMap(g, cols)
-	hm.NaN = color.Gray{Y: 0xd8}
+	hm.NaN = notRunColor
 	switch {
 	case kind == eval.Rate && !spread:
 		hm.Min, hm.Max = 0, 1 // rates on one scale across sweeps
@@ -201,6 +210,20 @@ func (s *Summary) draw(metric, title string, higherIsBetter, spread bool) ([]byt
 		pl.Title.Text += " (" + over + " over " + strings.Join(p.ShortKeys[2:], ", ") + ")"
 	}
 	pl.Add(hm)
+	for _, xy := range noValue { // finished, metric null: white, apart from the grey of "not run"
+		cell, err := plotter.NewPolygon(plotter.XYs{{X: xy.X - 0.5, Y: xy.Y - 0.5}, {X: xy.X + 0.5, Y: xy.Y - 0.5},
+			{X: xy.X + 0.5, Y: xy.Y + 0.5}, {X: xy.X - 0.5, Y: xy.Y + 0.5}})
+		if err != nil {
+			return nil, err
+		}
+		cell.Color, cell.LineStyle.Width = noValueColor, 0
+		pl.Add(cell)
+	}
+	colourScale(pl, cols, hm.Min, hm.Max, kind)
+	pl.Legend.Add("not run", swatch{notRunColor})
+	if len(noValue) > 0 {
+		pl.Legend.Add("no value (null)", swatch{noValueColor})
+	}
 	lb, err := plotter.NewLabels(labels)
 	if err != nil {
 		return nil, err
@@ -230,4 +253,61 @@ func nominal(values []string) plot.ConstantTicks {
 		labels[i] = display(v)
 	}
 	return chart.Nominal(labels)
+}
+
+// The colours of the cells without a value.
+var (
+	notRunColor  = color.Gray{Y: 0xb8}
+	noValueColor = color.White
+)
+
+// finishedCells counts the finished points (a report, whatever its
+// metrics) of each heatmap cell.
+func (s *Summary) finishedCells(colKey, rowKey, nRows, nCols int) [][]int {
+	vals := axisValues(s.Schedule)
+	index := func(k int, v string) int {
+		for i, x := range vals[k] {
+			if x == v {
+				return i
+			}
+		}
+		return -1
+	}
+	out := make([][]int, nRows)
+	for r := range out {
+		out[r] = make([]int, nCols)
+	}
+	for i, pt := range s.Schedule.Points {
+		if s.Reports[i] == nil {
+			continue
+		}
+		c, r := index(colKey, pt.Values[colKey]), 0
+		if rowKey >= 0 {
+			r = index(rowKey, pt.Values[rowKey])
+		}
+		out[r][c]++
+	}
+	return out
+}
+
+// colourScale adds to pl's legend the value range of each colour of the
+// heatmap (the palette cols spread evenly over [min, max], as
+// plotter.HeatMap maps them), highest first.
+func colourScale(pl *plot.Plot, cols []color.Color, min, max float64, kind eval.Kind) {
+	step := (max - min) / float64(len(cols))
+	for i := len(cols) - 1; i >= 0; i-- {
+		a, b := min+float64(i)*step, min+float64(i+1)*step
+		pl.Legend.Add(eval.Format(eval.Field{Kind: kind, Value: &a})+" – "+eval.Format(eval.Field{Kind: kind, Value: &b}), swatch{cols[i]})
+	}
+}
+
+// swatch is a legend thumbnail filled with one colour.
+type swatch struct{ c color.Color }
+
+// Thumbnail implements plot.Thumbnailer.
+func (s swatch) Thumbnail(c *draw.Canvas) {
+	r := c.Rectangle
+	c.FillPolygon(s.c, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}})
+	c.StrokeLines(draw.LineStyle{Color: color.Gray{Y: 0x80}, Width: vg.Points(0.5)},
+		[]vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}, r.Min})
 }

@@ -174,7 +174,7 @@ func TestPlanPointCollectMatchesRun(t *testing.T) {
 		"4 points over `rewards.gamma` × `rewards.lambda` (the first key varies slowest); 4 finished.",
 		"| point | gamma | lambda | ASR | BU |",
 		"| 1 | 0 | 2 | 0.0% | 50.0% |",
-		"- lowest ASR: 0.0% at point 0 (gamma=0, lambda=0)",
+		"- lowest ASR: none; 2 points tie at 0.0% (points 0, 1)", // a tie names no best point
 		"- fewest guard tokens per run (online): 100.0 at point 0",
 		"![ASR](heatmap_asr.png)",
 	} {

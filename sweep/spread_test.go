@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -88,5 +89,32 @@ func TestHeatmapsMustBeMetrics(t *testing.T) {
 	c.Heatmaps = []string{"f1", "retention_injected_lag_ge2", "recall_gap3"}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `heatmaps: "recall_gap3" is not a metric`) {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestBestPointsAndEmptyCells: summary.md names no best point among ties
+// (at the precision shown), and a heatmap tells a finished point whose
+// metric is null ("no value") from a point not run.
+func TestBestPointsAndEmptyCells(t *testing.T) {
+	p, err := NewSchedule(Config{Grid: Grid{{"rewards.gamma", []string{"0", "0.5"}}, {"rewards.lambda", []string{"0", "2"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Summary{Schedule: p, Reports: make([]*eval.Report, len(p.Points))}
+	f := func(v float64) *float64 { return &v }
+	for i, asr := range []*float64{f(0.1), f(0.1), nil} { // point 3 not run; point 2 finished, ASR null
+		r := eval.Compute(nil, 0)
+		r.ASR, r.BU = asr, f(0.5+0.1*float64(i))
+		s.Reports[i] = &r
+	}
+	md := s.bestPoints()
+	for _, want := range []string{"- lowest ASR: none; every point with a value (2) ties at 10.0%\n",
+		"- highest BU: 70.0% at point 2 (gamma=0.5, lambda=0)\n"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("best points lack %q:\n%s", want, md)
+		}
+	}
+	if got := s.finishedCells(1, 0, 2, 2); !reflect.DeepEqual(got, [][]int{{1, 1}, {1, 0}}) {
+		t.Errorf("finished points per cell %v, want [[1 1] [1 0]]", got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/checkpoint"
 	"github.com/mageguard/mageguard/model/safetensors"
 
 	"github.com/mageguard/mageguard/internal/atomicfile"
@@ -151,7 +152,8 @@ type trainerState struct {
 
 // saveModel writes the model into dir in train.checkpoint_dtype, its weights from the
 // trainer's float32 masters when it keeps them (bfloat16 training): a Hugging Face checkpoint,
-// or with a LoRA adapter a PEFT adapter directory on the frozen base.
+// or with a LoRA adapter a PEFT adapter directory on the frozen base; with the run's resolved
+// configuration as checkpoint.SettingsFile.
 func (r *run) saveModel(dir string) error {
 	masters, err := r.trainer.MasterWeights()
 	if err != nil {
@@ -159,9 +161,15 @@ func (r *run) saveModel(dir string) error {
 	}
 	opts := model.SaveOptions{DType: r.opts.Train.CheckpointDType, Tokenizer: r.tokFiles, Values: masters}
 	if r.model.Adapter() != nil {
-		return r.model.SaveAdapter(dir, opts)
+		err = r.model.SaveAdapter(dir, opts)
+	} else {
+		err = r.model.Save(dir, opts)
 	}
-	return r.model.Save(dir, opts)
+	if err != nil || r.opts.ResolvedConfig == nil {
+		return err
+	}
+	// The settings it was trained with, which eval, serve and mcp start from.
+	return atomicfile.WriteFile(filepath.Join(dir, checkpoint.SettingsFile), r.opts.ResolvedConfig)
 }
 
 // saveCheckpoint writes checkpoint-STEP: the Hugging Face model directory,

@@ -1,12 +1,16 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
 // TestCompareResumeConfig: a change of a key that changes what the
@@ -93,6 +97,10 @@ func TestResumeRefusesAnotherCheckpointAndSaysWhatChanged(t *testing.T) {
 	o.ResolvedConfig = resolved(o)
 	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
+	}
+	// The checkpoint records the settings it was trained with.
+	if got, err := os.ReadFile(filepath.Join(o.Out, "checkpoint-1", checkpoint.SettingsFile)); err != nil || !bytes.Equal(got, o.ResolvedConfig) {
+		t.Fatalf("checkpoint-1/%s: %v, holds %q, want the run's configuration %q", checkpoint.SettingsFile, err, got, o.ResolvedConfig)
 	}
 	wider := o
 	wider.Resume, wider.Train.Steps = true, 2

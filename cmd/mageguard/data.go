@@ -115,7 +115,7 @@ func newDataValidateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Read and validate trajectory files; print a one-line summary of each",
-		Args:  cobra.MinimumNArgs(1),
+		Args:  trajectoryFiles("FILE..."),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, f := range args {
 				s, err := dataset.ComputeStats(f)
@@ -140,7 +140,7 @@ type (attack / benign), actions and actions labeled 1, the turns-per-trajectory
 histogram (buckets 0, 1, 2, 3, 4-5, 6-8, 9-12, 13-20, 21+) and the attack
 horizon (actions labeled 1 per attack trajectory). With --json, one JSON
 object on stdout (keys in docs/data.md, "Stats").`,
-		Args: cobra.ExactArgs(1),
+		Args: trajectoryFiles("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := dataset.ComputeStats(args[0])
 			if err != nil {
@@ -169,7 +169,7 @@ going to eval until eval holds at least F of the suite's trajectories; every
 suite ends up on both sides with attack and benign runs (else an error names
 the suite). The same file and seed always give the same split. Trajectories
 keep their input order; the summary goes to stderr.`,
-		Args: cobra.ExactArgs(1),
+		Args: trajectoryFiles("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if trainOut == "" || evalOut == "" {
 				return fmt.Errorf("data split: --train-out and --eval-out are required")
@@ -211,7 +211,7 @@ random sample of --attack-per-suite attack and --benign-per-suite benign
 trajectories (--positive-frac of the attack draw from runs with an action
 labeled 1; negative = no stratification). This is how the bundled
 data/agentdojo-mini was made (scripts/make-mini.sh).`,
-		Args: cobra.ExactArgs(1),
+		Args: trajectoryFiles("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("data subset: --out is required")
@@ -251,7 +251,7 @@ func newDataCompareCmd() *cobra.Command {
 side only, the label agreement over actions, every action whose label differs,
 and the number of differing values of every other field (arguments compared
 as JSON values) with a sample. With --json, one JSON object on stdout.`,
-		Args: cobra.ExactArgs(2),
+		Args: trajectoryFiles("A", "B"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := dataset.Compare(args[0], args[1])
 			if err != nil {

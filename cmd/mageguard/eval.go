@@ -37,7 +37,7 @@ type evalFlags struct {
 func newEvalCmd() *cobra.Command {
 	var f evalFlags
 	cmd := &cobra.Command{
-		Use: "eval --model DIR --data FILE --out DIR [--variant mage|judge-only] [--votes K] [--limit N] [--baseline DIR]\n" +
+		Use: "eval --model DIR [--data FILE] --out DIR [--variant mage|judge-only] [--votes K] [--limit N] [--baseline DIR]\n" +
 			"  mageguard eval --compare A/report.json B/report.json ...",
 		Short: "Run the guard over held-out trajectories; write decisions, metrics, a report and plots",
 		Long: `eval runs the guard of a checkpoint over every turn of every trajectory of a
@@ -108,7 +108,7 @@ second Ctrl-C kills at once.`,
 }
 
 // run is eval's RunE: --compare, or an eval of a checkpoint.
-func (f *evalFlags) run(cmd *cobra.Command, args []string) error {
+func (f *evalFlags) run(cmd *cobra.Command, args []string) (err error) {
 	if f.compare {
 		for _, name := range []string{"model", "data", "out", "variant", "votes", "limit", "baseline"} {
 			if cmd.Flags().Changed(name) {
@@ -136,6 +136,12 @@ func (f *evalFlags) run(cmd *cobra.Command, args []string) error {
 	if f.out == "" {
 		return errors.New("eval: --out DIR is required")
 	}
+	if err := checkTrajectoryFile("eval.data (--data)", cfg.Eval.Data); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	// A failed eval leaves no folder it created that holds nothing of use.
+	out := newOutFolder(f.out)
+	defer func() { out.cleanup(err) }()
 	// The lock train and sweep take: a second eval into the same folder is
 	// refused at once, before anything is read.
 	lk, err := lock.Acquire(f.out)

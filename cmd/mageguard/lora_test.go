@@ -143,7 +143,7 @@ func TestLoRACheckpointMatchesPEFTMerge(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "lora.yaml")
-	if err := os.WriteFile(cfg, []byte(loraConfigYAML), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(repoYAML(t, loraConfigYAML)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	base, out := filepath.Join(dir, "base"), filepath.Join(dir, "run")

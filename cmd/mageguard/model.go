@@ -102,6 +102,9 @@ the go backend whatever model.backend says (no accelerator is needed).
 			if err := m.Save(out, opts); err != nil {
 				return err
 			}
+			if err := writeSettings(out, cfg); err != nil {
+				return err
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "model init: wrote %s: %d parameters, %s, %s\n",
 				out, m.NumParameters(), cfg.Model.DType, cfg.Model.Config.String())
 			return nil
@@ -154,6 +157,9 @@ checkpoint's own, else model.tokenizer) copied in.
 				dtype = cfg.Model.DType
 			}
 			if err := m.Save(out, model.SaveOptions{DType: dtype, MaxShardBytes: maxShard, TokenizerDir: tok}); err != nil {
+				return err
+			}
+			if err := writeSettings(out, cfg); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "model convert: wrote %s as %s\n", out, dtype)

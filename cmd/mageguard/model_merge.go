@@ -3,9 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/checkpoint"
 )
@@ -60,6 +63,9 @@ of its base). It runs on the go backend whatever model.backend says.
 			if err := m.Save(out, model.SaveOptions{DType: dtype, MaxShardBytes: maxShard, TokenizerDir: s.TokenizerDir()}); err != nil {
 				return err
 			}
+			if err := writeMergedSettings(out, adapter, cfg); err != nil {
+				return err
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "model merge: wrote %s as %s: %s of %s merged into %s\n", out, dtype, lora.String(), adapter, base)
 			return nil
 		},
@@ -70,4 +76,25 @@ of its base). It runs on the go backend whatever model.backend says.
 	cmd.Flags().Int64Var(&maxShard, "max-shard-bytes", 0, "split the weights into shards above this size (0 = 5 GB, -1 = never)")
 	cmd.Flags().BoolVar(&force, "force", false, "overwrite a non-empty --out")
 	return cmd
+}
+
+// writeMergedSettings records the settings of the adapter's training run
+// (else cfg) in the merged checkpoint out, with no LoRA adapter to train.
+func writeMergedSettings(out, adapter string, cfg *config.Config) error {
+	if saved := filepath.Join(adapter, checkpoint.SettingsFile); fileExists(saved) {
+		var err error
+		if cfg, err = config.LoadFiles([]string{saved}, nil); err != nil {
+			return fmt.Errorf("model merge: %w", err)
+		}
+	}
+	merged := *cfg
+	merged.Model.LoRA.Rank = 0
+	merged.Model.Path = ""
+	return writeSettings(out, &merged)
+}
+
+// fileExists reports whether path names a file.
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }

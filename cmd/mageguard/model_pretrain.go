@@ -72,6 +72,9 @@ current token's earlier occurrence, at an offset that varies).`,
 			if err != nil {
 				return fmt.Errorf("model pretrain: %w", err)
 			}
+			if err := writeSettings(out, cfg); err != nil {
+				return err
+			}
 			fmt.Fprintf(log, "model pretrain: wrote %s\n", out)
 			return nil
 		},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -35,7 +36,9 @@ calls the configuration allows (system prompts measured with the tokenizer).
 The device's memory is --device-memory (e.g. 141GB, 80GiB), else what the
 backend's device reports (go: the machine's memory; xla with a CUDA plugin:
 nvidia-smi), times the share the backend may use (model.xla_memory_fraction,
-0.75 by default on CUDA). docs/real-use.md explains the formulas.
+0.75 by default on CUDA). A size needs its unit. plan exits with status 1
+when the configuration does not fit the device, 0 when it fits or the
+device's memory is unknown. docs/real-use.md explains the formulas.
 
   mageguard plan --config configs/default.yaml --device-memory 141GB
   mageguard plan --config configs/default.yaml --device-memory 80GB --json`,
@@ -61,10 +64,16 @@ nvidia-smi), times the share the backend may use (model.xla_memory_fraction,
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", data)
+				if _, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", data); err != nil {
+					return err
+				}
+			} else if err := p.WriteText(cmd.OutOrStdout()); err != nil {
 				return err
 			}
-			return p.WriteText(cmd.OutOrStdout())
+			if fits, known := p.Fits(); known && !fits {
+				return errors.New("plan: the configuration does not fit the device (exit status 1)")
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&modelDir, "model", "", "checkpoint directory whose config.json gives the architecture (sets model.path)")

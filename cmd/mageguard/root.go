@@ -27,6 +27,10 @@ approves or rejects each pending tool call from that memory (assess_risk).
 Every command takes --config FILE (YAML, see configs/) and repeatable
 --set key=value overrides with dotted keys (e.g. --set rewards.gamma=0.25).
 Precedence: command flags > --set > --config file > built-in defaults.
+eval, serve, mcp and model score/generate given --model CKPT start from the
+settings CKPT was trained with (CKPT/mageguard.yaml), which --config and --set
+override key by key. Relative paths in a config file are relative to its folder;
+those on the command line and in --set to the working directory.
 Every command checks the whole configuration before it starts: an unknown
 key or a bad value is an error, even for a command that reads no section.
 Which command reads which sections:
@@ -47,7 +51,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 			if skipConfig(cmd) {
 				return nil
 			}
-			cfg, err := config.Load(global.configFile, global.sets)
+			cfg, err := resolveConfig(cmd, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -58,6 +62,7 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 	global = globalFlags{}
 	root.PersistentFlags().StringVar(&global.configFile, "config", "", "YAML config file (see configs/)")
 	root.PersistentFlags().StringArrayVar(&global.sets, "set", nil, "override a config key: --set section.key=value (repeatable)")
+	root.PersistentFlags().BoolP("verbose", "v", false, "also log what libraries print (the go backend's parallelism line)")
 	root.AddCommand(
 		newConfigCmd(),
 		newDataCmd(),
@@ -72,6 +77,8 @@ Data is written to stdout or files; logs and progress go to stderr.`,
 		newMCPCmd(),
 		newLabelCmd(),
 	)
+	root.SetFlagErrorFunc(flagError)
+	withChecks(root)
 	return root
 }
 

@@ -246,7 +246,7 @@ func runServe(ctx context.Context, cfg *config.Config, addr string, state serveS
 			served <- hs.Serve(ln)
 		}
 	}()
-	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %d sessions)\n", scheme, ln.Addr(), st.Path(), st.Usage().Sessions)
+	fmt.Fprintf(stderr, "serve: listening on %s://%s (state %s: %s)\n", scheme, ln.Addr(), st.Path(), count(st.Usage().Sessions, "session", "sessions"))
 
 	if err := guard.load(srv, stderr); err != nil {
 		hs.Close()

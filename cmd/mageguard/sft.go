@@ -14,7 +14,7 @@ func newSFTCmd() *cobra.Command {
 	var f runFlags
 	var teacherSpec string
 	cmd := &cobra.Command{
-		Use:   "sft --config FILE [--teacher synth|synth-myopic|synth-leaky[:P]|FILE] [--data FILE] [--model DIR] [--out DIR] [--resume]",
+		Use:   "sft --config FILE [--teacher synth|synth-myopic|synth-leaky[:P]|FILE] [--data FILE] [--model DIR] --out DIR [--resume]",
 		Short: "Supervised warm start of both guard roles from a teacher",
 		Long: `sft trains the guard on a teacher's outputs: cross-entropy on the completion
 tokens of both roles, each memory call and each judge call its own sequence
@@ -84,7 +84,7 @@ train --resume). The checkpoint is what train --model starts GRPO from.`,
 			})
 		},
 	}
-	f.add(cmd, "runs/sft")
+	f.add(cmd)
 	cmd.Flags().StringVar(&teacherSpec, "teacher", "", "synth, synth-myopic, synth-leaky[:P] or a teacher JSONL file (sets sft.teacher; default synth)")
 	return cmd
 }

@@ -76,7 +76,7 @@ func TestSweepCommand(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "sweep.yaml")
 	evalData := evalSubset(t, "one.jsonl", 42)
-	if err := os.WriteFile(cfgPath, []byte(strings.Replace(microSweep, "EVAL", evalData, 1)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(repoYAML(t, strings.Replace(microSweep, "EVAL", evalData, 1))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "sweep")
@@ -177,7 +177,7 @@ func TestSweepCommand(t *testing.T) {
 func TestSweepPlanAndErrors(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "sweep.yaml")
-	if err := os.WriteFile(cfgPath, []byte(strings.Replace(microSweep, "EVAL", "eval.jsonl", 1)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(repoYAML(t, strings.Replace(microSweep, "EVAL", "eval.jsonl", 1))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "plan")
@@ -219,14 +219,14 @@ func TestSweepPlanAndErrors(t *testing.T) {
 	}
 
 	bad := filepath.Join(dir, "bad.yaml")
-	badGrid := strings.Replace(microSweep, "rewards.gamma: [0, 0.5]", "rewards.gamma: [0, 1.5]", 1)
+	badGrid := repoYAML(t, strings.Replace(microSweep, "rewards.gamma: [0, 0.5]", "rewards.gamma: [0, 1.5]", 1))
 	if err := os.WriteFile(bad, []byte(badGrid), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// sweep.base_config is relative to the sweep's file (not to the working
 	// directory): a sweep file beside its base, planned from elsewhere.
 	baseDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(baseDir, "base.yaml"), []byte(strings.Replace(microSweep, "EVAL", "eval.jsonl", 1)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(baseDir, "base.yaml"), []byte(repoYAML(t, strings.Replace(microSweep, "EVAL", "eval.jsonl", 1))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	withBase := filepath.Join(baseDir, "sweep.yaml")

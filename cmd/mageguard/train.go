@@ -27,13 +27,13 @@ func trainConfig(out string, resume bool) (*config.Config, error) {
 		return nil, fmt.Errorf("--resume continues with the run's own %s: drop --config (change keys with --set)", saved)
 	}
 	fmt.Fprintf(os.Stderr, "resume: configuration from %s\n", saved)
-	return config.Load(saved, global.sets)
+	return config.LoadRun(saved, global.sets)
 }
 
 func newTrainCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "train --config FILE [--data FILE] [--model DIR] [--out DIR] [--resume]",
+		Use:   "train --config FILE [--data FILE] [--model DIR] --out DIR [--resume]",
 		Short: "Train a MAGE guard with turn-wise GRPO on labeled trajectories",
 		Long: `train runs turn-wise GRPO (docs/design.md): each step samples train.trajectories
 trajectories (balanced between attack runs with a label-1 action and the rest
@@ -96,7 +96,7 @@ needs the local model.`,
 			return runLoop("train", cfg, f.out, f.resume, train.Run)
 		},
 	}
-	f.add(cmd, "runs/train")
+	f.add(cmd)
 	return cmd
 }
 
@@ -104,7 +104,11 @@ needs the local model.`,
 // on cfg into out: a first Ctrl-C or SIGTERM stops it after a checkpoint of
 // the last finished step, a second kills at once; then it says where the
 // run wrote and how to resume it (`mageguard NAME --resume`).
-func runLoop(name string, cfg *config.Config, out string, resume bool, loop func(context.Context, train.Options) (*train.Result, error)) error {
+func runLoop(name string, cfg *config.Config, out string, resume bool, loop func(context.Context, train.Options) (*train.Result, error)) (err error) {
+	// A run that fails before its first checkpoint leaves no folder behind;
+	// one with a checkpoint keeps it for --resume.
+	outDir := newOutFolder(out)
+	defer func() { outDir.cleanup(err, "checkpoint-*") }()
 	resolved, err := config.Marshal(cfg)
 	if err != nil {
 		return err

@@ -32,21 +32,18 @@ func New(title string) *plot.Plot {
 	return p
 }
 
-// PNG renders p as PNG bytes of Width × Height.
+// PNG renders p as PNG bytes of Width × Height, its legend beside the
+// axes (DrawWithLegend).
 func PNG(p *plot.Plot) ([]byte, error) {
-	wt, err := p.WriterTo(Width, Height, "png")
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	img := vgimg.New(Width, Height)
+	dc := draw.New(img)
+	DrawWithLegend(p, dc, LegendWidth(p, dc))
+	return pngBytes(img)
 }
 
 // GridPNG renders plots as PNG bytes: panels of w × h in rows of cols,
-// filled row by row, their axes aligned.
+// filled row by row, their axes aligned, each legend beside its panel's
+// axes in a strip as wide as the widest legend.
 func GridPNG(plots []*plot.Plot, cols int, w, h vg.Length) ([]byte, error) {
 	rows := (len(plots) + cols - 1) / cols
 	grid := make([][]*plot.Plot, rows)
@@ -60,21 +57,65 @@ func GridPNG(plots []*plot.Plot, cols int, w, h vg.Length) ([]byte, error) {
 	}
 	img := vgimg.New(vg.Length(cols)*w, vg.Length(rows)*h)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter, PadY: vg.Millimeter,
-		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
+	var strip vg.Length
+	for _, p := range plots {
+		strip = max(strip, LegendWidth(p, dc))
+	}
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter + strip, PadY: vg.Millimeter,
+		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4) + strip}
 	canvases := plot.Align(grid, tiles, dc)
 	for i := range grid {
 		for j, p := range grid[i] {
 			if p != nil {
-				p.Draw(canvases[i][j])
+				c := canvases[i][j]
+				c.Max.X += strip // the strip right of the aligned axes
+				DrawWithLegend(p, c, strip)
 			}
 		}
 	}
+	return pngBytes(img)
+}
+
+func pngBytes(img *vgimg.Canvas) ([]byte, error) {
 	var buf bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// legendGap separates the legend from the axes.
+const legendGap = 6 * vg.Millimeter / 4
+
+// LegendWidth is the width of the strip p's legend needs beside its axes:
+// 0 without legend entries.
+func LegendWidth(p *plot.Plot, c draw.Canvas) vg.Length {
+	r := p.Legend.Rectangle(c)
+	if w := r.Max.X - r.Min.X; w > 0 {
+		return w + 2*legendGap
+	}
+	return 0
+}
+
+// DrawWithLegend draws p on c with its legend in a strip of width strip at
+// the right, level with the top of the axes, so that no legend hides data;
+// with strip 0, p as gonum draws it.
+func DrawWithLegend(p *plot.Plot, c draw.Canvas, strip vg.Length) {
+	if strip <= 0 {
+		p.Draw(c)
+		return
+	}
+	leg := p.Legend
+	p.Legend = plot.NewLegend()
+	defer func() { p.Legend = leg }()
+	p.Draw(draw.Crop(c, 0, -strip, 0, 0))
+	top := vg.Length(0)
+	if p.Title.Text != "" {
+		top = p.Title.TextStyle.Height(p.Title.Text) + p.Title.Padding
+	}
+	side := draw.Crop(c, c.Max.X-c.Min.X-strip+legendGap, 0, 0, -top)
+	leg.Top, leg.Left, leg.XOffs, leg.YOffs = true, true, 0, 0
+	leg.Draw(side)
 }
 
 // LinePoints draws xys as a line through points in the i-th series' color
@@ -102,6 +143,48 @@ func AddSeries(p *plot.Plot, name string, xys plotter.XYs, i int) (*plotter.Line
 	p.Add(line, points)
 	p.Legend.Add(name, line, points)
 	return line, nil
+}
+
+// AddSeriesGaps is AddSeries with the line broken wherever consecutive
+// points are more than maxStep apart in X: no line joins two points across
+// Xs without data (every point is still drawn).
+func AddSeriesGaps(p *plot.Plot, name string, xys plotter.XYs, i int, maxStep float64) (*plotter.Line, error) {
+	if len(xys) == 0 {
+		return nil, nil
+	}
+	line, points, err := LinePoints(xys, i)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(points)
+	for _, seg := range Segments(xys, maxStep) {
+		if len(seg) < 2 {
+			continue
+		}
+		l, err := plotter.NewLine(seg)
+		if err != nil {
+			return nil, err
+		}
+		l.LineStyle = line.LineStyle
+		p.Add(l)
+	}
+	p.Legend.Add(name, line, points)
+	return line, nil
+}
+
+// Segments splits xys (sorted by X) where consecutive points are more than
+// maxStep apart in X.
+func Segments(xys plotter.XYs, maxStep float64) []plotter.XYs {
+	var out []plotter.XYs
+	start := 0
+	for k := 1; k <= len(xys); k++ {
+		if k < len(xys) && xys[k].X-xys[k-1].X <= maxStep {
+			continue
+		}
+		out = append(out, xys[start:k])
+		start = k
+	}
+	return out
 }
 
 // NoData marks an empty plot in its title and gives it unit axes.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"image/color"
 	"image/png"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // TestPNGSizes: a plot renders at 7 × 4.5 inches, a grid at its panels'
@@ -113,5 +116,43 @@ func TestAddSeries(t *testing.T) {
 	}
 	if p.X.Min != 1 || p.X.Max != 2 || p.Y.Min != 2 || p.Y.Max != 3 { // Add widens the axes to the data
 		t.Errorf("axes x [%g, %g] y [%g, %g], want [1, 2] and [2, 3]", p.X.Min, p.X.Max, p.Y.Min, p.Y.Max)
+	}
+}
+
+// TestSegments: a line breaks where X jumps by more than the step (a
+// horizon without data), and a lone point is a segment of its own.
+func TestSegments(t *testing.T) {
+	xys := plotter.XYs{{X: 0}, {X: 1}, {X: 3}, {X: 4}, {X: 5}, {X: 7}}
+	var got [][]float64
+	for _, seg := range Segments(xys, 1) {
+		var xs []float64
+		for _, p := range seg {
+			xs = append(xs, p.X)
+		}
+		got = append(got, xs)
+	}
+	want := [][]float64{{0, 1}, {3, 4, 5}, {7}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Segments = %v, want %v", got, want)
+	}
+	if len(Segments(nil, 1)) != 0 {
+		t.Error("no points gave a segment")
+	}
+}
+
+// TestLegendBesideTheData: a plot with a legend is drawn narrower by the
+// legend's strip, one without a legend keeps the whole width.
+func TestLegendBesideTheData(t *testing.T) {
+	p := New("t")
+	if _, err := AddSeries(p, "a longer series name", plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := draw.New(vgimg.New(Width, Height))
+	w := LegendWidth(p, c)
+	if text := p.Legend.TextStyle.Rectangle(" a longer series name").Max.X; w < text {
+		t.Errorf("legend strip %v narrower than its text %v", w, text)
+	}
+	if w := LegendWidth(New("empty"), c); w != 0 {
+		t.Errorf("a plot without a legend gets a strip of %v", w)
 	}
 }

@@ -13,6 +13,12 @@ import (
 var TokenizerFileNames = []string{"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
 	"special_tokens_map.json", "added_tokens.json", "chat_template.jinja"}
 
+// SettingsFile is the file of a checkpoint (whole or adapter) that holds
+// the resolved mageguard configuration it was written with (YAML, paths
+// absolute): eval, serve and mcp start from it when given the checkpoint
+// without --config. Hugging Face and PEFT loaders ignore it.
+const SettingsFile = "mageguard.yaml"
+
 // TokenizerFiles are a tokenizer's files by name, as Write writes them
 // (tokenizer.json plain, never gzip-compressed).
 type TokenizerFiles map[string][]byte

@@ -197,7 +197,11 @@ func TestSynthConfigMatchesTokenizer(t *testing.T) {
 	bos, _ := tok.TokenID("<|endoftext|>")
 	eos, _ := tok.TokenID("<|im_end|>")
 	m := cfg.Model
-	if m.Tokenizer != "assets/synth-tokenizer" || cfg.Rollout.PromptVersion != "synth" {
+	wantTok, err := filepath.Abs(assetDir) // the config's path, relative to its folder, made absolute
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Tokenizer != wantTok || cfg.Rollout.PromptVersion != "synth" {
 		t.Errorf("tokenizer %q, prompt_version %q", m.Tokenizer, cfg.Rollout.PromptVersion)
 	}
 	if m.VocabSize != tok.VocabSize() || m.BOSTokenID != bos || !slices.Equal(m.EOSTokenIDs, []int{eos}) {
