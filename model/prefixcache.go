@@ -190,7 +190,7 @@ func (m *Model) widenExec(S int) (*context.Exec, error) {
 				out[i] = Concatenate([]*Node{x, Zeros(x.Graph(), shapes.Make(x.DType(), dims[0], S-W, dims[2], dims[3]))}, 1)
 			case W > S:
 				out[i] = Slice(x, AxisRange(), AxisRange(0, S))
-			default:
+			default: // not called for: a kept prefix of capacity S is used as it is
 				out[i] = x
 			}
 		}
@@ -252,6 +252,8 @@ func (m *Model) prefillKept(prompts [][]int, C, P, B, S int, temp float32) ([]*t
 	return m.prefillRest(prompts, start, B, temp, cache)
 }
 
+// finalizeAll frees the tensors' buffers now rather than at garbage
+// collection: a generation's caches are large.
 func finalizeAll(ts []*tensors.Tensor) {
 	for _, t := range ts {
 		t.FinalizeAll()

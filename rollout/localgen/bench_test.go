@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,9 +30,10 @@ const benchSteps = 8
 // and 36 tokens, greedy as serve decodes), over the first steps of the
 // bundled eval split's trajectories, with each role's system prompt kept
 // across steps (kept) and prefilled at every step (whole). It reports the
-// p50 and p90 of the step's wall time and the p50 of its prefill
-// (rollout.Timing), in milliseconds; the decisions of both are the same
-// (TestKeptPrefixStepEqualsWithout).
+// p50 and p90 of the step's wall time, the p50 of its prefill
+// (rollout.Timing) and the p50 of its CPU time (user + system, all
+// threads), in milliseconds, and logs the load average; the decisions of
+// both are the same (TestKeptPrefixStepEqualsWithout).
 //
 //	go test ./rollout/localgen -run '^$' -bench '^BenchmarkGuardStep$' -benchtime 40x
 func BenchmarkGuardStep(b *testing.B) {
@@ -95,12 +97,12 @@ func BenchmarkGuardStep(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			var wall, prefill []time.Duration
+			var wall, cpu, prefill []time.Duration
 			b.ResetTimer()
 			for i := range b.N {
-				start := time.Now()
+				start, startCPU := time.Now(), processCPU()
 				turns, _, err := g.Step([]rollout.StepInput{inputs[i%len(inputs)]}, greedy)
-				wall = append(wall, time.Since(start))
+				wall, cpu = append(wall, time.Since(start)), append(cpu, processCPU()-startCPU)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -110,9 +112,21 @@ func BenchmarkGuardStep(b *testing.B) {
 			b.ReportMetric(percentileMS(wall, 50), "p50-ms")
 			b.ReportMetric(percentileMS(wall, 90), "p90-ms")
 			b.ReportMetric(percentileMS(prefill, 50), "prefill-p50-ms")
+			b.ReportMetric(percentileMS(cpu, 50), "cpu-p50-ms")
 			b.Logf("%s: %d steps; load average after %s", mode.name, b.N, loadAverage())
 		})
 	}
+}
+
+// processCPU is the CPU time (user + system, all threads) the process has
+// used so far: a step's CPU time moves less with the machine's load than its
+// wall time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // percentileMS is the p-th percentile of ds (nearest rank), in
