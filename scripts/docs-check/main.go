@@ -35,7 +35,8 @@ var cheapConfigs = map[string]bool{
 }
 
 // inputFlags name files or folders a command reads.
-var inputFlags = map[string]bool{"--model": true, "--adapter": true, "--data": true, "--baseline": true, "--input": true}
+var inputFlags = map[string]bool{"--model": true, "--adapter": true, "--data": true, "--baseline": true, "--input": true,
+	"--state": true, "--in": true}
 
 var placeholderRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 
@@ -145,6 +146,16 @@ func skipReason(args []string) string {
 	for i := 1; i < len(args); i++ {
 		if inputFlags[args[i-1]] && !exists(args[i]) {
 			return "needs " + args[i] + ", which an earlier run the docs describe writes"
+		}
+	}
+	if args[0] == "data" && len(args) > 2 && (args[1] == "validate" || args[1] == "stats" || args[1] == "split") {
+		for _, a := range args[2:] {
+			if strings.HasSuffix(a, ".jsonl") || strings.HasSuffix(a, ".parquet") {
+				if !exists(a) {
+					return "needs " + a + ", which an earlier run the docs describe writes"
+				}
+				break // the first file is the input; a later one may be an output
+			}
 		}
 	}
 	if args[0] == "eval" && has(args, "--compare") {
