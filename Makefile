@@ -4,6 +4,7 @@ BIN     := bin/mageguard
 PKGS    := ./...
 
 .PHONY: build test bench fmt vet demo clean acceptance-eval acceptance-sweep serve-load serve-crash serve-abuse mcp-e2e mcp-overhead fuzz parquet-flip learn learn-grid
+.PHONY: mcp-abuse
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mageguard
@@ -195,6 +196,22 @@ mcp-overhead: build
 	$(GO) build -o bin/mcp-overhead ./scripts/mcp-overhead
 	mkdir -p $(dir $(MCP_OVERHEAD_OUT))
 	bin/mcp-overhead -mageguard $(BIN) -config configs/tiny.yaml -model bin/mcp-tiny -calls $(MCP_OVERHEAD_CALLS) -out $(MCP_OVERHEAD_OUT)
+
+# Hostile MCP servers and clients against the real `mageguard mcp` (not part
+# of make test; loopback only, a few minutes at most): an endless tools/list
+# cursor, 30,000 unanswered sampling requests, a 200 MB --upstream-url body,
+# 64 initialize POSTs of one token to --listen, a rug pull, 100,000
+# notifications in one call. Each must get a clear error or a correct
+# answer, the gateway must not crash and its peak RSS (VmHWM) stay under
+# 2 GB; prints time and peak RSS a case with the load average, and writes
+# them to $(MCP_ABUSE_OUT). See scripts/mcp-abuse and docs/reliability.md.
+MCP_ABUSE_OUT ?= runs/mcp-abuse.json
+mcp-abuse: build
+	rm -rf bin/mcp-abuse-tiny
+	$(BIN) model init --config configs/tiny.yaml --out bin/mcp-abuse-tiny >/dev/null
+	$(GO) build -o bin/mcp-abuse ./scripts/mcp-abuse
+	mkdir -p $(dir $(MCP_ABUSE_OUT))
+	timeout 10m bin/mcp-abuse -mageguard $(BIN) -config configs/tiny.yaml -model bin/mcp-abuse-tiny -out $(MCP_ABUSE_OUT)
 
 # Go's native fuzzing of every parser of outside input, one target at a
 # time, each for FUZZTIME (their seed corpora also run in `make test`).
