@@ -1,6 +1,6 @@
 //go:build !noxla
 
-package model
+package backend
 
 import (
 	"errors"
@@ -34,7 +34,7 @@ func newXLABackend(plugin string, autoInstall bool, options map[string]any) (bac
 	spec := xlaPluginSpec(plugin)
 	if _, envOff := os.LookupEnv(xla.NoAutoInstallEnv); !autoInstall && !envOff && !xlaDownloadsOff.Load() && !filepath.IsAbs(spec) {
 		return nil, errors.New("go-xla's plugin downloads are on and model.auto_install is false: apply the process settings first " +
-			"(model.ProcessSettings.Apply; cmd/mageguard does), set " + xla.NoAutoInstallEnv + "=1, or give the plugin's absolute path")
+			"(backend.ProcessSettings.Apply; cmd/mageguard does), set " + xla.NoAutoInstallEnv + "=1, or give the plugin's absolute path")
 	}
 	var opts pjrt.NamedValuesMap
 	if options != nil {

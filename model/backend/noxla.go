@@ -1,6 +1,6 @@
 //go:build noxla
 
-package model
+package backend
 
 import (
 	"errors"
