@@ -269,9 +269,3 @@ func New(cfg Config) (backends.Backend, error) {
 		return b, nil
 	}
 }
-
-// xlaPluginSpec turns a plugin name or path into the config string of the
-// xla backend ("" = its default choice).
-func xlaPluginSpec(plugin string) string {
-	return strings.TrimSpace(plugin)
-}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 
 	"github.com/gomlx/go-xla/pkg/pjrt"
@@ -45,4 +46,10 @@ func newXLABackend(plugin string, autoInstall bool, options map[string]any) (bac
 		return nil, err
 	}
 	return b, nil
+}
+
+// xlaPluginSpec turns a plugin name or path into the config string of the
+// xla backend ("" = its default choice).
+func xlaPluginSpec(plugin string) string {
+	return strings.TrimSpace(plugin)
 }
