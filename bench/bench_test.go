@@ -8,11 +8,12 @@ import (
 
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 )
 
 func tinyModel(t *testing.T) *model.Model {
 	t.Helper()
-	b, err := model.NewBackend(model.DefaultBackendConfig())
+	b, err := backend.New(backend.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,17 +6,17 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	"github.com/mageguard/mageguard/model"
+	modelbackend "github.com/mageguard/mageguard/model/backend"
 )
 
-// testBackend is the pure-Go backend as training runs it (model.NewBackend:
+// testBackend is the pure-Go backend as training runs it (model/backend's New:
 // parallelism -1, since the default can deadlock on 2 cores, the fast
 // kernels and the matmul-based gradient of DotGeneral), after its process
 // settings (GC percent, memory limit) are applied as cmd/mageguard does.
 var testBackend = sync.OnceValues(func() (backends.Backend, error) {
-	cfg := model.DefaultBackendConfig()
+	cfg := modelbackend.Default()
 	cfg.ProcessSettings().Apply()
-	return model.NewBackend(cfg)
+	return modelbackend.New(cfg)
 })
 
 func backend(t testing.TB) backends.Backend {

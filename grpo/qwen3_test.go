@@ -66,13 +66,13 @@ func TestTrainsQwen3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	score, err := m.Score(&model.ScoreInput{Sequences: full, MaxNewTokens: 1, NLastLogits: 1})
+	score, err := m.Score(full, model.ScoreOptions{MaxNewTokens: 1, NLastLogits: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range seqs {
 		for k := range s.Completion {
-			want := score.Sequences[i].NextTokenLogprobs[len(s.Prompt)+k-1]
+			want := score[i].NextTokenLogprobs[len(s.Prompt)+k-1]
 			if d := math.Abs(float64(logp[i][k]) - want); d > 1e-4 {
 				t.Fatalf("sequence %d token %d: trainer log-prob %v, model scoring %v", i, k, logp[i][k], want)
 			}

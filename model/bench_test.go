@@ -15,6 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/mageguard/mageguard/internal/heapstat"
+	"github.com/mageguard/mageguard/model/backend"
 )
 
 // benchConfig is the bench-size model of docs/performance.md and of
@@ -36,20 +37,20 @@ var (
 
 // newBenchModel is the bench model on the test backend or, with
 // MODEL_BENCH_SIMPLEGO_OPS=1, on a backend that keeps simplego's own matrix
-// product and elementwise ops (BackendConfig.SimpleGoOps): the figures
+// product and elementwise ops (backend.Config.SimpleGoOps): the figures
 // before this package's executors, from the same binary; with
 // MODEL_BENCH_OPS_SEQUENTIAL=1, on one that runs a graph's ops one at a time
-// in program order (BackendConfig.OpsSequential).
+// in program order (backend.Config.OpsSequential).
 func newBenchModel(b *testing.B) *Model {
 	simplegoOps, sequential := os.Getenv("MODEL_BENCH_SIMPLEGO_OPS") == "1", os.Getenv("MODEL_BENCH_OPS_SEQUENTIAL") == "1"
 	if !simplegoOps && !sequential {
 		return newTestModel(b, benchConfig(), 1)
 	}
 	plainBenchOnce.Do(func() { // once: simplego's message must not split a benchmark's output line
-		cfg := DefaultBackendConfig()
+		cfg := backend.Default()
 		cfg.SimpleGoOps, cfg.OpsSequential = simplegoOps, sequential
 		cfg.ProcessSettings().Apply() // as testBackend does
-		plainBenchBackend, plainBenchErr = NewBackend(cfg)
+		plainBenchBackend, plainBenchErr = backend.New(cfg)
 	})
 	if plainBenchErr != nil {
 		b.Fatal(plainBenchErr)

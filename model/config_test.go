@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mageguard/mageguard/model/backend"
 )
 
 // TestParseConfigDefaults checks the transformers Qwen3Config defaults for
@@ -134,17 +136,17 @@ func TestSettingsValidate(t *testing.T) {
 		key  string // "" = valid
 	}{
 		{func(s *Settings) {}, ""},
-		{func(s *Settings) { s.DType = "bfloat16"; s.BackendConfig.Name = "xla"; s.Plugin = "cuda" }, ""},
+		{func(s *Settings) { s.DType = "bfloat16"; s.BackendConfig.Name = "xla"; s.BackendConfig.Plugin = "cuda" }, ""},
 		{func(s *Settings) { s.DType = "float16" }, "dtype"},
 		{func(s *Settings) { s.BackendConfig.Name = "tpu" }, "backend"},
-		{func(s *Settings) { s.Plugin = "cuda" }, "plugin"},
+		{func(s *Settings) { s.BackendConfig.Plugin = "cuda" }, "plugin"},
 		{func(s *Settings) { s.HiddenSize = -1 }, "hidden_size"},
 		{func(s *Settings) { s.EOSTokenIDs = []int{200000} }, "bos_token_id/eos_token_id"},
-		{func(s *Settings) { s.GCPercent = -5 }, "gc_percent"},
-		{func(s *Settings) { s.GCPercent = 0; s.SimpleGoOps = true }, ""},
-		{func(s *Settings) { s.BackendConfig.Name = "xla"; s.SimpleGoOps = true }, "simplego_ops"},
+		{func(s *Settings) { s.BackendConfig.GCPercent = -5 }, "gc_percent"},
+		{func(s *Settings) { s.BackendConfig.GCPercent = 0; s.BackendConfig.SimpleGoOps = true }, ""},
+		{func(s *Settings) { s.BackendConfig.Name = "xla"; s.BackendConfig.SimpleGoOps = true }, "simplego_ops"},
 	}
-	if !xlaAvailable { // built with -tags noxla
+	if xla := (backend.Config{Name: "xla"}); xla.Validate() != nil { // built with -tags noxla
 		cases[1].key = "backend"
 	}
 	for i, c := range cases {

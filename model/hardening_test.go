@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/safetensors"
 )
 
@@ -144,7 +145,7 @@ func TestConfigKeysOutOfRangeAreRefused(t *testing.T) {
 // random model; within every bound they can still ask for more memory
 // than the machine has, which New refuses before allocating.
 func TestNewRefusesAModelLargerThanMemory(t *testing.T) {
-	if totalMemory() == 0 {
+	if backend.MachineMemory() == 0 {
 		t.Skip("the machine's memory is unknown")
 	}
 	cfg := testConfig()

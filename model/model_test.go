@@ -142,17 +142,17 @@ func TestPaddedBatchEqualsRows(t *testing.T) {
 	m := newTestModel(t, testConfig(), 2)
 	rng := rand.New(rand.NewPCG(8, 8))
 	seqs := randomSeqs(rng, m.cfg.VocabSize, 9, 3, 17, 6, 1)
-	in := &ScoreInput{Sequences: seqs, MaxNewTokens: 6, NLastLogits: 100}
-	batch, err := m.Score(in)
+	opts := ScoreOptions{MaxNewTokens: 6, NLastLogits: 100}
+	batch, err := m.Score(seqs, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range seqs {
-		alone, err := m.Score(&ScoreInput{Sequences: [][]int{s}, MaxNewTokens: 6, NLastLogits: 100})
+		alone, err := m.Score([][]int{s}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, b := alone.Sequences[0], batch.Sequences[i]
+		a, b := alone[0], batch[i]
 		if !slices.Equal(a.GreedyNewTokens, b.GreedyNewTokens) {
 			t.Errorf("row %d: batched greedy %v, alone %v", i, b.GreedyNewTokens, a.GreedyNewTokens)
 		}
@@ -181,10 +181,7 @@ func TestTokenLogProbs(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := readExpected(t, "testdata/p2_untied_bf16_sharded/expected.json")
-	in, err := ReadScoreInput("testdata/p2_untied_bf16_sharded/inputs.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := readInputs(t, "testdata/p2_untied_bf16_sharded/inputs.json")
 	B, L, K := len(in.Sequences), 0, 0
 	for _, s := range in.Sequences {
 		L = max(L, len(s))

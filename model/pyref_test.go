@@ -28,7 +28,7 @@ func pythonReference(t *testing.T) string {
 
 // runPythonReference scores the sequences of inputs with scripts/qwen3_ref.py
 // on the checkpoint ckpt and returns its output (expected.json's format).
-func runPythonReference(t *testing.T, script, ckpt, inputs string) *ScoreOutput {
+func runPythonReference(t *testing.T, script, ckpt, inputs string) []ScoreSequence {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "reference.json")
 	cmd := exec.Command("/usr/bin/python3", script, "score", "--ckpt", ckpt, "--inputs", inputs, "--out", out)
@@ -39,11 +39,11 @@ func runPythonReference(t *testing.T, script, ckpt, inputs string) *ScoreOutput 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got ScoreOutput
+	var got expectedFile
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatalf("qwen3_ref.py's output: %v", err)
 	}
-	return &got
+	return got.Sequences
 }
 
 // TestPythonReferenceMatchesCases checks the repository's PyTorch reference

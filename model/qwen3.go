@@ -28,7 +28,7 @@
 // Slice needs Pad, which is missing); the KV cache is written with
 // ScatterSum into zeroed slots (no DynamicUpdateSlice). Weights keep the Hugging
 // Face [out, in] layout and products contract on their last axis (5× faster
-// for decode-shaped products). On the pure-Go backend, NewBackend installs
+// for decode-shaped products). On the pure-Go backend, backend.New installs
 // faster executors and a matmul-based gradient of DotGeneral
 // (internal/simplegofast); this file does not depend on them.
 //

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+
+	"github.com/mageguard/mageguard/model/backend"
 )
 
 var (
@@ -25,9 +27,9 @@ var (
 func testBackend(t testing.TB) backends.Backend {
 	t.Helper()
 	testBackendOnce.Do(func() {
-		cfg := DefaultBackendConfig()
+		cfg := backend.Default()
 		cfg.ProcessSettings().Apply()
-		testBackendVal, testBackendErr = NewBackend(cfg)
+		testBackendVal, testBackendErr = backend.New(cfg)
 	})
 	if testBackendErr != nil {
 		t.Fatal(testBackendErr)
@@ -45,6 +47,27 @@ type expectedFile struct {
 		LogprobAbs float64 `json:"logprob_abs"`
 	} `json:"tolerance"`
 	Sequences []ScoreSequence `json:"sequences"`
+}
+
+// scoreInputs is a reference case's inputs.json, the input of `mageguard
+// model score`.
+type scoreInputs struct {
+	Sequences [][]int `json:"sequences"`
+	ScoreOptions
+}
+
+// readInputs reads an inputs.json, with the reference's defaults for absent keys.
+func readInputs(t *testing.T, path string) *scoreInputs {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &scoreInputs{ScoreOptions: DefaultScoreOptions()}
+	if err := json.Unmarshal(data, in); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return in
 }
 
 func readExpected(t *testing.T, path string) *expectedFile {
@@ -66,12 +89,12 @@ func readExpected(t *testing.T, path string) *expectedFile {
 // atolLogprob; argmax equal where the reference margin exceeds
 // 2·atolLogits; greedy tokens identical. It returns the worst
 // differences and the list of failures.
-func compareScores(ref *expectedFile, got *ScoreOutput, atolLogits, atolLogprob float64) (worstL, worstP float64, fails []string) {
-	if len(ref.Sequences) != len(got.Sequences) {
-		fails = append(fails, fmt.Sprintf("sequence counts differ: %d vs %d", len(ref.Sequences), len(got.Sequences)))
+func compareScores(ref *expectedFile, got []ScoreSequence, atolLogits, atolLogprob float64) (worstL, worstP float64, fails []string) {
+	if len(ref.Sequences) != len(got) {
+		fails = append(fails, fmt.Sprintf("sequence counts differ: %d vs %d", len(ref.Sequences), len(got)))
 	}
-	for i := 0; i < min(len(ref.Sequences), len(got.Sequences)); i++ {
-		a, b := ref.Sequences[i], got.Sequences[i]
+	for i := 0; i < min(len(ref.Sequences), len(got)); i++ {
+		a, b := ref.Sequences[i], got[i]
 		if !slices.Equal(a.InputIDs, b.InputIDs) {
 			fails = append(fails, fmt.Sprintf("seq %d: input_ids differ", i))
 			continue
@@ -141,11 +164,8 @@ func TestReferenceCases(t *testing.T) {
 				}
 				m.SetLMHeadChunk(chunk)
 				m.generationChunkBytes = 1 // generation's head over the chunks too
-				in, err := ReadScoreInput(filepath.Join(dir, "inputs.json"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := m.Score(in)
+				in := readInputs(t, filepath.Join(dir, "inputs.json"))
+				got, err := m.Score(in.Sequences, in.ScoreOptions)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -196,15 +196,12 @@ func TestPythonReferenceReadsSavedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := ReadScoreInput(inPath)
+	in := readInputs(t, inPath)
+	got, err := loaded.Score(in.Sequences, in.ScoreOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := loaded.Score(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	worstL, worstP, fails := compareScores(&expectedFile{Sequences: ref.Sequences}, got, 1e-4, 1e-4)
+	worstL, worstP, fails := compareScores(&expectedFile{Sequences: ref}, got, 1e-4, 1e-4)
 	for _, f := range fails {
 		t.Error(f)
 	}

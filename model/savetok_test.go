@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
@@ -83,7 +84,7 @@ func TestSaveWritesTokenizerFilesRead(t *testing.T) {
 // smallest that Save writes.
 func newSaveModel(t *testing.T, vocab int) *Model {
 	t.Helper()
-	backend, err := NewBackend(DefaultBackendConfig())
+	b, err := backend.New(backend.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func newSaveModel(t *testing.T, vocab int) *Model {
 	if vocab <= cfg.BOSTokenID {
 		cfg.BOSTokenID, cfg.EOSTokenIDs = 1, []int{2}
 	}
-	m, err := New(backend, &cfg, 1, dtypes.Float32)
+	m, err := New(b, &cfg, 1, dtypes.Float32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,46 +1,32 @@
 package model
 
-// Scoring: what `mageguard model score` computes, in the format of the
-// expected.json of the PyTorch reference cases in model/testdata
-// (docs/model.md).
+// Scoring: what `mageguard model score` computes, the scores the PyTorch
+// reference cases in model/testdata report (docs/model.md); the command
+// reads their inputs.json and writes their expected.json format.
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-
-	"github.com/mageguard/mageguard/internal/atomicfile"
 )
 
-// ScoreInput is an inputs.json of the reference cases.
-type ScoreInput struct {
-	Sequences    [][]int `json:"sequences"`      // token ids, one list per sequence
-	MaxNewTokens int     `json:"max_new_tokens"` // greedy tokens per sequence (default 8)
-	NLastLogits  int     `json:"n_last_logits"`  // full logits rows reported for the last positions (default 3)
-	PadTokenID   int     `json:"pad_token_id"`   // id of the right padding in the batch (default 0)
+// ScoreOptions say what Score reports beyond the scores of every position;
+// the json names are those of the reference cases' inputs.json.
+type ScoreOptions struct {
+	MaxNewTokens int `json:"max_new_tokens"` // greedy tokens per sequence
+	NLastLogits  int `json:"n_last_logits"`  // full logits rows reported for the last positions
+	PadTokenID   int `json:"pad_token_id"`   // id of the right padding in the batch
 }
 
-// ReadScoreInput reads an inputs.json, with the reference's defaults for absent keys.
-func ReadScoreInput(path string) (*ScoreInput, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("score input: %w", err)
-	}
-	in := &ScoreInput{MaxNewTokens: 8, NLastLogits: 3}
-	if err := json.Unmarshal(data, in); err != nil {
-		return nil, fmt.Errorf("score input %s: %w", path, err)
-	}
-	if len(in.Sequences) == 0 {
-		return nil, fmt.Errorf("score input %s: sequences: want at least one sequence", path)
-	}
-	return in, nil
+// DefaultScoreOptions are the reference's defaults: 8 greedy tokens, the
+// logits rows of the last 3 positions, padding id 0.
+func DefaultScoreOptions() ScoreOptions {
+	return ScoreOptions{MaxNewTokens: 8, NLastLogits: 3}
 }
 
 // ScoreSequence holds the results for one sequence; the fields and their
@@ -59,20 +45,17 @@ type ScoreSequence struct {
 	GreedyLogprobs      []float64   `json:"greedy_logprobs"`   // log-prob of each greedy token
 }
 
-// ScoreOutput is the expected.json-shaped result of Score.
-type ScoreOutput struct {
-	Format    string          `json:"format"`
-	Generator string          `json:"generator"`
-	Sequences []ScoreSequence `json:"sequences"`
-}
-
-// Score runs the sequences as one right-padded batch (logits at every
-// position) and greedy-decodes MaxNewTokens tokens after each with the KV
-// cache, reporting what the reference cases report.
-func (m *Model) Score(in *ScoreInput) (*ScoreOutput, error) {
+// Score runs the token sequences seqs as one right-padded batch (logits
+// at every position) and greedy-decodes opts.MaxNewTokens tokens after each
+// with the KV cache, reporting what the reference cases report, one
+// ScoreSequence per sequence.
+func (m *Model) Score(seqs [][]int, opts ScoreOptions) ([]ScoreSequence, error) {
+	if len(seqs) == 0 {
+		return nil, fmt.Errorf("score: no sequences")
+	}
 	V := m.cfg.VocabSize
 	L := 0
-	for i, s := range in.Sequences {
+	for i, s := range seqs {
 		if len(s) == 0 {
 			return nil, fmt.Errorf("score: sequence %d is empty", i)
 		}
@@ -83,28 +66,28 @@ func (m *Model) Score(in *ScoreInput) (*ScoreOutput, error) {
 		}
 		L = max(L, len(s))
 	}
-	if in.PadTokenID < 0 || in.PadTokenID >= V {
-		return nil, fmt.Errorf("score: pad_token_id %d outside the vocabulary [0, %d)", in.PadTokenID, V)
+	if opts.PadTokenID < 0 || opts.PadTokenID >= V {
+		return nil, fmt.Errorf("score: pad_token_id %d outside the vocabulary [0, %d)", opts.PadTokenID, V)
 	}
-	B := len(in.Sequences)
+	B := len(seqs)
 	tokens := make([][]int32, B)
 	mask := make([][]int32, B)
-	for b, s := range in.Sequences {
+	for b, s := range seqs {
 		tokens[b] = make([]int32, L)
 		mask[b] = make([]int32, L)
 		for j := range tokens[b] {
-			tokens[b][j] = int32(in.PadTokenID)
+			tokens[b][j] = int32(opts.PadTokenID)
 		}
 		for j, id := range s {
 			tokens[b][j], mask[b][j] = int32(id), 1
 		}
 	}
-	stats, err := m.scoreStats(tokens, mask, in.NLastLogits)
+	stats, err := m.scoreStats(tokens, mask, opts.NLastLogits)
 	if err != nil {
 		return nil, fmt.Errorf("score: %w", err)
 	}
-	out := &ScoreOutput{Format: "qwen3-ref-expected-v1", Generator: "mageguard model score (GoMLX)"}
-	for b, s := range in.Sequences {
+	out := make([]ScoreSequence, 0, B)
+	for b, s := range seqs {
 		n := len(s)
 		// Empty lists (not null) where the reference has [] (e.g. the log-probs of a 1-token sequence).
 		seq := ScoreSequence{InputIDs: append([]int{}, s...), Length: n,
@@ -120,26 +103,26 @@ func (m *Model) Score(in *ScoreInput) (*ScoreOutput, error) {
 				seq.NextTokenLogprobs = append(seq.NextTokenLogprobs, p.next-p.lse)
 			}
 		}
-		for i, t := range lastPositions(n, in.NLastLogits) {
+		for i, t := range lastPositions(n, opts.NLastLogits) {
 			seq.LastLogitsPositions = append(seq.LastLogitsPositions, t)
 			seq.LastLogits = append(seq.LastLogits, stats.last[b][i])
 		}
-		out.Sequences = append(out.Sequences, seq)
+		out = append(out, seq)
 	}
-	if in.MaxNewTokens > 0 {
-		opts := GenerateOptions{MaxNewTokens: in.MaxNewTokens}
-		opts.observe = func(row, _ int, lp []float32) {
+	if opts.MaxNewTokens > 0 {
+		gen := GenerateOptions{MaxNewTokens: opts.MaxNewTokens}
+		gen.observe = func(row, _ int, lp []float32) {
 			_, margin := top2(lp) // log-probs differ from logits by a constant: same margin
-			out.Sequences[row].GreedyMargins = append(out.Sequences[row].GreedyMargins, margin)
+			out[row].GreedyMargins = append(out[row].GreedyMargins, margin)
 		}
-		gens, err := m.Generate(in.Sequences, opts)
+		gens, err := m.Generate(seqs, gen)
 		if err != nil {
 			return nil, fmt.Errorf("score: %w", err)
 		}
 		for i, g := range gens {
-			out.Sequences[i].GreedyNewTokens = append(out.Sequences[i].GreedyNewTokens, g.Tokens...)
+			out[i].GreedyNewTokens = append(out[i].GreedyNewTokens, g.Tokens...)
 			for _, lp := range g.LogProbs {
-				out.Sequences[i].GreedyLogprobs = append(out.Sequences[i].GreedyLogprobs, float64(lp))
+				out[i].GreedyLogprobs = append(out[i].GreedyLogprobs, float64(lp))
 			}
 		}
 	}
@@ -362,14 +345,4 @@ func logSumExp64(x []float32) float64 {
 		s += math.Exp(float64(v) - mx)
 	}
 	return mx + math.Log(s)
-}
-
-// WriteFile writes the scores as JSON to path, through a temporary file
-// and a rename.
-func (o *ScoreOutput) WriteFile(path string) error {
-	data, err := json.Marshal(o)
-	if err != nil {
-		return fmt.Errorf("score output: %w", err)
-	}
-	return atomicfile.WriteFile(path, append(data, '\n'))
 }

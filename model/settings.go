@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/tokenizer"
 )
 
@@ -32,8 +33,9 @@ type Settings struct {
 	AttentionBlock int `yaml:"attention_block"`
 	// LoRA, with a rank, makes train and sft train a LoRA adapter on the
 	// frozen checkpoint (lora.go) and write adapter checkpoints.
-	LoRA          LoRAConfig `yaml:"lora"`
-	BackendConfig `yaml:",inline"`
+	LoRA LoRAConfig `yaml:"lora"`
+	// BackendConfig holds the backend keys (model.backend, model.plugin, ...).
+	BackendConfig backend.Config `yaml:",inline"`
 	Config        `yaml:",inline"`
 
 	// AllowNonFinite loads a checkpoint whose weights hold NaN or ±Inf, with
@@ -51,7 +53,7 @@ func DefaultSettings() Settings {
 		LMHeadChunk:    DefaultLMHeadChunk,
 		AttentionBlock: DefaultAttentionBlock,
 		LoRA:           DefaultLoRAConfig(),
-		BackendConfig:  DefaultBackendConfig(),
+		BackendConfig:  backend.Default(),
 		Config:         DefaultTinyConfig(),
 	}
 }
@@ -177,19 +179,19 @@ func (s *Settings) LoadModel(backend backends.Backend, tok *tokenizer.Tokenizer)
 }
 
 // Open is what a command needs to run these settings: the backend
-// (NewBackend), the tokenizer (LoadTokenizer) and the model (LoadModel,
-// checked against the tokenizer). Like NewBackend it applies no process
-// settings (ProcessSettings): the program does, once.
+// (backend.New), the tokenizer (LoadTokenizer) and the model (LoadModel,
+// checked against the tokenizer). Like backend.New it applies no process
+// settings (backend.ProcessSettings): the program does, once.
 func (s *Settings) Open() (*Model, *tokenizer.Tokenizer, error) {
 	tok, _, err := s.LoadTokenizer()
 	if err != nil {
 		return nil, nil, err
 	}
-	backend, err := NewBackend(s.BackendConfig)
+	b, err := backend.New(s.BackendConfig)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := s.LoadModel(backend, tok)
+	m, err := s.LoadModel(b, tok)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/safetensors"
 )
 
@@ -132,14 +133,14 @@ func (m *Model) weightTensor(name string) (*tensors.Tensor, error) {
 // weights 1, biases 0. Values are drawn in float64 from a PCG stream seeded
 // with seed, rounded to float32 (then to bfloat16, nearest-even, when dtype
 // is BFloat16), so a seed gives the same weights on every backend.
-func New(backend backends.Backend, cfg *Config, seed int64, dtype dtypes.DType) (*Model, error) {
-	m, err := newModel(backend, cfg, dtype)
+func New(b backends.Backend, cfg *Config, seed int64, dtype dtypes.DType) (*Model, error) {
+	m, err := newModel(b, cfg, dtype)
 	if err != nil {
 		return nil, err
 	}
 	// Every architecture key is bounded (Config.Validate), so this product
 	// does not overflow; refuse what cannot fit before allocating it.
-	if need, have := m.cfg.NumParameters()*int64(dtype.Size()), totalMemory(); have > 0 && need > have {
+	if need, have := m.cfg.NumParameters()*int64(dtype.Size()), backend.MachineMemory(); have > 0 && need > have {
 		return nil, fmt.Errorf("model: %d parameters take %.1f GB in %s, more than this machine's %.1f GB of memory (check the model.* architecture keys)",
 			m.cfg.NumParameters(), float64(need)/1e9, dtype, float64(have)/1e9)
 	}

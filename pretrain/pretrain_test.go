@@ -10,6 +10,7 @@ import (
 
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/tokenizer"
 )
 
@@ -121,11 +122,11 @@ func TestPretrainCopy(t *testing.T) {
 	}
 	s := ms
 	s.Path = out
-	backend, err := model.NewBackend(s.BackendConfig)
+	b, err := backend.New(s.BackendConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.LoadModel(backend, tok); err != nil {
+	if _, err := s.LoadModel(b, tok); err != nil {
 		t.Fatalf("the checkpoint does not load: %v", err)
 	}
 	for _, bad := range []Config{{Steps: 0, Batch: 1, Length: 2}, {Steps: 1, Batch: 1, Length: 1}, {Task: "lookup", Steps: 1, Batch: 1, Length: 2}} {

@@ -19,6 +19,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/checkpoint"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
@@ -261,7 +262,7 @@ func (r *run) loadModel(resumeDir string, start int) error {
 	if r.tokFiles, err = checkpoint.ReadTokenizerFiles(tokDir); err != nil {
 		return fmt.Errorf("model.tokenizer: %w", err)
 	}
-	if r.backend, err = model.NewBackend(o.Model.BackendConfig); err != nil {
+	if r.backend, err = backend.New(o.Model.BackendConfig); err != nil {
 		return err
 	}
 	if resumeDir != "" {

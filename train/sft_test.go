@@ -13,6 +13,7 @@ import (
 	"github.com/mageguard/mageguard/dataset/synth"
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/rewards"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
@@ -235,11 +236,11 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 	for i, tr := range trajs {
 		positive[i] = tr.IsAttack() && tr.Positives() > 0
 	}
-	backend, err := model.NewBackend(o.Model.BackendConfig)
+	b, err := backend.New(o.Model.BackendConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := o.Model.LoadModel(backend, sft.r.tok)
+	m, err := o.Model.LoadModel(b, sft.r.tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +252,11 @@ func TestSFTReportsTheCrossEntropy(t *testing.T) {
 		}
 		for _, s := range seqs {
 			ids := append(toInts(s.Prompt), toInts(s.Completion)...)
-			sc, err := m.Score(&model.ScoreInput{Sequences: [][]int{ids}, MaxNewTokens: 1, NLastLogits: 1})
+			sc, err := m.Score([][]int{ids}, model.ScoreOptions{MaxNewTokens: 1, NLastLogits: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
-			lp := sc.Sequences[0].NextTokenLogprobs // lp[p-1] = log p(ids[p] | ids[<p])
+			lp := sc[0].NextTokenLogprobs // lp[p-1] = log p(ids[p] | ids[<p])
 			for k := range s.Completion {
 				if s.Forced[k] {
 					continue

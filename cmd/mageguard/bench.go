@@ -126,10 +126,10 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 		s.Path = f.dir
 	}
 	if f.heap {
-		if s.Name == "xla" {
+		if s.BackendConfig.Name == "xla" {
 			return errors.New("model bench: --heap samples the Go heap, which holds the tensors only on backend go")
 		}
-		s.GCPercent = 0 // leave the GC percentage to this command
+		s.BackendConfig.GCPercent = 0 // leave the GC percentage to this command
 		debug.SetGCPercent(5)
 	}
 	m, err := loadModel(s)

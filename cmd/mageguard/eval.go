@@ -20,6 +20,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
 
@@ -310,7 +311,7 @@ func loadCheckpoint(s model.Settings, tok *tokenizer.Tokenizer, tokPath string, 
 	return m, nil
 }
 
-func backendName(b model.BackendConfig) string {
+func backendName(b backend.Config) string {
 	if b.Name == "xla" && b.Plugin != "" {
 		return "xla:" + b.Plugin
 	}

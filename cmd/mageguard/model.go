@@ -11,6 +11,7 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/chat"
 	"github.com/mageguard/mageguard/model/tokenizer"
 )
@@ -45,21 +46,21 @@ func checkpointSettings(cfg *config.Config, dir string) (model.Settings, error) 
 
 // newBackend builds the backend b describes after applying the process-wide
 // settings it asks for (b.ProcessSettings: the Go GC percent and memory
-// limit, go-xla's downloads), which model.NewBackend leaves to the program.
+// limit, go-xla's downloads), which backend.New leaves to the program.
 // Commands whose backend train builds apply them themselves first.
-func newBackend(b model.BackendConfig) (backends.Backend, error) {
+func newBackend(b backend.Config) (backends.Backend, error) {
 	b.ProcessSettings().Apply()
-	return model.NewBackend(b)
+	return backend.New(b)
 }
 
 // loadModel loads the checkpoint of s (model.Settings.LoadModel) on the
 // backend s describes (newBackend), without a tokenizer.
 func loadModel(s model.Settings) (*model.Model, error) {
-	backend, err := newBackend(s.BackendConfig)
+	b, err := newBackend(s.BackendConfig)
 	if err != nil {
 		return nil, err
 	}
-	return s.LoadModel(backend, nil)
+	return s.LoadModel(b, nil)
 }
 
 func newModelInitCmd() *cobra.Command {
@@ -93,7 +94,7 @@ the go backend whatever model.backend says (no accelerator is needed).
 			s.Path = "" // a random model from the architecture keys and model.seed
 			// Drawing random weights and writing them is host work: always the
 			// go backend, so a GPU config (configs/default.yaml) runs here too.
-			s.BackendConfig = model.DefaultBackendConfig()
+			s.BackendConfig = backend.Default()
 			m, err := loadModel(s)
 			if err != nil {
 				return fmt.Errorf("model init: %w", err)
@@ -171,52 +172,6 @@ checkpoint's own, else model.tokenizer) copied in.
 	cmd.Flags().StringVar(&dtype, "dtype", "", "stored dtype: float32, bfloat16 or float16 (default: model.dtype)")
 	cmd.Flags().StringVar(&tok, "tokenizer", "", "tokenizer directory to copy (default: the checkpoint's, else model.tokenizer; \"-\" = none)")
 	cmd.Flags().Int64Var(&maxShard, "max-shard-bytes", 0, "split the weights into shards above this size (0 = 5 GB, -1 = never)")
-	return cmd
-}
-
-func newModelScoreCmd() *cobra.Command {
-	var dir, input, out string
-	cmd := &cobra.Command{
-		Use:   "score --model DIR --input inputs.json --out out.json",
-		Short: "Logits, log-probs and greedy tokens of token sequences, in the reference cases' expected.json format",
-		Long: `score reads an inputs.json ({"sequences": [[ids...], ...], "max_new_tokens": 8,
-"n_last_logits": 3, "pad_token_id": 0}), runs the sequences as one right-padded
-batch and greedy-decodes max_new_tokens after each with the KV cache, and writes
-{"sequences": [{input_ids, length, argmax, argmax_margin, logsumexp,
-next_token_logprobs, last_logits_positions, last_logits, greedy_new_tokens,
-greedy_margins, greedy_logprobs}, ...]} — the format of the reference cases'
-expected.json (model/testdata) and of scripts/qwen3_ref.py score.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			if input == "" || out == "" {
-				return errors.New("model score: --input and --out are required")
-			}
-			in, err := model.ReadScoreInput(input)
-			if err != nil {
-				return err
-			}
-			s, err := checkpointSettings(cfg, dir)
-			if err != nil {
-				return err
-			}
-			m, err := loadModel(s)
-			if err != nil {
-				return err
-			}
-			res, err := m.Score(in)
-			if err != nil {
-				return fmt.Errorf("%s: %w", input, err)
-			}
-			return res.WriteFile(out)
-		},
-	}
-	cmd.Flags().StringVar(&dir, "model", "", "checkpoint directory (default: model.path)")
-	cmd.Flags().StringVar(&input, "input", "", "inputs.json to score")
-	cmd.Flags().StringVar(&out, "out", "", "file to write the scores to")
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/checkpoint"
 )
 
@@ -48,7 +49,7 @@ of its base). It runs on the go backend whatever model.backend says.
 			}
 			s := cfg.Model
 			s.Path, s.DType = adapter, "float32" // merged in float32, rounded once when saved
-			s.BackendConfig = model.DefaultBackendConfig()
+			s.BackendConfig = backend.Default()
 			m, err := loadModel(s)
 			if err != nil {
 				return fmt.Errorf("model merge: %w", err)

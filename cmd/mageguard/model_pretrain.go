@@ -63,7 +63,7 @@ current token's earlier occurrence, at an offset that varies).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := cmd.ErrOrStderr()
-			cfg.Model.ProcessSettings().Apply() // pretrain builds the backend (model.ProcessSettings)
+			cfg.Model.BackendConfig.ProcessSettings().Apply() // pretrain builds the backend (backend.ProcessSettings)
 			err = pretrain.Run(ctx, cfg.Model, cfg.GRPO, c, out, func(s pretrain.Step) {
 				if s.Step%10 == 0 || s.Step == 1 || s.Step == c.Steps {
 					fmt.Fprintf(log, "step %d/%d  cross-entropy %.4f  grad %.3f  %.1fs\n", s.Step, c.Steps, s.Loss, s.GradNorm, s.Seconds)

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mageguard/mageguard/config"
-	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/plan"
 	"github.com/mageguard/mageguard/rollout"
 )
@@ -99,7 +99,7 @@ func planOf(cfg *config.Config, deviceBytes int64) (*plan.Plan, error) {
 		judge = judgeOnly
 	}
 	if deviceBytes == 0 {
-		deviceBytes, _ = model.DeviceMemory(cfg.Model.BackendConfig)
+		deviceBytes, _ = backend.DeviceMemory(cfg.Model.BackendConfig)
 	}
 	in, err := plan.FromConfig(plan.Config{
 		Model: cfg.Model, Rollout: cfg.Rollout, GRPO: cfg.GRPO, MaxTurns: cfg.Train.MaxTurns,

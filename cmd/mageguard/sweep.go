@@ -255,7 +255,7 @@ func sweepRunner(p *sweep.Schedule, log io.Writer) sweep.Runner {
 		if cfg.Train.EvalEvery > 0 {
 			evaluate = trainEvalHook(cfg, log)
 		}
-		cfg.Model.ProcessSettings().Apply() // the point's, as `mageguard train` applies them (model.ProcessSettings)
+		cfg.Model.BackendConfig.ProcessSettings().Apply() // the point's, as `mageguard train` applies them (backend.ProcessSettings)
 		res, err := train.Run(ctx, train.Options{
 			Model: cfg.Model, Rollout: cfg.Rollout, Rewards: cfg.Rewards, GRPO: cfg.GRPO, Train: cfg.Train,
 			Out: dir, Resume: true, ResolvedConfig: resolved, Progress: log, Evaluate: evaluate, Metrics: evalMetricNames(),

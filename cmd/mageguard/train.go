@@ -113,7 +113,7 @@ func runLoop(name string, cfg *config.Config, out string, resume bool, loop func
 	if err != nil {
 		return err
 	}
-	cfg.Model.ProcessSettings().Apply() // train builds the backend (model.ProcessSettings)
+	cfg.Model.BackendConfig.ProcessSettings().Apply() // train builds the backend (backend.ProcessSettings)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() { // a second Ctrl-C kills at once

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
@@ -268,14 +269,14 @@ func Words(n int, seed uint64) string {
 // float32 on the default backend: small enough for tests.
 func TinyModel(t testing.TB, hidden, intermediate, headDim int, seed int64) *model.Model {
 	t.Helper()
-	backend, err := model.NewBackend(model.DefaultBackendConfig())
+	b, err := backend.New(backend.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := model.DefaultTinyConfig()
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = hidden, intermediate, 1
 	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 2, 1, headDim
-	m, err := model.New(backend, &cfg, seed, dtypes.Float32)
+	m, err := model.New(b, &cfg, seed, dtypes.Float32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ var gradientOnce sync.Once
 // InstallGradient registers DotGeneralVJP as the gradient of DotGeneral in
 // GoMLX's process-wide table (graph.VJPRegistration), once; graphs built
 // before the call keep the built-in gradient. It is backend-independent:
-// model.NewBackend calls it for every backend.
+// backend.New (model/backend) calls it for every backend.
 func InstallGradient() {
 	gradientOnce.Do(func() { VJPRegistration[NodeTypeDotGeneral] = DotGeneralVJP })
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mageguard/mageguard/eval"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/scripts/internal/check"
 )
 
@@ -45,12 +46,12 @@ func run(bin string, args ...string) (string, string, error) {
 func acceptance(t *check.T, bin, out string, limit int) {
 	ckpt := filepath.Join(out, "tiny-random")
 	if _, err := os.Stat(filepath.Join(ckpt, "config.json")); err != nil {
-		backend, err := model.NewBackend(model.DefaultBackendConfig())
+		b, err := backend.New(backend.Default())
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := model.DefaultTinyConfig()
-		m, err := model.New(backend, &cfg, 1, dtypes.Float32)
+		m, err := model.New(b, &cfg, 1, dtypes.Float32)
 		if err != nil {
 			t.Fatal(err)
 		}

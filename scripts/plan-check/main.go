@@ -25,6 +25,7 @@ import (
 	"github.com/mageguard/mageguard/grpo"
 	"github.com/mageguard/mageguard/internal/heapstat"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/plan"
 	"github.com/mageguard/mageguard/scripts/internal/check"
 )
@@ -130,10 +131,10 @@ type planMeasure struct {
 
 func measurePlanCase(t *check.T, pc planCase, sequential bool) planMeasure {
 	t.Helper()
-	bc := model.DefaultBackendConfig()
+	bc := backend.Default()
 	bc.OpsSequential = sequential
 	bc.GCPercent, bc.MemoryLimitMB = 0, -1 // the test set them
-	b, err := model.NewBackend(bc)
+	b, err := backend.New(bc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/scripts/internal/check"
 	"github.com/mageguard/mageguard/serve"
 )
@@ -38,14 +39,14 @@ var loadSettings = []string{"--set", "rollout.structured=true", "--set", "rollou
 // 16-wide single layer (2.4M parameters, nearly all of them the embedding),
 // so that a decode step is as cheap as the vocabulary allows.
 func tinyCheckpoint(t *check.T) string {
-	backend, err := model.NewBackend(model.DefaultBackendConfig())
+	b, err := backend.New(backend.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := model.DefaultTinyConfig()
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 16, 48, 1
 	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 2, 1, 8
-	m, err := model.New(backend, &cfg, 1, dtypes.Float32)
+	m, err := model.New(b, &cfg, 1, dtypes.Float32)
 	if err != nil {
 		t.Fatal(err)
 	}

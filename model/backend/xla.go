@@ -1,11 +1,12 @@
 //go:build !noxla
 
-package model
+package backend
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 
 	"github.com/gomlx/go-xla/pkg/pjrt"
@@ -34,7 +35,7 @@ func newXLABackend(plugin string, autoInstall bool, options map[string]any) (bac
 	spec := xlaPluginSpec(plugin)
 	if _, envOff := os.LookupEnv(xla.NoAutoInstallEnv); !autoInstall && !envOff && !xlaDownloadsOff.Load() && !filepath.IsAbs(spec) {
 		return nil, errors.New("go-xla's plugin downloads are on and model.auto_install is false: apply the process settings first " +
-			"(model.ProcessSettings.Apply; cmd/mageguard does), set " + xla.NoAutoInstallEnv + "=1, or give the plugin's absolute path")
+			"(backend.ProcessSettings.Apply; cmd/mageguard does), set " + xla.NoAutoInstallEnv + "=1, or give the plugin's absolute path")
 	}
 	var opts pjrt.NamedValuesMap
 	if options != nil {
@@ -45,4 +46,10 @@ func newXLABackend(plugin string, autoInstall bool, options map[string]any) (bac
 		return nil, err
 	}
 	return b, nil
+}
+
+// xlaPluginSpec turns a plugin name or path into the config string of the
+// xla backend ("" = its default choice).
+func xlaPluginSpec(plugin string) string {
+	return strings.TrimSpace(plugin)
 }

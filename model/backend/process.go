@@ -1,4 +1,4 @@
-package model
+package backend
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 // ProcessSettings are the process-wide settings a backend configuration asks
 // for: the Go garbage collector's target and soft memory limit (the go
 // backend's buffers dominate the heap), and whether go-xla may download
-// PJRT plugins. NewBackend sets none of them; a program applies them once,
+// PJRT plugins. New sets none of them; a program applies them once,
 // at start-up, before it builds a backend (Apply). The zero value changes
 // nothing.
 type ProcessSettings struct {
@@ -27,13 +27,13 @@ type ProcessSettings struct {
 // backend, gc_percent unless the GOGC environment variable is set, and
 // memory_limit_mb (0: a quarter of the machine's memory) unless GOMEMLIMIT
 // is; for xla, no plugin downloads unless auto_install.
-func (c *BackendConfig) ProcessSettings() ProcessSettings {
-	return c.processSettings(os.Getenv, totalMemory())
+func (c *Config) ProcessSettings() ProcessSettings {
+	return c.processSettings(os.Getenv, MachineMemory())
 }
 
 // processSettings is ProcessSettings with the environment read through
 // getenv and the machine's memory given (0 when unknown).
-func (c *BackendConfig) processSettings(getenv func(string) string, machineMemory int64) ProcessSettings {
+func (c *Config) processSettings(getenv func(string) string, machineMemory int64) ProcessSettings {
 	var p ProcessSettings
 	switch c.Name {
 	case "", "go":

@@ -1,4 +1,4 @@
-package model
+package backend
 
 import (
 	"errors"
@@ -14,30 +14,30 @@ import (
 )
 
 // What the gradient table and the kernels were when the test binary
-// started, after every package's initialization: importing model (and
+// started, after every package's initialization: importing backend (and
 // everything it imports) must have changed neither.
 var (
 	vjpAtInit     = reflect.ValueOf(graph.VJPRegistration[graph.NodeTypeDotGeneral]).Pointer()
 	kernelsAtInit = simplegofast.Installed()
 )
 
-// TestImportChangesNothing: importing model installs no kernel and no
-// gradient; NewBackend installs both (the kernels where the CPU runs them).
+// TestImportChangesNothing: importing backend installs no kernel and no
+// gradient; New installs both (the kernels where the CPU runs them).
 func TestImportChangesNothing(t *testing.T) {
 	ours := reflect.ValueOf(simplegofast.DotGeneralVJP).Pointer()
 	if vjpAtInit == ours {
-		t.Error("importing model replaced the gradient of DotGeneral")
+		t.Error("importing backend replaced the gradient of DotGeneral")
 	}
 	if kernelsAtInit {
-		t.Error("importing model installed simplego executors")
+		t.Error("importing backend installed simplego executors")
 	}
-	b, err := NewBackend(DefaultBackendConfig())
+	b, err := New(Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Finalize()
 	if got := reflect.ValueOf(graph.VJPRegistration[graph.NodeTypeDotGeneral]).Pointer(); got != ours {
-		t.Error("NewBackend did not install the matmul-based gradient of DotGeneral")
+		t.Error("New did not install the matmul-based gradient of DotGeneral")
 	}
 	if err := simplegofast.Install(); err != nil && !errors.Is(err, simplegofast.ErrUnsupported) {
 		t.Errorf("Install: %v", err)
@@ -46,8 +46,8 @@ func TestImportChangesNothing(t *testing.T) {
 	}
 }
 
-func TestNewBackend(t *testing.T) {
-	b, err := NewBackend(BackendConfig{Name: "go", Parallelism: 1})
+func TestNew(t *testing.T) {
+	b, err := New(Config{Name: "go", Parallelism: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,36 +55,36 @@ func TestNewBackend(t *testing.T) {
 		t.Errorf("backend %q", b.Name())
 	}
 	b.Finalize()
-	if _, err := NewBackend(BackendConfig{Name: "cuda"}); err == nil || !strings.Contains(err.Error(), "backend must be") {
+	if _, err := New(Config{Name: "cuda"}); err == nil || !strings.Contains(err.Error(), "backend must be") {
 		t.Errorf("bad name: %v", err)
 	}
 	// xla with a plugin that does not exist fails cleanly and downloads nothing.
-	_, err = NewBackend(BackendConfig{Name: "xla", Plugin: "/nonexistent/pjrt_c_api_cpu_plugin.so"})
+	_, err = New(Config{Name: "xla", Plugin: "/nonexistent/pjrt_c_api_cpu_plugin.so"})
 	if err == nil {
 		t.Error("xla with a missing plugin: no error")
 	}
 	// A plugin by name while go-xla's downloads are on is refused, unless auto_install.
 	if _, envOff := os.LookupEnv("GOMLX_NO_AUTO_INSTALL"); xlaAvailable && !envOff && !xlaDownloadsOff.Load() {
-		_, err = NewBackend(BackendConfig{Name: "xla", Plugin: "cpu"})
+		_, err = New(Config{Name: "xla", Plugin: "cpu"})
 		if err == nil || !strings.Contains(err.Error(), "downloads are on") {
 			t.Errorf("xla plugin by name with downloads on: %v", err)
 		}
 	}
 }
 
-// TestNewBackendChangesNoProcessState: building a backend leaves the GC
+// TestNewChangesNoProcessState: building a backend leaves the GC
 // percent, the memory limit, os.Stdout and the environment as they were
 // (they are ProcessSettings, applied by the program).
-func TestNewBackendChangesNoProcessState(t *testing.T) {
+func TestNewChangesNoProcessState(t *testing.T) {
 	gcPercent := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
 	gc, limit, stdout := gcPercent(), debug.SetMemoryLimit(-1), os.Stdout
 	_, envSet := os.LookupEnv("GOMLX_NO_AUTO_INSTALL")
-	for _, cfg := range []BackendConfig{
-		DefaultBackendConfig(),
+	for _, cfg := range []Config{
+		Default(),
 		{Name: "go", Parallelism: -1, GCPercent: 50, MemoryLimitMB: 1},
 		{Name: "xla", Plugin: "/nonexistent/pjrt_c_api_cpu_plugin.so"},
 	} {
-		if b, err := NewBackend(cfg); err == nil {
+		if b, err := New(cfg); err == nil {
 			b.Finalize()
 		}
 		if got := gcPercent(); got != gc {
@@ -110,17 +110,17 @@ func TestProcessSettings(t *testing.T) {
 	const machine = 8 << 30
 	for _, tc := range []struct {
 		name string
-		cfg  BackendConfig
+		cfg  Config
 		env  map[string]string
 		want ProcessSettings
 	}{
-		{"default", DefaultBackendConfig(), nil, ProcessSettings{GCPercent: 400, MemoryLimit: machine / 4}},
-		{"GOGC set", DefaultBackendConfig(), map[string]string{"GOGC": "100"}, ProcessSettings{MemoryLimit: machine / 4}},
-		{"GOMEMLIMIT set", DefaultBackendConfig(), map[string]string{"GOMEMLIMIT": "1GiB"}, ProcessSettings{GCPercent: 400}},
-		{"1536 MiB", BackendConfig{Name: "go", MemoryLimitMB: 1536}, nil, ProcessSettings{MemoryLimit: 1536 << 20}},
-		{"leave both", BackendConfig{Name: "go", MemoryLimitMB: -1}, nil, ProcessSettings{}},
-		{"xla", BackendConfig{Name: "xla", GCPercent: 400}, nil, ProcessSettings{NoXLADownloads: true}},
-		{"xla auto_install", BackendConfig{Name: "xla", AutoInstall: true, MemoryLimitMB: 5}, nil, ProcessSettings{}},
+		{"default", Default(), nil, ProcessSettings{GCPercent: 400, MemoryLimit: machine / 4}},
+		{"GOGC set", Default(), map[string]string{"GOGC": "100"}, ProcessSettings{MemoryLimit: machine / 4}},
+		{"GOMEMLIMIT set", Default(), map[string]string{"GOMEMLIMIT": "1GiB"}, ProcessSettings{GCPercent: 400}},
+		{"1536 MiB", Config{Name: "go", MemoryLimitMB: 1536}, nil, ProcessSettings{MemoryLimit: 1536 << 20}},
+		{"leave both", Config{Name: "go", MemoryLimitMB: -1}, nil, ProcessSettings{}},
+		{"xla", Config{Name: "xla", GCPercent: 400}, nil, ProcessSettings{NoXLADownloads: true}},
+		{"xla auto_install", Config{Name: "xla", AutoInstall: true, MemoryLimitMB: 5}, nil, ProcessSettings{}},
 	} {
 		getenv := func(k string) string { return tc.env[k] }
 		if got := tc.cfg.processSettings(getenv, machine); got != tc.want {
@@ -180,12 +180,12 @@ func TestXLAClientOptions(t *testing.T) {
 		}
 	}
 	// The backend section checks them too, and ops_sequential is go-only.
-	c := DefaultBackendConfig()
+	c := Default()
 	c.MemoryFraction = 2
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "xla_memory_fraction") {
 		t.Errorf("backend config with xla_memory_fraction 2: %v", err)
 	}
-	c = BackendConfig{Name: "xla", OpsSequential: true}
+	c = Config{Name: "xla", OpsSequential: true}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ops_sequential") {
 		t.Errorf("ops_sequential with xla: %v", err)
 	}
@@ -196,22 +196,22 @@ func TestXLAClientOptions(t *testing.T) {
 // machine's memory.
 func TestUsableFractionAndDeviceMemory(t *testing.T) {
 	for _, tc := range []struct {
-		c    BackendConfig
+		c    Config
 		want float64
 	}{
-		{BackendConfig{Name: "go"}, 1},
-		{BackendConfig{Name: "xla", Plugin: "cpu"}, 1},
-		{BackendConfig{Name: "xla", Plugin: "cuda"}, 0.75},
-		{BackendConfig{Name: "xla", Plugin: "/opt/x/xla_cuda_plugin.so", XLAClient: XLAClient{MemoryFraction: 0.95}}, 0.95},
+		{Config{Name: "go"}, 1},
+		{Config{Name: "xla", Plugin: "cpu"}, 1},
+		{Config{Name: "xla", Plugin: "cuda"}, 0.75},
+		{Config{Name: "xla", Plugin: "/opt/x/xla_cuda_plugin.so", XLAClient: XLAClient{MemoryFraction: 0.95}}, 0.95},
 	} {
 		if got := tc.c.UsableFraction(); got != tc.want {
 			t.Errorf("%+v: usable fraction %v, want %v", tc.c, got, tc.want)
 		}
 	}
-	if n, src := DeviceMemory(BackendConfig{Name: "go"}); n != totalMemory() || (n > 0 && src == "") {
-		t.Errorf("go backend: device memory %d (%q), want the machine's %d", n, src, totalMemory())
+	if n, src := DeviceMemory(Config{Name: "go"}); n != MachineMemory() || (n > 0 && src == "") {
+		t.Errorf("go backend: device memory %d (%q), want the machine's %d", n, src, MachineMemory())
 	}
-	if n, _ := DeviceMemory(BackendConfig{Name: "xla", Plugin: "cpu"}); n != 0 {
+	if n, _ := DeviceMemory(Config{Name: "xla", Plugin: "cpu"}); n != 0 {
 		t.Errorf("xla cpu plugin: device memory %d, want 0 (unknown)", n)
 	}
 }

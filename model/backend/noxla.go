@@ -1,15 +1,19 @@
 //go:build noxla
 
-package model
+package backend
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
 )
 
 // xlaAvailable reports whether the xla backend is compiled in (build tag noxla removes it).
 const xlaAvailable = false
+
+// xlaDownloadsOff is never set: there is no go-xla in this binary.
+var xlaDownloadsOff atomic.Bool
 
 // disableXLADownloads does nothing: there is no go-xla in this binary.
 func disableXLADownloads() {}
