@@ -10,6 +10,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX graph code reads best unqualified
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/mageguard/mageguard/model/backend"
 )
 
 // keptRun is one Generate call's generations and every step's log-probs.
@@ -203,13 +205,13 @@ func TestKeptPrefixDroppedWhenWeightsChange(t *testing.T) {
 // order, since simplego's parallel scheduler is itself reported by the
 // race detector.
 func TestKeptPrefixConcurrent(t *testing.T) {
-	bc := DefaultBackendConfig()
+	bc := backend.Default()
 	bc.OpsSequential = true
-	backend, err := NewBackend(bc)
+	be, err := backend.New(bc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(backend, testConfig(), 9, dtypes.Float32)
+	m, err := New(be, testConfig(), 9, dtypes.Float32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model"
+	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
 )
@@ -37,12 +38,12 @@ const benchSteps = 8
 //
 //	go test ./rollout/localgen -run '^$' -bench '^BenchmarkGuardStep$' -benchtime 40x
 func BenchmarkGuardStep(b *testing.B) {
-	backend, err := model.NewBackend(model.DefaultBackendConfig())
+	be, err := backend.New(backend.Default())
 	if err != nil {
 		b.Fatal(err)
 	}
 	cfg := model.DefaultTinyConfig()
-	m, err := model.New(backend, &cfg, 1, dtypes.Float32)
+	m, err := model.New(be, &cfg, 1, dtypes.Float32)
 	if err != nil {
 		b.Fatal(err)
 	}
