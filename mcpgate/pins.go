@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -162,6 +163,10 @@ type Pins struct {
 	path       string
 	downstream string
 	now        func() time.Time
+
+	mu     sync.Mutex
+	cached *PinFile    // the pin file as last read by Approved
+	stat   os.FileInfo // the file cached was read from
 }
 
 // PinsID is the name of a downstream's pin file (without .json): the
@@ -202,6 +207,29 @@ func OpenPins(dir, downstream, reviewed string) (*Pins, error) {
 
 // Path is the pin file.
 func (p *Pins) Path() string { return p.path }
+
+// Approved reports whether hash is the approved definition of tool name in
+// the pin file as it is now, so that a pin revoked or replaced (by
+// `mageguard mcp tools` in another process too) takes effect at a
+// session's next call. The file is read again only when it changed (every
+// write renames a new file into place).
+func (p *Pins) Approved(name, hash string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fi, err := os.Stat(p.path)
+	if err != nil {
+		return false, fmt.Errorf("tool pins: %w", err)
+	}
+	if p.cached == nil || !os.SameFile(fi, p.stat) || !fi.ModTime().Equal(p.stat.ModTime()) || fi.Size() != p.stat.Size() {
+		f, err := ReadPinFile(p.path)
+		if err != nil {
+			return false, err
+		}
+		p.cached, p.stat = f, fi
+	}
+	pin := p.cached.Tools[name]
+	return pin != nil && pin.Hash == hash, nil
+}
 
 // ReadPinFile reads and checks a pin file: every pin's hash is its
 // definition's, under the tool's own name.

@@ -173,8 +173,14 @@ func TestRugPull(t *testing.T) {
 			if res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt", "exfil": "KEY"}, nil); err != nil || res.IsError {
 				t.Fatalf("after approval: %v %q", err, text(res))
 			}
+			ran := len(h.down.called())
 			if err := RevokePins(pins.Path(), []string{"read_file"}); err != nil {
 				t.Fatal(err)
+			}
+			// The live session's next call, with no listing between, is refused.
+			res, err = c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
+			if err != nil || !res.IsError || !strings.Contains(text(res), `the tool "read_file" is not approved`) || len(h.down.called()) != ran {
+				t.Fatalf("after revoke: %v %q, downstream ran %v", err, text(res), h.down.called())
 			}
 			listed, _ = c.cs.ListTools(ctx, nil)
 			if slices.Contains(toolNames(listed.Tools), "read_file") {
@@ -182,7 +188,7 @@ func TestRugPull(t *testing.T) {
 			}
 			res, err = c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
 			if err != nil || !res.IsError || !strings.Contains(text(res), `the tool "read_file" is not approved`) {
-				t.Fatalf("after revoke: %v %+v", err, res)
+				t.Fatalf("after revoke and a listing: %v %+v", err, res)
 			}
 		})
 	}

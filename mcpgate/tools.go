@@ -202,13 +202,15 @@ func (s *session) auditChange(c *CheckedTool) error {
 
 // tool returns a tool of the downstream as last listed, listing again
 // when the last listing lacks it or did not approve it (an operator may
-// have approved it since) (nil: the downstream does not list it).
+// have approved it since), or when its pin is no longer the approved one
+// (an operator revoked or replaced it since) (nil: the downstream does
+// not list it).
 func (s *session) tool(ctx context.Context, name string) (*checkedTool, error) {
 	s.toolsMu.Lock()
 	v := s.tools
 	s.toolsMu.Unlock()
 	if v != nil {
-		if c := v.byName[name]; c != nil && c.auditErr == nil && c.Status == ToolApproved {
+		if c := v.byName[name]; c != nil && c.auditErr == nil && c.Status == ToolApproved && s.stillApproved(c) {
 			return c, nil
 		}
 	}
@@ -217,6 +219,19 @@ func (s *session) tool(ctx context.Context, name string) (*checkedTool, error) {
 		return nil, err
 	}
 	return v.byName[name], nil
+}
+
+// stillApproved reports whether a tool approved at the last listing is
+// approved in the pins as they are now (no pins: always).
+func (s *session) stillApproved(c *checkedTool) bool {
+	if s.g.opts.Pins == nil {
+		return true
+	}
+	ok, err := s.g.opts.Pins.Approved(c.Tool.Name, c.Pin.Hash)
+	if err != nil {
+		s.g.log.Error("tool pins", "error", err.Error())
+	}
+	return ok && err == nil
 }
 
 // listForClient answers a client's tools/list: every approved tool, in
