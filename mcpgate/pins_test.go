@@ -268,8 +268,9 @@ func TestANewToolIsNotApproved(t *testing.T) {
 }
 
 // TestAToolChangeThatCannotBeAuditedFailsClosed: when the tool_changed
-// record cannot be written, a call to the changed tool is not run, with
-// --monitor too, and the client is told why; the change is audited once
+// record cannot be written, the client is shown the pinned definition and
+// a call to the changed tool is not run, with --monitor too, and the
+// client is told why; the change is audited once
 // the log can be written again.
 func TestAToolChangeThatCannotBeAuditedFailsClosed(t *testing.T) {
 	ctx := context.Background()
@@ -286,6 +287,18 @@ func TestAToolChangeThatCannotBeAuditedFailsClosed(t *testing.T) {
 	f.set(true, false, 0)
 	rugPull(h.down)
 	receive(t, c.changed, "the tool list's change")
+	listed, err := c.cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range listed.Tools {
+		if tool.Name == "read_file" && (strings.Contains(tool.Description, "IMPORTANT") || tool.Description != "Read a file") {
+			t.Fatalf("a change that could not be audited is shown: %q", tool.Description)
+		}
+	}
+	if !slices.Contains(toolNames(listed.Tools), "read_file") {
+		t.Fatalf("the pinned read_file is not shown: %v", toolNames(listed.Tools))
+	}
 	res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
 	if err != nil || !res.IsError || !strings.Contains(text(res), "the audit log could not be written") || len(h.down.called()) != 0 {
 		t.Fatalf("%v %+v, downstream ran %v", err, res, h.down.called())

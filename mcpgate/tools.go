@@ -64,7 +64,9 @@ func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 
 // refreshTools lists the downstream's tools and checks them against the
 // pins; each change not audited yet is audited (and then kept as pending
-// in the pins). It becomes the session's view.
+// in the pins). It becomes the session's view. A change whose record
+// could not be written is shown as enforcing shows it (the pinned
+// definition; a new tool not at all), with --monitor too.
 func (s *session) refreshTools(ctx context.Context) (*toolView, error) {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
@@ -99,7 +101,7 @@ func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
 			ct.auditErr = s.auditChange(c)
 		}
 		switch {
-		case s.g.opts.Monitor || c.Status == ToolApproved:
+		case c.Status == ToolApproved || s.g.opts.Monitor && ct.auditErr == nil:
 			v.shown = append(v.shown, c.Tool)
 			v.shownHash[c.Tool.Name] = c.Pin.Hash
 		case c.Status == ToolChanged:
