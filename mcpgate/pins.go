@@ -34,9 +34,10 @@ import (
 // PinsDir is the folder of the pin files in a state directory.
 const PinsDir = "pins"
 
-// maxPinFile bounds a pin file as read (a downstream's listing is bounded
-// by mcp.max_list_tools; its definitions by the messages' size).
-const maxPinFile = 256 << 20
+// maxPinFile bounds a pin file as read and as written (a downstream's
+// listing is bounded by mcp.max_list_bytes, at most 64 MiB: its approved
+// and pending definitions fit). A variable for the tests.
+var maxPinFile int64 = 256 << 20
 
 // PinFile is the JSON of one downstream's pins. A reviewed pin file that
 // operators keep in their repository (--tool-pins) has the same form; only
@@ -332,6 +333,9 @@ func writePinFile(path string, f *PinFile) error {
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
+	}
+	if int64(len(data)) >= maxPinFile {
+		return fmt.Errorf("tool pins %s: %d bytes to write, more than %d (a pin file larger is not read back)", path, len(data)+1, maxPinFile)
 	}
 	return atomicfile.WriteFileMode(path, append(data, '\n'), 0o600)
 }

@@ -335,6 +335,29 @@ func TestDecodePinFileRefusesAForgedPin(t *testing.T) {
 	}
 }
 
+// TestAPinFileTooLargeIsNotWritten: a pin file of maxPinFile bytes or
+// more is refused before anything is written, so that no pin file is
+// written that would not read back.
+func TestAPinFileTooLargeIsNotWritten(t *testing.T) {
+	defer func(old int64) { maxPinFile = old }(maxPinFile)
+	maxPinFile = 1024
+	pin, _ := PinTool(&mcp.Tool{Name: "a", Description: strings.Repeat("x", 1024)}, time.Unix(0, 0))
+	path := filepath.Join(t.TempDir(), "p.json")
+	if err := writePinFile(path, &PinFile{Version: 1, Tools: map[string]*Pin{"a": pin}}); err == nil || !strings.Contains(err.Error(), "more than 1024") {
+		t.Fatalf("a pin file over the bound: %v", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("something was written: %v", err)
+	}
+	small, _ := PinTool(&mcp.Tool{Name: "a", Description: "x"}, time.Unix(0, 0))
+	if err := writePinFile(path, &PinFile{Version: 1, Tools: map[string]*Pin{"a": small}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPinFile(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // FuzzDecodePinFile: any text is a checked pin file or an error; an
 // accepted file's pins hash to what they say, and writing it back and
 // reading it again gives the same pins.

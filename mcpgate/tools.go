@@ -1,7 +1,7 @@
 package mcpgate
 
 // The downstream's tools as the gateway lists them: every page, within
-// mcp.max_list_pages and mcp.max_list_tools; checked against the pins
+// mcp.max_list_pages, mcp.max_list_tools and mcp.max_list_bytes; checked against the pins
 // (pins.go); shown to the client as approved (enforcing: a changed tool
 // as its pinned definition, a new one not at all; --monitor: as listed).
 // A client's tools/list, a tools/call of a tool the last listing lacks
@@ -42,6 +42,7 @@ type checkedTool struct {
 func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 	lim := s.g.opts.Limits
 	var all []*mcp.Tool
+	var size int64 // the tools' JSON so far
 	cursor := ""
 	for page := 1; ; page++ {
 		if page > lim.MaxListPages {
@@ -54,6 +55,15 @@ func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 		all = append(all, res.Tools...)
 		if len(all) > lim.MaxListTools {
 			return nil, fmt.Errorf("the downstream MCP server %s listed more than %d tools (mcp.max_list_tools)", s.g.downstream(), lim.MaxListTools)
+		}
+		for _, t := range res.Tools {
+			data, err := json.Marshal(t)
+			if err != nil {
+				return nil, fmt.Errorf("the downstream MCP server %s listed tool %q: %w", s.g.downstream(), t.Name, err)
+			}
+			if size += int64(len(data)); size > lim.MaxListBytes {
+				return nil, fmt.Errorf("the downstream MCP server %s listed more than %d bytes of tools (mcp.max_list_bytes)", s.g.downstream(), lim.MaxListBytes)
+			}
 		}
 		if res.NextCursor == "" {
 			return all, nil
