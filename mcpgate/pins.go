@@ -439,17 +439,27 @@ func PinFiles(dir string) ([]string, error) {
 }
 
 // ApprovePins approves pending definitions of the pin file at path: the
-// named tools (all pending ones when names is empty). An approved
-// definition is pinned; a name with nothing pending is an error.
+// named tools (all pending ones when names is empty). A name may carry the
+// hash of the definition reviewed, TOOL@sha256:HEX (as `mcp tools show`
+// prints it): when the pending definition's hash is another (the
+// downstream changed it again since the review) nothing is approved. An
+// approved definition is pinned; a name with nothing pending is an error.
 func ApprovePins(path string, names []string, now time.Time) (approved []string, err error) {
 	err = editPinFile(path, func(f *PinFile) error {
 		if len(names) == 0 {
 			names = slices.Sorted(maps.Keys(f.Pending))
 		}
-		for _, name := range names {
+		for _, arg := range names {
+			name, reviewed := arg, ""
+			if i := strings.LastIndex(arg, "@sha256:"); i >= 0 {
+				name, reviewed = arg[:i], arg[i+1:]
+			}
 			pend := f.Pending[name]
 			if pend == nil {
 				return fmt.Errorf("tool %q has no pending definition to approve (pending: %s)", name, strings.Join(slices.Sorted(maps.Keys(f.Pending)), ", "))
+			}
+			if reviewed != "" && reviewed != pend.Hash {
+				return fmt.Errorf("tool %q: the pending definition is %s, not the %s reviewed (it changed since: review it again with mageguard mcp tools show %s)", name, pend.Hash, reviewed, name)
 			}
 			pin := *pend
 			pin.Since = now.UTC()
