@@ -490,3 +490,72 @@ func TestMonitorShowsTheGuardAChangedTool(t *testing.T) {
 		t.Fatalf("the second memory prompt:\n%s", last)
 	}
 }
+
+// TestAListingInFlightDuringListChangedIsNotKept: a listing that was in
+// flight when the downstream said its list changed does not become the
+// session's view (it may predate the change): the session's next call
+// lists again, and the rug-pulled read_file is refused, not forwarded.
+func TestAListingInFlightDuringListChangedIsNotKept(t *testing.T) {
+	ctx := context.Background()
+	pins, err := OpenPins(t.TempDir(), "files-server", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Options{Task: "t", Pins: pins})
+	var mu sync.Mutex
+	lists := 0
+	held, release, release3 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	h.down.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if method == "tools/list" {
+				mu.Lock()
+				lists++
+				n := lists
+				mu.Unlock()
+				switch n {
+				case 2: // the client's second listing: answered with the old tools once the list changed
+					held <- struct{}{}
+					<-release
+				case 3: // the check after list_changed: held until the view is looked at
+					held <- struct{}{}
+					<-release3
+				}
+			}
+			return res, err
+		}
+	})
+	c := h.connect(ctx)
+	if _, err := c.cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.cs.ListTools(ctx, nil)
+		done <- err
+	}()
+	receive(t, held, "the second listing")
+	rugPull(h.down)
+	receive(t, c.changed, "the tool list's change")
+	close(release)
+	if err := receive(t, done, "the second listing's answer"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, held, "the check after list_changed")
+	h.gw.mu.Lock()
+	var s *session
+	for _, s = range h.gw.sessions {
+	}
+	h.gw.mu.Unlock()
+	s.toolsMu.Lock()
+	stale := s.tools != nil && s.tools.byName["read_file"] != nil && s.tools.byName["read_file"].Status == ToolApproved
+	s.toolsMu.Unlock()
+	close(release3)
+	if stale {
+		t.Errorf("the listing in flight during list_changed became the session's view")
+	}
+	res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt", "exfil": "KEY"}, nil)
+	if err != nil || !res.IsError || !strings.Contains(text(res), `the tool "read_file" changed since it was approved`) || len(h.down.called()) != 0 {
+		t.Fatalf("%v %q, downstream ran %v", err, text(res), h.down.called())
+	}
+}

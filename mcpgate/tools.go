@@ -74,7 +74,8 @@ func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 
 // refreshTools lists the downstream's tools and checks them against the
 // pins; each change not audited yet is audited (and then kept as pending
-// in the pins). It becomes the session's view. A change whose record
+// in the pins). It becomes the session's view, unless the downstream said
+// its list changed while it ran (the check that follows stores its own). A change whose record
 // could not be written is shown as enforcing shows it (the pinned
 // definition; a new tool not at all), with --monitor too.
 func (s *session) refreshTools(ctx context.Context) (*toolView, error) {
@@ -84,6 +85,9 @@ func (s *session) refreshTools(ctx context.Context) (*toolView, error) {
 }
 
 func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
+	s.toolsMu.Lock()
+	gen := s.toolsGen
+	s.toolsMu.Unlock()
 	tools, err := s.listTools(ctx)
 	if err != nil {
 		return nil, err
@@ -124,7 +128,9 @@ func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
 		}
 	}
 	s.toolsMu.Lock()
-	s.tools, s.lastView = v, v
+	if s.toolsGen == gen { // else the list changed meanwhile: this view may be older than the next listing's
+		s.tools, s.lastView = v, v
+	}
 	s.toolsMu.Unlock()
 	return v, nil
 }
@@ -265,6 +271,7 @@ func (s *session) listForClient(ctx context.Context, p mcp.Params) (mcp.Result, 
 func (s *session) toolsChanged() {
 	s.toolsMu.Lock()
 	s.tools = nil
+	s.toolsGen++
 	s.toolsMu.Unlock()
 	if !s.refreshQueued.CompareAndSwap(false, true) {
 		return
