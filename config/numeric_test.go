@@ -66,7 +66,7 @@ func valueAt(t *testing.T, v reflect.Value, key string) reflect.Value {
 // overflow float32 logits.
 func TestEveryNumericKeyInRange(t *testing.T) {
 	keys := numericKeys(reflect.TypeOf(Config{}), "")
-	for _, want := range []string{"serve.deadline_s", "rollout.temperature", "rollout.top_p", "rollout.remote_timeout_s", "eval.vote_temperature", "model.lora.alpha", "train.steps"} {
+	for _, want := range []string{"serve.deadline_s", "rollout.temperature", "rollout.top_p", "rollout.remote_timeout_s", "eval.vote_temperature", "model.lora.alpha", "train.steps", "mcp.max_list_bytes"} {
 		found := false
 		for _, k := range keys {
 			found = found || k == want

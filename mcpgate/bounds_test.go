@@ -105,7 +105,8 @@ func TestALongToolResultIsCutBeforeTheGuard(t *testing.T) {
 }
 
 // TestAListingIsBounded: a downstream that lists page after page (one
-// tool a page), or more tools than mcp.max_list_tools, makes the listing
+// tool a page), more tools than mcp.max_list_tools, or more bytes of
+// tools than mcp.max_list_bytes, makes the listing
 // fail with an error naming the downstream, for the client's tools/list
 // and for a call's tool check alike; within the bounds it is whole.
 func TestAListingIsBounded(t *testing.T) {
@@ -113,18 +114,23 @@ func TestAListingIsBounded(t *testing.T) {
 		name       string
 		tools      int
 		pages, max int
+		bytes      int64
 		wantErr    string
 		wantListed int
 	}{
-		{"within", 5, 5, 5, "", 5},
-		{"pages", 6, 5, 100, "listed more than 5 pages of tools (mcp.max_list_pages)", 0},
-		{"tools", 6, 100, 5, "listed more than 5 tools (mcp.max_list_tools)", 0},
+		{"within", 5, 5, 5, 8 << 20, "", 5},
+		{"pages", 6, 5, 100, 8 << 20, "listed more than 5 pages of tools (mcp.max_list_pages)", 0},
+		{"tools", 6, 100, 5, 8 << 20, "listed more than 5 tools (mcp.max_list_tools)", 0},
+		// Each tool's JSON is {"inputSchema":{"additionalProperties":false,"type":"object"},"name":"tN"}:
+		// 74 bytes, 222 for three.
+		{"bytes within", 3, 100, 100, 222, "", 3},
+		{"bytes", 3, 100, 100, 221, "listed more than 221 bytes of tools (mcp.max_list_bytes)", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			lim := DefaultConfig()
-			lim.MaxListPages, lim.MaxListTools = c.pages, c.max
+			lim.MaxListPages, lim.MaxListTools, lim.MaxListBytes = c.pages, c.max, c.bytes
 			h := newHarness(t, Options{Limits: lim, Downstream: "paged-server"})
 			h.down.server = mcp.NewServer(&mcp.Implementation{Name: "paged"}, &mcp.ServerOptions{PageSize: 1})
 			for i := range c.tools {

@@ -7,6 +7,11 @@ import "fmt"
 type Config struct {
 	MaxListPages int `yaml:"max_list_pages"` // pages of one tools/list the gateway follows; past them the listing fails, naming the downstream
 	MaxListTools int `yaml:"max_list_tools"` // tools of one listing, all pages together; past them the listing fails
+	// MaxListBytes bounds the tools' JSON of one listing, all pages
+	// together, summed as pages arrive; past it the listing fails, naming
+	// the downstream. Its range keeps a pin file (a listing's definitions,
+	// approved and pending) within what is read back.
+	MaxListBytes int64 `yaml:"max_list_bytes"`
 	// MaxPendingRequests and MaxPendingRequestBytes bound the downstream's
 	// requests to the client (sampling, elicitation, roots) awaiting the
 	// client's answer, per client session, by count and by their params'
@@ -22,13 +27,14 @@ type Config struct {
 	MaxClientSessionsPerToken int `yaml:"max_client_sessions_per_token"`
 }
 
-// DefaultConfig returns the defaults: 100 pages and 1,000 tools a
-// listing, 16 pending requests and 4 MiB of them per session, 1,000
+// DefaultConfig returns the defaults: 100 pages, 1,000 tools and 8 MiB
+// of tools' JSON a listing, 16 pending requests and 4 MiB of them per session, 1,000
 // notifications a request, 64 client sessions in all and 16 per token.
 func DefaultConfig() Config {
 	return Config{
 		MaxListPages:              100,
 		MaxListTools:              1000,
+		MaxListBytes:              8 << 20,
 		MaxPendingRequests:        16,
 		MaxPendingRequestBytes:    4 << 20,
 		MaxNotificationsPerCall:   1000,
@@ -45,6 +51,7 @@ func (c *Config) Validate() error {
 	}{
 		{"max_list_pages", int64(c.MaxListPages), 1 << 20},
 		{"max_list_tools", int64(c.MaxListTools), 1 << 20},
+		{"max_list_bytes", c.MaxListBytes, 64 << 20},
 		{"max_pending_requests", int64(c.MaxPendingRequests), 1 << 20},
 		{"max_pending_request_bytes", c.MaxPendingRequestBytes, 1 << 40},
 		{"max_notifications_per_call", int64(c.MaxNotificationsPerCall), 1 << 30},

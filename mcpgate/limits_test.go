@@ -32,6 +32,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"max_list_pages", func(c *Config) { c.MaxListPages = 0 }},
 		{"max_list_tools", func(c *Config) { c.MaxListTools = -1 }},
+		{"max_list_bytes", func(c *Config) { c.MaxListBytes = 0 }},
+		{"max_list_bytes", func(c *Config) { c.MaxListBytes = 64<<20 + 1 }},
 		{"max_pending_requests", func(c *Config) { c.MaxPendingRequests = 1 << 21 }},
 		{"max_pending_request_bytes", func(c *Config) { c.MaxPendingRequestBytes = 0 }},
 		{"max_notifications_per_call", func(c *Config) { c.MaxNotificationsPerCall = 0 }},

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,9 +34,10 @@ import (
 // PinsDir is the folder of the pin files in a state directory.
 const PinsDir = "pins"
 
-// maxPinFile bounds a pin file as read (a downstream's listing is bounded
-// by mcp.max_list_tools; its definitions by the messages' size).
-const maxPinFile = 256 << 20
+// maxPinFile bounds a pin file as read and as written (a downstream's
+// listing is bounded by mcp.max_list_bytes, at most 64 MiB: its approved
+// and pending definitions fit). A variable for the tests.
+var maxPinFile int64 = 256 << 20
 
 // PinFile is the JSON of one downstream's pins. A reviewed pin file that
 // operators keep in their repository (--tool-pins) has the same form; only
@@ -162,6 +164,10 @@ type Pins struct {
 	path       string
 	downstream string
 	now        func() time.Time
+
+	mu     sync.Mutex
+	cached *PinFile    // the pin file as last read by Approved
+	stat   os.FileInfo // the file cached was read from
 }
 
 // PinsID is the name of a downstream's pin file (without .json): the
@@ -202,6 +208,29 @@ func OpenPins(dir, downstream, reviewed string) (*Pins, error) {
 
 // Path is the pin file.
 func (p *Pins) Path() string { return p.path }
+
+// Approved reports whether hash is the approved definition of tool name in
+// the pin file as it is now, so that a pin revoked or replaced (by
+// `mageguard mcp tools` in another process too) takes effect at a
+// session's next call. The file is read again only when it changed (every
+// write renames a new file into place).
+func (p *Pins) Approved(name, hash string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fi, err := os.Stat(p.path)
+	if err != nil {
+		return false, fmt.Errorf("tool pins: %w", err)
+	}
+	if p.cached == nil || !os.SameFile(fi, p.stat) || !fi.ModTime().Equal(p.stat.ModTime()) || fi.Size() != p.stat.Size() {
+		f, err := ReadPinFile(p.path)
+		if err != nil {
+			return false, err
+		}
+		p.cached, p.stat = f, fi
+	}
+	pin := p.cached.Tools[name]
+	return pin != nil && pin.Hash == hash, nil
+}
 
 // ReadPinFile reads and checks a pin file: every pin's hash is its
 // definition's, under the tool's own name.
@@ -305,6 +334,9 @@ func writePinFile(path string, f *PinFile) error {
 	if err != nil {
 		return err
 	}
+	if int64(len(data)) >= maxPinFile {
+		return fmt.Errorf("tool pins %s: %d bytes to write, more than %d (a pin file larger is not read back)", path, len(data)+1, maxPinFile)
+	}
 	return atomicfile.WriteFileMode(path, append(data, '\n'), 0o600)
 }
 
@@ -407,17 +439,27 @@ func PinFiles(dir string) ([]string, error) {
 }
 
 // ApprovePins approves pending definitions of the pin file at path: the
-// named tools (all pending ones when names is empty). An approved
-// definition is pinned; a name with nothing pending is an error.
+// named tools (all pending ones when names is empty). A name may carry the
+// hash of the definition reviewed, TOOL@sha256:HEX (as `mcp tools show`
+// prints it): when the pending definition's hash is another (the
+// downstream changed it again since the review) nothing is approved. An
+// approved definition is pinned; a name with nothing pending is an error.
 func ApprovePins(path string, names []string, now time.Time) (approved []string, err error) {
 	err = editPinFile(path, func(f *PinFile) error {
 		if len(names) == 0 {
 			names = slices.Sorted(maps.Keys(f.Pending))
 		}
-		for _, name := range names {
+		for _, arg := range names {
+			name, reviewed := arg, ""
+			if i := strings.LastIndex(arg, "@sha256:"); i >= 0 {
+				name, reviewed = arg[:i], arg[i+1:]
+			}
 			pend := f.Pending[name]
 			if pend == nil {
 				return fmt.Errorf("tool %q has no pending definition to approve (pending: %s)", name, strings.Join(slices.Sorted(maps.Keys(f.Pending)), ", "))
+			}
+			if reviewed != "" && reviewed != pend.Hash {
+				return fmt.Errorf("tool %q: the pending definition is %s, not the %s reviewed (it changed since: review it again with mageguard mcp tools show %s)", name, pend.Hash, reviewed, name)
 			}
 			pin := *pend
 			pin.Since = now.UTC()

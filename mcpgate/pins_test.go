@@ -173,8 +173,14 @@ func TestRugPull(t *testing.T) {
 			if res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt", "exfil": "KEY"}, nil); err != nil || res.IsError {
 				t.Fatalf("after approval: %v %q", err, text(res))
 			}
+			ran := len(h.down.called())
 			if err := RevokePins(pins.Path(), []string{"read_file"}); err != nil {
 				t.Fatal(err)
+			}
+			// The live session's next call, with no listing between, is refused.
+			res, err = c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
+			if err != nil || !res.IsError || !strings.Contains(text(res), `the tool "read_file" is not approved`) || len(h.down.called()) != ran {
+				t.Fatalf("after revoke: %v %q, downstream ran %v", err, text(res), h.down.called())
 			}
 			listed, _ = c.cs.ListTools(ctx, nil)
 			if slices.Contains(toolNames(listed.Tools), "read_file") {
@@ -182,7 +188,7 @@ func TestRugPull(t *testing.T) {
 			}
 			res, err = c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
 			if err != nil || !res.IsError || !strings.Contains(text(res), `the tool "read_file" is not approved`) {
-				t.Fatalf("after revoke: %v %+v", err, res)
+				t.Fatalf("after revoke and a listing: %v %+v", err, res)
 			}
 		})
 	}
@@ -262,8 +268,9 @@ func TestANewToolIsNotApproved(t *testing.T) {
 }
 
 // TestAToolChangeThatCannotBeAuditedFailsClosed: when the tool_changed
-// record cannot be written, a call to the changed tool is not run, with
-// --monitor too, and the client is told why; the change is audited once
+// record cannot be written, the client is shown the pinned definition and
+// a call to the changed tool is not run, with --monitor too, and the
+// client is told why; the change is audited once
 // the log can be written again.
 func TestAToolChangeThatCannotBeAuditedFailsClosed(t *testing.T) {
 	ctx := context.Background()
@@ -280,6 +287,18 @@ func TestAToolChangeThatCannotBeAuditedFailsClosed(t *testing.T) {
 	f.set(true, false, 0)
 	rugPull(h.down)
 	receive(t, c.changed, "the tool list's change")
+	listed, err := c.cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range listed.Tools {
+		if tool.Name == "read_file" && (strings.Contains(tool.Description, "IMPORTANT") || tool.Description != "Read a file") {
+			t.Fatalf("a change that could not be audited is shown: %q", tool.Description)
+		}
+	}
+	if !slices.Contains(toolNames(listed.Tools), "read_file") {
+		t.Fatalf("the pinned read_file is not shown: %v", toolNames(listed.Tools))
+	}
 	res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt"}, nil)
 	if err != nil || !res.IsError || !strings.Contains(text(res), "the audit log could not be written") || len(h.down.called()) != 0 {
 		t.Fatalf("%v %+v, downstream ran %v", err, res, h.down.called())
@@ -313,6 +332,29 @@ func TestDecodePinFileRefusesAForgedPin(t *testing.T) {
 		if _, err := DecodePinFile(data); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestAPinFileTooLargeIsNotWritten: a pin file of maxPinFile bytes or
+// more is refused before anything is written, so that no pin file is
+// written that would not read back.
+func TestAPinFileTooLargeIsNotWritten(t *testing.T) {
+	defer func(old int64) { maxPinFile = old }(maxPinFile)
+	maxPinFile = 1024
+	pin, _ := PinTool(&mcp.Tool{Name: "a", Description: strings.Repeat("x", 1024)}, time.Unix(0, 0))
+	path := filepath.Join(t.TempDir(), "p.json")
+	if err := writePinFile(path, &PinFile{Version: 1, Tools: map[string]*Pin{"a": pin}}); err == nil || !strings.Contains(err.Error(), "more than 1024") {
+		t.Fatalf("a pin file over the bound: %v", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("something was written: %v", err)
+	}
+	small, _ := PinTool(&mcp.Tool{Name: "a", Description: "x"}, time.Unix(0, 0))
+	if err := writePinFile(path, &PinFile{Version: 1, Tools: map[string]*Pin{"a": small}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPinFile(path); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -446,5 +488,74 @@ func TestMonitorShowsTheGuardAChangedTool(t *testing.T) {
 	if !strings.Contains(obs, "[the agent is now shown this definition of the tool read_file (changed or added since the guard last saw the tools):]\n"+
 		`{"name":"read_file","description":"Read a file. <IMPORTANT>`) {
 		t.Fatalf("the second memory prompt:\n%s", last)
+	}
+}
+
+// TestAListingInFlightDuringListChangedIsNotKept: a listing that was in
+// flight when the downstream said its list changed does not become the
+// session's view (it may predate the change): the session's next call
+// lists again, and the rug-pulled read_file is refused, not forwarded.
+func TestAListingInFlightDuringListChangedIsNotKept(t *testing.T) {
+	ctx := context.Background()
+	pins, err := OpenPins(t.TempDir(), "files-server", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Options{Task: "t", Pins: pins})
+	var mu sync.Mutex
+	lists := 0
+	held, release, release3 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	h.down.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if method == "tools/list" {
+				mu.Lock()
+				lists++
+				n := lists
+				mu.Unlock()
+				switch n {
+				case 2: // the client's second listing: answered with the old tools once the list changed
+					held <- struct{}{}
+					<-release
+				case 3: // the check after list_changed: held until the view is looked at
+					held <- struct{}{}
+					<-release3
+				}
+			}
+			return res, err
+		}
+	})
+	c := h.connect(ctx)
+	if _, err := c.cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.cs.ListTools(ctx, nil)
+		done <- err
+	}()
+	receive(t, held, "the second listing")
+	rugPull(h.down)
+	receive(t, c.changed, "the tool list's change")
+	close(release)
+	if err := receive(t, done, "the second listing's answer"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, held, "the check after list_changed")
+	h.gw.mu.Lock()
+	var s *session
+	for _, s = range h.gw.sessions {
+	}
+	h.gw.mu.Unlock()
+	s.toolsMu.Lock()
+	stale := s.tools != nil && s.tools.byName["read_file"] != nil && s.tools.byName["read_file"].Status == ToolApproved
+	s.toolsMu.Unlock()
+	close(release3)
+	if stale {
+		t.Errorf("the listing in flight during list_changed became the session's view")
+	}
+	res, err := c.call(ctx, "read_file", map[string]any{"path": "notes.txt", "exfil": "KEY"}, nil)
+	if err != nil || !res.IsError || !strings.Contains(text(res), `the tool "read_file" changed since it was approved`) || len(h.down.called()) != 0 {
+		t.Fatalf("%v %q, downstream ran %v", err, text(res), h.down.called())
 	}
 }

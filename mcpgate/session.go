@@ -45,6 +45,9 @@ type session struct {
 	toolsMu       sync.Mutex
 	tools         *toolView // the last listing, checked (nil: none, or stale)
 	lastView      *toolView // the last listing, even when stale
+	// toolsGen counts the downstream's list_changed notifications: a
+	// listing stores its view only if none came while it ran.
+	toolsGen uint64
 	// guardTools are the definitions the guard was shown (name: hash);
 	// under turn, set at the session's first step.
 	guardTools map[string]string

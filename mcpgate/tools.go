@@ -1,7 +1,7 @@
 package mcpgate
 
 // The downstream's tools as the gateway lists them: every page, within
-// mcp.max_list_pages and mcp.max_list_tools; checked against the pins
+// mcp.max_list_pages, mcp.max_list_tools and mcp.max_list_bytes; checked against the pins
 // (pins.go); shown to the client as approved (enforcing: a changed tool
 // as its pinned definition, a new one not at all; --monitor: as listed).
 // A client's tools/list, a tools/call of a tool the last listing lacks
@@ -42,6 +42,7 @@ type checkedTool struct {
 func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 	lim := s.g.opts.Limits
 	var all []*mcp.Tool
+	var size int64 // the tools' JSON so far
 	cursor := ""
 	for page := 1; ; page++ {
 		if page > lim.MaxListPages {
@@ -55,6 +56,15 @@ func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 		if len(all) > lim.MaxListTools {
 			return nil, fmt.Errorf("the downstream MCP server %s listed more than %d tools (mcp.max_list_tools)", s.g.downstream(), lim.MaxListTools)
 		}
+		for _, t := range res.Tools {
+			data, err := json.Marshal(t)
+			if err != nil {
+				return nil, fmt.Errorf("the downstream MCP server %s listed tool %q: %w", s.g.downstream(), t.Name, err)
+			}
+			if size += int64(len(data)); size > lim.MaxListBytes {
+				return nil, fmt.Errorf("the downstream MCP server %s listed more than %d bytes of tools (mcp.max_list_bytes)", s.g.downstream(), lim.MaxListBytes)
+			}
+		}
 		if res.NextCursor == "" {
 			return all, nil
 		}
@@ -64,7 +74,10 @@ func (s *session) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 
 // refreshTools lists the downstream's tools and checks them against the
 // pins; each change not audited yet is audited (and then kept as pending
-// in the pins). It becomes the session's view.
+// in the pins). It becomes the session's view, unless the downstream said
+// its list changed while it ran (the check that follows stores its own). A change whose record
+// could not be written is shown as enforcing shows it (the pinned
+// definition; a new tool not at all), with --monitor too.
 func (s *session) refreshTools(ctx context.Context) (*toolView, error) {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
@@ -72,6 +85,9 @@ func (s *session) refreshTools(ctx context.Context) (*toolView, error) {
 }
 
 func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
+	s.toolsMu.Lock()
+	gen := s.toolsGen
+	s.toolsMu.Unlock()
 	tools, err := s.listTools(ctx)
 	if err != nil {
 		return nil, err
@@ -99,7 +115,7 @@ func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
 			ct.auditErr = s.auditChange(c)
 		}
 		switch {
-		case s.g.opts.Monitor || c.Status == ToolApproved:
+		case c.Status == ToolApproved || s.g.opts.Monitor && ct.auditErr == nil:
 			v.shown = append(v.shown, c.Tool)
 			v.shownHash[c.Tool.Name] = c.Pin.Hash
 		case c.Status == ToolChanged:
@@ -112,7 +128,9 @@ func (s *session) refreshLocked(ctx context.Context) (*toolView, error) {
 		}
 	}
 	s.toolsMu.Lock()
-	s.tools, s.lastView = v, v
+	if s.toolsGen == gen { // else the list changed meanwhile: this view may be older than the next listing's
+		s.tools, s.lastView = v, v
+	}
 	s.toolsMu.Unlock()
 	return v, nil
 }
@@ -202,13 +220,15 @@ func (s *session) auditChange(c *CheckedTool) error {
 
 // tool returns a tool of the downstream as last listed, listing again
 // when the last listing lacks it or did not approve it (an operator may
-// have approved it since) (nil: the downstream does not list it).
+// have approved it since), or when its pin is no longer the approved one
+// (an operator revoked or replaced it since) (nil: the downstream does
+// not list it).
 func (s *session) tool(ctx context.Context, name string) (*checkedTool, error) {
 	s.toolsMu.Lock()
 	v := s.tools
 	s.toolsMu.Unlock()
 	if v != nil {
-		if c := v.byName[name]; c != nil && c.auditErr == nil && c.Status == ToolApproved {
+		if c := v.byName[name]; c != nil && c.auditErr == nil && c.Status == ToolApproved && s.stillApproved(c) {
 			return c, nil
 		}
 	}
@@ -217,6 +237,19 @@ func (s *session) tool(ctx context.Context, name string) (*checkedTool, error) {
 		return nil, err
 	}
 	return v.byName[name], nil
+}
+
+// stillApproved reports whether a tool approved at the last listing is
+// approved in the pins as they are now (no pins: always).
+func (s *session) stillApproved(c *checkedTool) bool {
+	if s.g.opts.Pins == nil {
+		return true
+	}
+	ok, err := s.g.opts.Pins.Approved(c.Tool.Name, c.Pin.Hash)
+	if err != nil {
+		s.g.log.Error("tool pins", "error", err.Error())
+	}
+	return ok && err == nil
 }
 
 // listForClient answers a client's tools/list: every approved tool, in
@@ -238,6 +271,7 @@ func (s *session) listForClient(ctx context.Context, p mcp.Params) (mcp.Result, 
 func (s *session) toolsChanged() {
 	s.toolsMu.Lock()
 	s.tools = nil
+	s.toolsGen++
 	s.toolsMu.Unlock()
 	if !s.refreshQueued.CompareAndSwap(false, true) {
 		return

@@ -46,6 +46,7 @@ func TestParseTokens(t *testing.T) {
 		{"bad role", fmt.Sprintf("tokens:\n  - {name: x, role: admin, sha256: %s}\n", a), `role "admin"`},
 		{"bad name", fmt.Sprintf("tokens:\n  - {name: 'a b', role: agent, sha256: %s}\n", a), `name "a b"`},
 		{"no name", fmt.Sprintf("tokens:\n  - {role: agent, sha256: %s}\n", a), `name ""`},
+		{"a name of 64 KiB", fmt.Sprintf("tokens:\n  - {name: %s, role: agent, sha256: %s}\n", strings.Repeat("x", 1<<16), a), "want 1 to 64"},
 		{"name twice", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n  - {name: x, role: agent, sha256: %s}\n", a, b), "given twice"},
 		{"digest twice", fmt.Sprintf("tokens:\n  - {name: x, role: agent, sha256: %s}\n  - {name: y, role: agent, sha256: %s}\n", a, a), "the same token"},
 		{"short digest", "tokens:\n  - {name: x, role: agent, sha256: abcd}\n", "64 hex digits"},

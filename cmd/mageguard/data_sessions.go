@@ -24,8 +24,9 @@ func newDataImportSessionsCmd() *cobra.Command {
 mageguard serve or mageguard mcp, into one trajectory (docs/data.md, "Your
 own traffic"): the user prompt, every action with its tool name and
 arguments as the agent sent them, the user messages before it, and its
-observation (the step's recorded result, else the observation sent with
-the next step; "" for a last action whose result no one recorded). A text
+observation (the observation sent with the next step, which the guard
+read; for the last action its recorded result; "" when no one recorded
+it). A session with no steps is left out. A text
 the server cut when it stored it holds the marker "[... N bytes elided
 ...]" where it was cut.
 
@@ -76,8 +77,8 @@ first, or import a copy of DIR/sessions.db taken while it is stopped.`,
 			if err := w.Close(); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "import: wrote %s: %d trajectories of %d sessions (%d skipped: unlabeled actions), %d actions (%d labeled by an operator, %d labeled 1, %d without a recorded result)\n",
-				out, sum.Trajectories, sum.Sessions, sum.Skipped, sum.Actions, sum.Human, sum.Positives, sum.NoResult)
+			fmt.Fprintf(cmd.ErrOrStderr(), "import: wrote %s: %d trajectories of %d sessions (%d skipped: unlabeled actions), %d actions (%d labeled by an operator, %d labeled 1, %d without a recorded result), %d empty sessions left out\n",
+				out, sum.Trajectories, sum.Sessions, sum.Skipped, sum.Actions, sum.Human, sum.Positives, sum.NoResult, sum.Empty)
 			return nil
 		},
 	}

@@ -20,10 +20,10 @@ import (
 // newMCPToolsCmd is `mageguard mcp tools`: the operator's view of the
 // tool pins in a state directory (docs/mcp.md#tool-pinning).
 func newMCPToolsCmd() *cobra.Command {
-	var state, downstream string
+	var state, downstream, hash string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "tools --state DIR (list | show TOOL | approve [--all] [TOOL...] | revoke TOOL...)",
+		Use:   "tools --state DIR (list | show TOOL | approve [--all] [TOOL[@HASH]...] [--hash HASH] | revoke TOOL...)",
 		Short: "List, review, approve and revoke the pinned tool definitions of mcp's downstreams",
 		Long: `tools reads and changes the tool pins of the state directory of a gateway
 (STATE/pins/ID.json, one file per downstream): the tool definitions
@@ -31,8 +31,10 @@ approved, and the changed or new definitions the gateway saw and did not
 approve (pending).
 
   list              every downstream's tools: pinned, changed (pending), new (pending)
-  show TOOL         the pinned and the pending definition of a tool, for review
-  approve TOOL...   pin the pending definitions of these tools (--all: every pending one)
+  show TOOL         the pinned and the pending definition of a tool and their hashes, for review
+  approve TOOL...   pin the pending definitions of these tools (--all: every pending one);
+                    TOOL@sha256:HEX, or one TOOL with --hash sha256:HEX, approves only the
+                    definition reviewed: refused when the pending one's hash is another
   revoke TOOL...    remove these tools' pins: calls to them are refused until approved again
 
 A running gateway sees an approval at its next check of the tool (at once
@@ -69,6 +71,12 @@ repository, reviewed, and given to mcp as --tool-pins FILE.`,
 				if len(names) > 0 && all {
 					return errors.New("mcp tools approve: give TOOLs or --all, not both")
 				}
+				if hash != "" {
+					if len(names) != 1 || strings.Contains(names[0], "@") {
+						return errors.New("mcp tools approve: --hash goes with one TOOL (several: TOOL@HASH each)")
+					}
+					names = []string{names[0] + "@" + hash}
+				}
 				approved, err := mcpgate.ApprovePins(path, names, time.Now())
 				if err != nil {
 					return fmt.Errorf("mcp tools approve: %w", err)
@@ -91,6 +99,7 @@ repository, reviewed, and given to mcp as --tool-pins FILE.`,
 	cmd.Flags().StringVar(&state, "state", "", "the gateway's state directory")
 	cmd.Flags().StringVar(&downstream, "downstream", "", "the downstream's ID (list shows them; needed when the state has several)")
 	cmd.Flags().BoolVar(&all, "all", false, "approve: every pending definition")
+	cmd.Flags().StringVar(&hash, "hash", "", "approve: the hash of the pending definition reviewed (show prints it); refused when the pending definition is another")
 	return cmd
 }
 
@@ -181,6 +190,9 @@ func showPin(out io.Writer, path, name string) error {
 		var buf bytes.Buffer
 		json.Indent(&buf, p.pin.Definition, "", "  ")
 		fmt.Fprintf(out, "%s %s (%s):\n%s\n", p.what, p.pin.Hash, p.pin.Since.Format(time.RFC3339), buf.String())
+	}
+	if pend != nil {
+		fmt.Fprintf(out, "to approve this pending definition: mageguard mcp tools approve %s --hash %s\n", name, pend.Hash)
 	}
 	return nil
 }

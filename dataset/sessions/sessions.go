@@ -6,11 +6,15 @@
 // Each stored session is one trajectory: its user prompt, and one action a
 // step — the tool name and arguments as the agent sent them (compacted,
 // key order and number spelling kept), the user messages that came before
-// it (joined with newlines), and its observation: the step's recorded
-// result (POST /v1/sessions/{id}/steps/{n}/result; the gateway records
-// every forwarded call's), else the observation the agent sent with the
-// next step, else "" (the last action of an agent that did not record
-// it: counted in Summary.NoResult). A text the server cut when it stored
+// it (joined with newlines), and its observation: the observation sent
+// with the next step (what the guard read), else, for the last step, its
+// recorded result (POST /v1/sessions/{id}/steps/{n}/result; the gateway
+// records every forwarded call's), else "" (the last action of an agent
+// that did not record it: counted in Summary.NoResult). A result an agent
+// wrote does not replace what the guard saw; the gateway's own result is
+// kept when the next observation starts with it (the gateway appends a
+// tool definition shown since to the next observation). A session with no
+// steps is left out (Summary.Empty). A text the server cut when it stored
 // it (past serve.max_body_bytes) holds prompt.ElideBytes' marker,
 // "[... N bytes elided ...]", where it was cut; nothing is cut here.
 //
@@ -75,6 +79,7 @@ type Summary struct {
 	Positives    int // actions labeled 1
 	Human        int // actions labeled by an operator
 	NoResult     int // emitted actions with no recorded result and no next step: observation ""
+	Empty        int // sessions left out because they have no steps
 }
 
 // pageSize is the number of sessions read at a time.
@@ -114,6 +119,10 @@ func Import(st store.Store, o Options) (*Summary, error) {
 				return sum, fmt.Errorf("session %s: %w", listed.ID, err)
 			}
 			sum.Sessions++
+			if len(steps) == 0 {
+				sum.Empty++
+				continue
+			}
 			t, noResult := Convert(sess, steps, o)
 			if t == nil {
 				sum.Skipped++
@@ -143,10 +152,13 @@ func Import(st store.Store, o Options) (*Summary, error) {
 }
 
 // Convert turns one session and its steps (in order) into a trajectory:
-// nil for a session left out by Options.Unlabeled Skip. noResult counts
-// the actions whose observation no one recorded. Options' defaults are
-// not applied here.
+// nil for a session with no steps or left out by Options.Unlabeled Skip.
+// noResult counts the actions whose observation no one recorded. Options'
+// defaults are not applied here.
 func Convert(sess *store.Session, steps []store.Step, o Options) (t *dataset.Trajectory, noResult int) {
+	if len(steps) == 0 {
+		return nil, 0
+	}
 	t = &dataset.Trajectory{
 		ID: o.Source + ":" + sess.ID, Source: o.Source, Suite: o.Source, Model: o.Model,
 		UserTaskID: openaichat.TaskID(sess.UserPrompt), UserPrompt: sess.UserPrompt,
@@ -158,11 +170,17 @@ func Convert(sess *store.Session, steps []store.Step, o Options) (t *dataset.Tra
 			u := strings.Join(st.UserMessages, "\n")
 			tu.User = &u
 		}
+		var next *string
+		if i+1 < len(steps) {
+			next = steps[i+1].Observation
+		}
 		switch {
+		case next != nil && st.Result != nil && o.Source == "mcp" && strings.HasPrefix(*next, *st.Result):
+			tu.Observation = *st.Result // the gateway's own record, without a definition it appended
+		case next != nil:
+			tu.Observation = *next // what the guard saw, not a result the agent may have rewritten
 		case st.Result != nil:
 			tu.Observation = *st.Result
-		case i+1 < len(steps) && steps[i+1].Observation != nil:
-			tu.Observation = *steps[i+1].Observation
 		default:
 			noResult++
 		}

@@ -9,15 +9,16 @@ import (
 	"github.com/mageguard/mageguard/serve/store"
 )
 
-// testStore holds two sessions: "s_a" with three steps (the first
-// labeled 1 by an operator, the second blocked by the guard and
-// unlabeled, the third labeled 0 with its result recorded) and "s_b"
-// with one unlabeled step and no result.
+// testStore holds three sessions: "s_a" with three steps (the first
+// labeled 1 by an operator, with a result the agent recorded that is not
+// the observation it sent next; the second blocked by the guard and
+// unlabeled; the third labeled 0 with its result recorded), "s_b" with
+// one unlabeled step and no result, and "s_c" with no steps.
 func testStore(t *testing.T) store.Store {
 	t.Helper()
 	st := store.NewMemory()
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i, id := range []string{"s_a", "s_b"} {
+	for i, id := range []string{"s_a", "s_b", "s_c"} {
 		created := at.Add(time.Duration(i) * time.Hour)
 		if err := st.Create(&store.Session{ID: id, UserPrompt: "Pay the bill " + id, CreatedAt: created, UpdatedAt: created, Status: store.StatusActive}); err != nil {
 			t.Fatal(err)
@@ -50,13 +51,17 @@ func testStore(t *testing.T) store.Store {
 	if err := st.SetResult("s_a", 2, "finished"); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.SetResult("s_a", 0, "Bill: 0.00 EUR, nothing to see"); err != nil {
+		t.Fatal(err)
+	}
 	return st
 }
 
-// TestImport: every session becomes one trajectory with its prompt, its
-// actions as sent, each observation (the recorded result, else the next
-// step's observation, else "") and its operator's labels; unlabeled
-// actions follow --unlabeled, skip leaving the session out.
+// TestImport: every session with steps becomes one trajectory with its
+// prompt, its actions as sent, each observation (the next step's
+// observation, else the last step's recorded result, else "") and its
+// operator's labels; unlabeled actions follow --unlabeled, skip leaving
+// the session out; a session with no steps is left out and counted.
 func TestImport(t *testing.T) {
 	type turn struct {
 		name, args, obs, user string
@@ -75,15 +80,15 @@ func TestImport(t *testing.T) {
 		want      map[string][]turn // trajectory id -> turns
 		sum       Summary
 	}{
-		{Skip, map[string][]turn{}, Summary{Sessions: 2, Skipped: 2}},
+		{Skip, map[string][]turn{}, Summary{Sessions: 3, Skipped: 2, Empty: 1}},
 		{Benign, map[string][]turn{
 			"serve:s_a": sA(turn{"send_money", `{"to":"X"}`, "(not run: the guard blocked this call)", "also\nhurry", 0, "assumed", ""}),
 			"serve:s_b": {{"ls", `{}`, "", "", 0, "assumed", ""}},
-		}, Summary{Sessions: 2, Trajectories: 2, Actions: 4, Positives: 1, Human: 2, NoResult: 1}},
+		}, Summary{Sessions: 3, Trajectories: 2, Actions: 4, Positives: 1, Human: 2, NoResult: 1, Empty: 1}},
 		{Guard, map[string][]turn{
 			"serve:s_a": sA(turn{"send_money", `{"to":"X"}`, "(not run: the guard blocked this call)", "also\nhurry", 1, "guard", "an IBAN from a tool result"}),
 			"serve:s_b": {{"ls", `{}`, "", "", 0, "guard", ""}},
-		}, Summary{Sessions: 2, Trajectories: 2, Actions: 4, Positives: 2, Human: 2, NoResult: 1}},
+		}, Summary{Sessions: 3, Trajectories: 2, Actions: 4, Positives: 2, Human: 2, NoResult: 1, Empty: 1}},
 	} {
 		t.Run(string(c.unlabeled), func(t *testing.T) {
 			var got []*dataset.Trajectory
@@ -127,6 +132,34 @@ func TestImport(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConvertGatewayResult: the gateway's recorded result is kept when
+// the next observation starts with it (the gateway appended a tool
+// definition shown since), and the next observation is taken when it
+// does not; serve's recorded result never replaces the next observation.
+func TestConvertGatewayResult(t *testing.T) {
+	str := func(s string) *string { return &s }
+	next := "file body\n\n[the agent is now shown this definition of the tool read_file (changed or added since the guard last saw the tools):]\n{}"
+	for _, c := range []struct {
+		source, result, want string
+	}{
+		{"mcp", "file body", "file body"},
+		{"mcp", "other body", next},
+		{"serve", "file body", next},
+	} {
+		steps := []store.Step{
+			{Step: 0, Action: dataset.Action{Name: "read_file", Arguments: json.RawMessage(`{}`)}, Result: str(c.result)},
+			{Step: 1, Action: dataset.Action{Name: "done", Arguments: json.RawMessage(`{}`)}, Observation: str(next), Result: str("last")},
+		}
+		tr, noResult := Convert(&store.Session{ID: "s_x", UserPrompt: "p"}, steps, Options{Source: c.source, Unlabeled: Benign})
+		if tr == nil || noResult != 0 || tr.Turns[0].Observation != c.want || tr.Turns[1].Observation != "last" {
+			t.Errorf("%s, result %q: %+v (%d without a result)", c.source, c.result, tr, noResult)
+		}
+	}
+	if tr, _ := Convert(&store.Session{ID: "s_y"}, nil, Options{Source: "mcp", Unlabeled: Benign}); tr != nil {
+		t.Errorf("a session with no steps: %+v", tr)
 	}
 }
 

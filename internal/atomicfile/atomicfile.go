@@ -1,6 +1,7 @@
 // Package atomicfile writes files so that a reader — or a crash — sees
 // either the old file or the whole new one, never a part: the data goes to
-// a temporary file beside the target, is synced, and is renamed into place.
+// a temporary file beside the target, is synced, and is renamed into place;
+// the directory is then synced, so that the rename survives a power loss.
 package atomicfile
 
 import (
@@ -39,8 +40,10 @@ func (a *File) Write(p []byte) (int, error) { return a.f.Write(p) }
 // Path is the target path.
 func (a *File) Path() string { return a.path }
 
-// Commit syncs and closes the temporary file and renames it to the target.
-// On error the temporary file is removed and the target is untouched.
+// Commit syncs and closes the temporary file, renames it to the target and
+// syncs the directory (SyncDir), so that the new file, not the old one or
+// none, is what a crash after Commit leaves. On error the temporary file
+// is removed and the target is untouched.
 func (a *File) Commit() error {
 	if a.done {
 		return fmt.Errorf("write %s: already committed or aborted", a.path)
@@ -60,8 +63,12 @@ func (a *File) Commit() error {
 		os.Remove(a.f.Name())
 		return fmt.Errorf("write %s: %w", a.path, err)
 	}
+	syncDir(filepath.Dir(a.path))
 	return nil
 }
+
+// syncDir is SyncDir; the tests record its calls.
+var syncDir = SyncDir
 
 // Abort removes the temporary file; the target is untouched. It is a no-op
 // after Commit.

@@ -96,3 +96,25 @@ func TestRemoveStaleRemovesOnlyTemporaryNames(t *testing.T) {
 		t.Fatalf("left %v, want exactly %v", left, keep)
 	}
 }
+
+// TestCommitSyncsTheDirectory: Commit syncs the target's directory after
+// the rename (the new file is already under its name when it does), so
+// that the rename is durable.
+func TestCommitSyncsTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.txt")
+	var synced []string
+	defer func(old func(string)) { syncDir = old }(syncDir)
+	syncDir = func(d string) {
+		if data, err := os.ReadFile(p); err != nil || string(data) != "new" {
+			t.Errorf("the directory synced before the rename: %q %v", data, err)
+		}
+		synced = append(synced, d)
+	}
+	if err := WriteFile(p, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if len(synced) != 1 || synced[0] != dir {
+		t.Errorf("synced %v, want [%s]", synced, dir)
+	}
+}

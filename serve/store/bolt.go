@@ -155,8 +155,11 @@ func (s *Bolt) ensureIndexes(entries []indexEntry, readOnly bool) error {
 func (s *Bolt) Path() string { return s.path }
 
 // Create stores a new session; its id must be new. Past a limit it
-// returns a *LimitError.
+// returns a *LimitError. An owner name longer than MaxOwnerBytes is refused.
 func (s *Bolt) Create(sess *Session) error {
+	if err := checkOwner(sess.Owner); err != nil {
+		return err
+	}
 	data, err := json.Marshal(sess)
 	if err != nil {
 		return err

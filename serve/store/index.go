@@ -31,8 +31,23 @@ type indexEntry struct {
 
 func entryOf(s *Session) indexEntry { return indexEntry{s.ID, s.Owner, sessionKey(s)} }
 
+// MaxOwnerBytes is the longest owner name a session may have (token names
+// are at most 64 bytes): its length is two bytes of its index keys, which
+// a longer name would wrap (its prefix could then start another owner's),
+// and the keys must stay within bbolt's 32 KiB.
+const MaxOwnerBytes = 1 << 10
+
+// checkOwner refuses an owner name longer than MaxOwnerBytes.
+func checkOwner(owner string) error {
+	if len(owner) > MaxOwnerBytes {
+		return fmt.Errorf("owner name of %d bytes: at most %d", len(owner), MaxOwnerBytes)
+	}
+	return nil
+}
+
 // ownerPrefix starts the by_owner keys of an owner: its length (two bytes)
-// and its name, so that no owner's prefix starts another's.
+// and its name, so that no owner's prefix starts another's (checkOwner
+// keeps the length within two bytes).
 func ownerPrefix(owner string) []byte {
 	p := make([]byte, 2, 2+len(owner)+8)
 	binary.BigEndian.PutUint16(p, uint16(len(owner)))
@@ -95,6 +110,9 @@ func reindex(tx *bolt.Tx, entries []indexEntry) error {
 func listIndexed(tx *bolt.Tx, q ListQuery, after []byte) (Page, error) {
 	bucket, prefix := createdBucket, []byte{}
 	if !q.All {
+		if err := checkOwner(q.Owner); err != nil {
+			return Page{}, err
+		}
 		bucket, prefix = ownersBucket, ownerPrefix(q.Owner)
 	}
 	start := append(prefix[:len(prefix):len(prefix)], after...)

@@ -127,3 +127,28 @@ func TestAFileWithoutIndexesLists(t *testing.T) {
 		})
 	}
 }
+
+// TestALongOwnerIsRefused: an owner name longer than MaxOwnerBytes (1,024)
+// is refused by Create (both stores) and by an owner's list, so that no
+// wrapped length makes one owner's index prefix start another's (a
+// 65,537-byte name would have had the 1-byte name's length, 1).
+func TestALongOwnerIsRefused(t *testing.T) {
+	long := strings.Repeat("x", 1<<16+1)
+	for name, s := range map[string]Store{"bolt": openTestBolt(t, t.TempDir()), "memory": NewMemory()} {
+		for _, n := range []int{len(long), MaxOwnerBytes + 1} {
+			err := s.Create(&Session{ID: "s_long", Owner: long[:n], UserPrompt: "p", CreatedAt: time.Unix(0, 0), Status: StatusActive})
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("owner name of %d bytes: at most 1024", n)) {
+				t.Errorf("%s: a %d-byte owner: %v", name, n, err)
+			}
+		}
+		if err := s.Create(&Session{ID: "s_max", Owner: long[:MaxOwnerBytes], UserPrompt: "p", CreatedAt: time.Unix(0, 0), Status: StatusActive}); err != nil {
+			t.Errorf("%s: a %d-byte owner: %v", name, MaxOwnerBytes, err)
+		}
+		if p, err := s.List(ListQuery{Owner: "x", Limit: 10}); err != nil || len(p.Sessions) != 0 {
+			t.Errorf("%s: the 1-byte owner's list: %+v %v", name, p, err)
+		}
+	}
+	if _, err := openTestBolt(t, t.TempDir()).List(ListQuery{Owner: long, Limit: 10}); err == nil {
+		t.Errorf("a list of a 65,537-byte owner was not refused")
+	}
+}

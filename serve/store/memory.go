@@ -24,8 +24,11 @@ func NewMemory() *Memory {
 }
 
 // Create stores a new session; its id must be new. Past a limit it
-// returns a *LimitError.
+// returns a *LimitError. An owner name longer than MaxOwnerBytes is refused.
 func (m *Memory) Create(sess *Session) error {
+	if err := checkOwner(sess.Owner); err != nil {
+		return err
+	}
 	data, err := json.Marshal(sess)
 	if err != nil {
 		return err
