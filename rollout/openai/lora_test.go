@@ -24,7 +24,7 @@ func TestLoRAUpdates(t *testing.T) {
 			var mu sync.Mutex
 			var paths []string
 			var bodies []map[string]any
-			withLogprobs := true
+			withLogprobs, withIDs := true, true
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -35,7 +35,10 @@ func TestLoRAUpdates(t *testing.T) {
 					w.Write([]byte("Success: LoRA adapter added successfully."))
 					return
 				}
-				choice := map[string]any{"text": "", "token_ids": []int{5, 6}, "finish_reason": "stop"}
+				choice := map[string]any{"text": "", "finish_reason": "stop"}
+				if withIDs {
+					choice["token_ids"] = []int{5, 6}
+				}
 				if withLogprobs {
 					choice["logprobs"] = map[string]any{"token_logprobs": []float64{-0.5, -1.5}}
 				}
@@ -68,7 +71,11 @@ func TestLoRAUpdates(t *testing.T) {
 			if _, err := gen.Generate([]generate.Request{{Prompt: []int{1, 2}, MaxNew: 4}}, generate.Sampling{Temperature: 1, TopP: 1}); err == nil || !strings.Contains(err.Error(), "no log-prob") {
 				t.Errorf("a completion without log-probs: error %v", err)
 			}
-			want := []string{root + "load_lora_adapter", "/v1/completions", root + "unload_lora_adapter", "/v1/completions"}
+			withLogprobs, withIDs = true, false // a text-only answer: no ids to train on
+			if _, err := gen.Generate([]generate.Request{{Prompt: []int{1, 2}, MaxNew: 4}}, generate.Sampling{Temperature: 1, TopP: 1}); err == nil || !strings.Contains(err.Error(), "no token ids") {
+				t.Errorf("a completion without token ids: error %v", err)
+			}
+			want := []string{root + "load_lora_adapter", "/v1/completions", root + "unload_lora_adapter", "/v1/completions", "/v1/completions"}
 			if strings.Join(paths, " ") != strings.Join(want, " ") {
 				t.Fatalf("paths %v, want %v", paths, want)
 			}

@@ -57,8 +57,9 @@ type Generator struct {
 	Backoff, MaxWait time.Duration
 
 	// SampledLogProbs makes every /completions request ask for log-probs
-	// and every completion carry the sampled tokens' (an error when the
-	// server leaves one out): training's rollout log-probs. Set it before
+	// and every completion carry its token ids and the sampled tokens'
+	// log-probs (an error when the server leaves either out): training's
+	// rollout log-probs. Set it before
 	// the first Generate.
 	SampledLogProbs bool
 
@@ -225,6 +226,9 @@ func (g *Generator) complete(ctx context.Context, r *generate.Request, s generat
 		}
 	}
 	if ids == nil {
+		if g.SampledLogProbs {
+			return generate.Completion{}, errors.New("the server returned no token ids (training needs the server's token ids and the sampled tokens' log-probs: return_token_ids, logprobs)")
+		}
 		// No ids: parse the text (the score then falls back to the decision).
 		c.Text = ch.Text
 		return c, nil
