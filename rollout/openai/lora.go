@@ -14,7 +14,9 @@ import (
 )
 
 // SetModel makes later requests name model (instead of
-// rollout.remote_model): the adapter LoadLoRA loaded.
+// rollout.remote_model): the adapter LoadLoRA loaded. vLLM takes it as the
+// request's model; SGLang as its lora_path, the model staying
+// rollout.remote_model.
 func (g *Generator) SetModel(model string) {
 	g.mu.Lock()
 	g.model = model

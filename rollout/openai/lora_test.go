@@ -16,7 +16,8 @@ import (
 
 // TestLoRAUpdates: LoadLoRA and UnloadLoRA post to vLLM's paths under the endpoint and to
 // SGLang's at the server's root, with the adapter's name and path, and read vLLM's plain-text
-// answer; SetModel makes the next completions name the adapter; with SampledLogProbs every
+// answer; SetModel makes the next completions name the adapter (vLLM: model; SGLang: lora_path,
+// model the base's); with SampledLogProbs every
 // request asks for log-probs and a completion without them is an error, not zeros.
 func TestLoRAUpdates(t *testing.T) {
 	for api, root := range map[string]string{rollout.RemoteVLLM: "/v1/", rollout.RemoteSGLang: "/"} {
@@ -82,8 +83,14 @@ func TestLoRAUpdates(t *testing.T) {
 			if bodies[0]["lora_name"] != "run-step-1" || bodies[0]["lora_path"] != "/runs/x/served/step-1" || bodies[2]["lora_name"] != "run-step-0" {
 				t.Errorf("load/unload bodies %v, %v", bodies[0], bodies[2])
 			}
-			if bodies[1]["model"] != "run-step-1" || bodies[1]["logprobs"] != float64(1) {
-				t.Errorf("completion body names %v and asks logprobs %v; want run-step-1 and 1", bodies[1]["model"], bodies[1]["logprobs"])
+			// vLLM takes the adapter as the model; SGLang only as lora_path (the model the base's).
+			wantModel, wantLoRA := any("run-step-1"), any(nil)
+			if api == rollout.RemoteSGLang {
+				wantModel, wantLoRA = "base", "run-step-1"
+			}
+			if bodies[1]["model"] != wantModel || bodies[1]["lora_path"] != wantLoRA || bodies[1]["logprobs"] != float64(1) {
+				t.Errorf("completion body names model %v lora_path %v and asks logprobs %v; want %v, %v and 1",
+					bodies[1]["model"], bodies[1]["lora_path"], bodies[1]["logprobs"], wantModel, wantLoRA)
 			}
 		})
 	}

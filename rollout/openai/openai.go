@@ -157,6 +157,7 @@ type completionsRequest struct {
 	ReturnTokensAsTokenIDs bool               `json:"return_tokens_as_token_ids,omitempty"` // vLLM
 	StructuredOutputs      *structuredOutputs `json:"structured_outputs,omitempty"`         // vLLM (>= 0.10.2)
 	Regex                  string             `json:"regex,omitempty"`                      // SGLang
+	LoRAPath               string             `json:"lora_path,omitempty"`                  // SGLang: the adapter's name
 }
 
 type structuredOutputs struct {
@@ -185,6 +186,10 @@ func (g *Generator) complete(ctx context.Context, r *generate.Request, s generat
 		Model: g.modelName(), Prompt: r.Prompt, MaxTokens: r.MaxNew,
 		Temperature: temp, TopP: topP, TopK: topK, Seed: seed,
 		StopTokenIDs: g.stops, ReturnTokenIDs: true,
+	}
+	if g.cfg.RemoteAPI == rollout.RemoteSGLang && body.Model != g.cfg.RemoteModel {
+		// SGLang's OpenAI layer takes the adapter from lora_path, not from model.
+		body.Model, body.LoRAPath = g.cfg.RemoteModel, body.Model
 	}
 	if len(r.Watch) > 0 && g.cfg.RemoteLogprobs > 0 {
 		body.Logprobs = g.cfg.RemoteLogprobs
