@@ -3,11 +3,14 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/rollout"
@@ -102,5 +105,61 @@ func TestLoRAUpdates(t *testing.T) {
 	}
 	if err := gen.LoadLoRA(context.Background(), "a", "/b"); err == nil || !strings.Contains(err.Error(), "cannot load LoRA adapters") {
 		t.Errorf("a chat API: error %v", err)
+	}
+}
+
+// TestLoadLoRAAlreadyLoaded: a load whose answer timed out is retried, and the server's 400
+// "already loaded" for that name is success; the same answer naming another adapter (even one
+// whose name extends this one's) or any other 400 is an error.
+func TestLoadLoRAAlreadyLoaded(t *testing.T) {
+	const vllm = `{"object": "error", "message": "The lora adapter '%s' has already been loaded.", "type": "InvalidUserInput", "code": 400}`
+	for _, tc := range []struct {
+		name     string
+		hangs    bool   // the first load hangs past the client's timeout (loaded, answer lost)
+		answer   string // then the server's 400 answer
+		ok       bool
+		requests int
+	}{
+		{"retry after a lost answer", true, fmt.Sprintf(vllm, "run-step-1"), true, 2},
+		{"loaded before", false, fmt.Sprintf(vllm, "run-step-1"), true, 1},
+		{"sglang", false, `{"object": "error", "message": "LoRA adapter run-step-1 is already loaded."}`, true, 1},
+		{"another adapter", false, fmt.Sprintf(vllm, "run-step-10"), false, 1},
+		{"another error", false, `{"object": "error", "message": "No adapter found for run-step-1"}`, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			requests := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body) // a read body lets the server see the client go away
+				mu.Lock()
+				requests++
+				n := requests
+				mu.Unlock()
+				if tc.hangs && n == 1 {
+					<-r.Context().Done() // until the client's timeout closes the connection
+					return
+				}
+				w.WriteHeader(http.StatusBadRequest)
+				w.Write([]byte(tc.answer))
+			}))
+			defer srv.Close()
+			cfg := rollout.DefaultRemoteConfig()
+			cfg.Generator, cfg.Endpoint, cfg.RemoteAPI, cfg.RemoteModel = rollout.GeneratorOpenAI, srv.URL+"/v1", rollout.RemoteVLLM, "base"
+			cfg.RemoteTimeoutS = 0.2
+			gen, err := New(cfg, guardtest.Tokenizer(t), nil, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			gen.Backoff = time.Millisecond
+			err = gen.LoadLoRA(context.Background(), "run-step-1", "/runs/x/served/step-1")
+			if (err == nil) != tc.ok {
+				t.Errorf("error %v, want success %v", err, tc.ok)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if requests != tc.requests {
+				t.Errorf("%d requests, want %d", requests, tc.requests)
+			}
+		})
 	}
 }
