@@ -247,7 +247,8 @@ func TestRemoteRolloutsServeTheTrainedAdapter(t *testing.T) {
 }
 
 // TestRemoteGeneratorRefusals: rollouts on a server need a LoRA adapter (full weights are
-// not loaded into a server every step) and a token-level API, and sft refuses a server (only
+// not loaded into a server every step) and a token-level API, a rollout correction needs
+// untruncated sampling (top_p 1, top_k 0: the server's log-probs include the truncation), and sft refuses a server (only
 // GRPO loads its adapter after every step).
 func TestRemoteGeneratorRefusals(t *testing.T) {
 	remote := func(o *Options) {
@@ -263,6 +264,15 @@ func TestRemoteGeneratorRefusals(t *testing.T) {
 	o.Rollout.RemoteAPI, o.Rollout.RemoteModel = rollout.RemoteChat, "gpt"
 	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "remote_api chat") {
 		t.Errorf("a chat API: error %v", err)
+	}
+	for _, edit := range []func(o *Options){func(o *Options) { o.Rollout.TopP = 0.9 }, func(o *Options) { o.Rollout.TopK = 20 }} {
+		o = loraOptions(t, t.TempDir(), "float32")
+		remote(&o)
+		o.GRPO.RolloutCorrection = grpo.CorrectionTIS
+		edit(&o)
+		if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "grpo.rollout_correction tis with rollout.generator openai needs rollout.top_p 1 and rollout.top_k 0") {
+			t.Errorf("a correction with truncated sampling on a server: error %v", err)
+		}
 	}
 	o = loraOptions(t, t.TempDir(), "float32")
 	remote(&o)
