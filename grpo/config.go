@@ -100,7 +100,8 @@ type Config struct {
 	// clip(ρ_k)·0)), and the step's denominator still counts them, so the loss and the update
 	// are unchanged. A group whose samples all earned one reward has only such sequences.
 	// The step's ratio, clip, KL and entropy diagnostics are then means over the sequences
-	// that ran. No effect when β > 0 (the KL term has a gradient at every token).
+	// that ran. No effect when β > 0 (the KL term has a gradient at every token) or with a
+	// rollout correction (its metrics cover every sequence of the step).
 	SkipZeroAdvantage bool `yaml:"skip_zero_advantage"`
 
 	// RolloutCorrection weighs each token's objective by c, a constant computed from the

@@ -174,8 +174,10 @@ func (t *Trainer) Step(b *Batch) (Stats, error) {
 
 	// The sequences that run: all, or (skip_zero_advantage, β = 0) those with a non-zero
 	// advantage, whose loss and gradient are the whole step's: the others' are exactly 0.
+	// A rollout correction runs them all: its metrics are over every sequence of the step,
+	// whether skipping is on or not (and whether tokens are logged or not).
 	run, ran := b, []int(nil)
-	if t.cfg.SkipZeroAdvantage && t.cfg.Beta == 0 && !t.recordTokens {
+	if t.cfg.SkipZeroAdvantage && t.cfg.Beta == 0 && !t.recordTokens && !t.cfg.Corrects() {
 		ran = nonzeroAdvantageRows(b, seqTokens)
 		run = b.subset(ran)
 	}

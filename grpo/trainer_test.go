@@ -1005,3 +1005,77 @@ func stepOnClone(t *testing.T, ctx *context.Context, cfg Config, b *Batch) Stats
 	}
 	return st
 }
+
+// TestCorrectionMetricsCoverEverySequence: with a rollout correction and β = 0 the correction's
+// metrics (weight mean and max, masked share, KL(π_rollout ‖ π_old)) are over every sequence of
+// the step, the zero-advantage ones too: skip_zero_advantage on, off, and with the tokens
+// recorded give the same figures, and they differ from those of the non-zero rows alone.
+func TestCorrectionMetricsCoverEverySequence(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 0))
+	cfg := DefaultConfig()
+	cfg.LearningRate, cfg.WarmupSteps, cfg.Beta, cfg.MicroBatchSize = 0.01, 0, 0, 4
+	cfg.RolloutCorrection = CorrectionMIS
+	start := context.New()
+	tinyInit(start, 3)
+	b := randomBatch(rng, 11)
+	var kept []int
+	for i := range b.Len() {
+		if i%3 == 0 {
+			b.Advantages[i] = 0
+		} else {
+			kept = append(kept, i)
+		}
+	}
+	tr, err := NewTrainer(backend(t), start, tinyPolicy, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logp, err := tr.LogProbs(start, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.OldLogProbs = perturb(rng, logp, b.LossMask, 0.2)
+	b.RolloutLogProbs = perturb(rng, b.OldLogProbs, b.LossMask, 1.5) // wide: some tokens masked
+	for _, row := range b.RolloutLogProbs {
+		for k := range row {
+			row[k] = min(row[k], 0) // a log-prob
+		}
+	}
+
+	step := func(skip, record bool, b *Batch) Stats {
+		c, err := start.Clone()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := cfg
+		cfg.SkipZeroAdvantage = skip
+		tr, err := NewTrainer(backend(t), c, tinyPolicy, cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.SetRecordTokens(record)
+		st, err := tr.Step(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	metrics := func(st Stats) [4]float64 {
+		return [4]float64{st.RolloutWeightMean, st.RolloutWeightMax, st.RolloutMasked, st.RolloutKL}
+	}
+	all := metrics(step(false, false, b))
+	if all[2] <= 0 || all[2] >= 1 || all[3] <= 0 {
+		t.Fatalf("masked share %v, KL %v: want some tokens masked and a positive KL", all[2], all[3])
+	}
+	for _, tc := range []struct {
+		name         string
+		skip, record bool
+	}{{"skipping", true, false}, {"recording tokens", true, true}} {
+		if got := metrics(step(tc.skip, tc.record, b)); got != all {
+			t.Errorf("%s: weight mean, max, masked, KL %v; every row run %v", tc.name, got, all)
+		}
+	}
+	if alone := metrics(step(false, false, b.subset(kept))); alone == all {
+		t.Errorf("the non-zero rows alone give the same metrics %v: the comparison is vacuous", alone)
+	}
+}

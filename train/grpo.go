@@ -202,26 +202,40 @@ func (g *grpoSteps) step(ctx context.Context, step int) (record, error) {
 // sampling that is one draw of train.trajectories. With it (grpo.dynamic_sampling,
 // or loss dapo), the trajectories whose trained sequences all have
 // advantage 0 are left out and more are drawn, train.trajectories at a
-// time, until train.trajectories with a non-zero advantage are kept (the
-// first ones) or grpo.dynamic_sampling_draws extra draws are spent (said in
-// the log); when none is kept, the step trains on the first draw, as
-// without dynamic sampling. Every draw depends only on (train.seed, step,
-// draw), so a resumed run draws what an uninterrupted one would. It
+// time from the trajectories not kept yet (each is kept once a step), until
+// train.trajectories (at most the pool's size) with a non-zero advantage are
+// kept (the first ones) or grpo.dynamic_sampling_draws extra draws are spent
+// (said in the log); when none is kept, the step trains on the first draw,
+// as without dynamic sampling. Every draw depends only on (train.seed, step,
+// draw) and the trajectories kept before it, so a resumed run draws what an
+// uninterrupted one would. It
 // returns the episodes with their chains (G per episode, in order), the
 // rollouts' stats over all draws, the draws taken and the trajectories
 // kept.
 func (g *grpoSteps) draw(ctx context.Context, step int) ([]*rollout.Episode, []*rollout.Chain, rollout.Stats, int, int, error) {
 	r := g.r
 	o := r.opts
-	N, G := o.Train.Trajectories, o.Rollout.GroupSize
+	N, G := min(o.Train.Trajectories, len(r.positive)), o.Rollout.GroupSize
 	var stats rollout.Stats
 	var firstEps, keptEps []*rollout.Episode
 	var firstChains, keptChains []*rollout.Chain
+	kept := make([]bool, len(r.positive)) // by pool index
 	draws := 0
 	for d := 0; d == 0 || (o.GRPO.DynamicSamplingOn() && len(keptEps) < N && d <= o.GRPO.DynamicSamplingDraws); d++ {
 		idx := r.sample(step)
 		if d > 0 {
-			idx = SampleStep(r.positive, N, o.Train.Balance, seed.Mix(o.Train.Seed, uint64(d)), step)
+			// Draw from the trajectories not kept yet, in pool order.
+			var avail []int
+			var positive []bool
+			for i, k := range kept {
+				if !k {
+					avail, positive = append(avail, i), append(positive, r.positive[i])
+				}
+			}
+			idx = SampleStep(positive, N, o.Train.Balance, seed.Mix(o.Train.Seed, uint64(d)), step)
+			for j, i := range idx {
+				idx[j] = avail[i]
+			}
 		}
 		episodes := r.episodes(idx)
 		chains, rstats, err := g.rollOut(episodes, step, d)
@@ -247,6 +261,7 @@ func (g *grpoSteps) draw(ctx context.Context, step int) ([]*rollout.Episode, []*
 			}
 			if nonzero && len(keptEps) < N {
 				keptEps, keptChains = append(keptEps, ep), append(keptChains, group...)
+				kept[idx[e]] = true
 			}
 		}
 	}

@@ -184,6 +184,11 @@ func (r *run) checkStart() (resumeDir string, start int, err error) {
 	if o.Rollout.Generator != rollout.GeneratorLocal && (o.Model.LoRA.Rank == 0 || o.Rollout.RemoteAPI == rollout.RemoteChat) {
 		return "", 0, fmt.Errorf("train: rollout.generator is %q with model.lora.rank %d and remote_api %s: training needs the local model (its log-probs and gradients), set rollout.generator: %s, or train a LoRA adapter (model.lora.rank) that a vllm or sglang server loads after every step", o.Rollout.Generator, o.Model.LoRA.Rank, o.Rollout.RemoteAPI, rollout.GeneratorLocal)
 	}
+	if o.Rollout.Generator != rollout.GeneratorLocal && o.GRPO.Corrects() && (o.Rollout.TopP < 1 || o.Rollout.TopK > 0) {
+		// A server's processed log-probs are those of the truncated distribution, π_old's are not:
+		// the correction's weights would be off at every token.
+		return "", 0, fmt.Errorf("train: grpo.rollout_correction %s with rollout.generator %s needs rollout.top_p 1 and rollout.top_k 0 (got %g and %d): the server's log-probs are those of the truncated distribution, π_old's are not", o.GRPO.RolloutCorrection, o.Rollout.Generator, o.Rollout.TopP, o.Rollout.TopK)
+	}
 	if o.Train.EvalEvery > 0 && o.Evaluate == nil {
 		return "", 0, fmt.Errorf("train.eval_every is %d but this run has no evaluator", o.Train.EvalEvery)
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -270,9 +271,48 @@ func TestDynamicSampling(t *testing.T) {
 					t.Errorf("step %d: trajectory %s trained with advantage 0 everywhere", m.Step, id)
 				}
 			}
+			if kept > 0 && len(groups) != kept {
+				t.Errorf("step %d: %d distinct trajectories in rollouts.jsonl, %d kept: one kept twice", m.Step, len(groups), kept)
+			}
 		}
 		if extra == 0 {
 			t.Error("no step drew more: the extra draws are not exercised")
+		}
+	})
+	t.Run("a pool smaller than train.trajectories", func(t *testing.T) {
+		o := microOptions(t, filepath.Join(t.TempDir(), "out"))
+		o.GRPO.DynamicSampling, o.GRPO.DynamicSamplingDraws, o.Train.Trajectories, o.Train.Steps = true, 6, 50, 2
+		var log strings.Builder
+		o.Progress = &log
+		if _, err := Run(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+		var pool int
+		if _, err := fmt.Sscanf(log.String()[strings.Index(log.String(), "data: "):], "data: testdata/micro.jsonl: %d trajectories", &pool); err != nil || pool == 0 || pool >= o.Train.Trajectories {
+			t.Fatalf("pool of %d trajectories (%v); want one smaller than %d", pool, err, o.Train.Trajectories)
+		}
+		rows := readJSONL[rolloutRow](t, filepath.Join(o.Out, "rollouts.jsonl"))
+		for _, m := range readJSONL[Metrics](t, filepath.Join(o.Out, "metrics.jsonl")) {
+			draws, kept := *m.DynamicDraws, *m.DynamicKept
+			ids := map[string]int{}
+			for _, r := range rows {
+				if r.Step == m.Step {
+					ids[r.TrajectoryID]++
+				}
+			}
+			for id, n := range ids {
+				if want := o.Rollout.GroupSize * o.Train.MaxTurns; kept > 0 && n != want {
+					t.Errorf("step %d: trajectory %s has %d rollout rows, want %d: kept more than once", m.Step, id, n, want)
+				}
+			}
+			if kept > pool {
+				t.Errorf("step %d: %d draws, %d kept of a pool of %d", m.Step, draws, kept, pool)
+			}
+			t.Logf("step %d: %d draws, %d kept of a pool of %d", m.Step, draws, kept, pool)
+		}
+		// The target is the pool: a step that keeps all of it stops drawing, and one that falls short says so against the pool.
+		if strings.Contains(log.String(), fmt.Sprintf("of %d trajectories with a non-zero advantage", o.Train.Trajectories)) {
+			t.Errorf("the log counts train.trajectories, not the pool:\n%s", log.String())
 		}
 	})
 	t.Run("budget spent", func(t *testing.T) {

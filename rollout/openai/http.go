@@ -85,7 +85,7 @@ func (g *Generator) once(ctx context.Context, url string, data []byte, out any) 
 		return -1, fmt.Errorf("POST %s: the answer is larger than %d bytes", url, maxResponseBytes)
 	}
 	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("POST %s: %s: %s", url, resp.Status, serverMessage(raw))
+		err := &statusError{url: url, status: resp.Status, code: resp.StatusCode, msg: serverMessage(raw)}
 		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 			return retryAfter(resp.Header.Get("Retry-After")), &retryable{err}
 		}
@@ -99,6 +99,16 @@ func (g *Generator) once(ctx context.Context, url string, data []byte, out any) 
 	}
 	return -1, nil
 }
+
+// statusError is a server's answer other than 200 OK; msg is its message
+// (serverMessage, quoted).
+type statusError struct {
+	url, status string
+	code        int
+	msg         string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("POST %s: %s: %s", e.url, e.status, e.msg) }
 
 // retryAfter reads a Retry-After header: seconds or an HTTP date; -1 when
 // absent or unreadable.

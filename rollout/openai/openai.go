@@ -57,8 +57,9 @@ type Generator struct {
 	Backoff, MaxWait time.Duration
 
 	// SampledLogProbs makes every /completions request ask for log-probs
-	// and every completion carry the sampled tokens' (an error when the
-	// server leaves one out): training's rollout log-probs. Set it before
+	// and every completion carry its token ids and the sampled tokens'
+	// log-probs (an error when the server leaves either out): training's
+	// rollout log-probs. Set it before
 	// the first Generate.
 	SampledLogProbs bool
 
@@ -156,6 +157,7 @@ type completionsRequest struct {
 	ReturnTokensAsTokenIDs bool               `json:"return_tokens_as_token_ids,omitempty"` // vLLM
 	StructuredOutputs      *structuredOutputs `json:"structured_outputs,omitempty"`         // vLLM (>= 0.10.2)
 	Regex                  string             `json:"regex,omitempty"`                      // SGLang
+	LoRAPath               string             `json:"lora_path,omitempty"`                  // SGLang: the adapter's name
 }
 
 type structuredOutputs struct {
@@ -184,6 +186,10 @@ func (g *Generator) complete(ctx context.Context, r *generate.Request, s generat
 		Model: g.modelName(), Prompt: r.Prompt, MaxTokens: r.MaxNew,
 		Temperature: temp, TopP: topP, TopK: topK, Seed: seed,
 		StopTokenIDs: g.stops, ReturnTokenIDs: true,
+	}
+	if g.cfg.RemoteAPI == rollout.RemoteSGLang && body.Model != g.cfg.RemoteModel {
+		// SGLang's OpenAI layer takes the adapter from lora_path, not from model.
+		body.Model, body.LoRAPath = g.cfg.RemoteModel, body.Model
 	}
 	if len(r.Watch) > 0 && g.cfg.RemoteLogprobs > 0 {
 		body.Logprobs = g.cfg.RemoteLogprobs
@@ -225,6 +231,9 @@ func (g *Generator) complete(ctx context.Context, r *generate.Request, s generat
 		}
 	}
 	if ids == nil {
+		if g.SampledLogProbs {
+			return generate.Completion{}, errors.New("the server returned no token ids (training needs the server's token ids and the sampled tokens' log-probs: return_token_ids, logprobs)")
+		}
 		// No ids: parse the text (the score then falls back to the decision).
 		c.Text = ch.Text
 		return c, nil
