@@ -32,8 +32,8 @@ test:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) run $(STATICCHECK) $(PKGS)
-	$(GO) test -count=1 $(PKGS)
-	$(GO) test -count=1 -race -short $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(GO) test -count=1 -timeout 30m -race -short $(RACE_PKGS)
 
 # Benchmarks of every package (results also in bin/bench.txt, with the load
 # average around them: scripts/loadwatch.sh), the GRPO
