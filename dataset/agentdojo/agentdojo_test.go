@@ -265,7 +265,7 @@ func TestContentFormats(t *testing.T) {
 // TestRunToolsBecomeTheTrajectorysTools: a log that lists the agent's
 // tools (flat, or OpenAI's {"type": "function", "function": {...}})
 // gives the trajectory those tools, parameters compacted; a log without
-// them (the logs of ../shared/data/agentdojo) gives none.
+// them (the AgentDojo logs data/agentdojo-mini was made from) gives none.
 func TestRunToolsBecomeTheTrajectorysTools(t *testing.T) {
 	data := `{"suite_name":"banking","user_task_id":"user_task_1","injection_task_id":null,"attack_type":null,
 		"messages":[{"role":"user","content":"first"},{"role":"assistant","tool_calls":[{"function":"get_balance","args":{}}]}],

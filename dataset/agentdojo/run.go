@@ -45,7 +45,7 @@ type Run struct {
 	Utility         *bool             `json:"utility"`
 	Security        *bool             `json:"security"`
 	// Tools are the functions the agent was shown, when the log has them
-	// (the logs of ../shared/data/agentdojo do not): {name, description,
+	// (the logs data/agentdojo-mini was made from do not): {name, description,
 	// parameters}, or the same under "function" (OpenAI's form).
 	Tools []RunTool `json:"tools"`
 }
