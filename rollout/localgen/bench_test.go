@@ -1,4 +1,4 @@
-package localgen
+package localgen_test
 
 import (
 	"os"
@@ -12,12 +12,15 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/mageguard/mageguard/config"
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/internal/guardtest"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/backend"
+	"github.com/mageguard/mageguard/model/tokenizer"
 	"github.com/mageguard/mageguard/rollout"
 	"github.com/mageguard/mageguard/rollout/generate"
+	"github.com/mageguard/mageguard/rollout/localgen"
 )
 
 // benchSteps is how many steps of the bundled eval split's first
@@ -25,45 +28,34 @@ import (
 const benchSteps = 8
 
 // BenchmarkGuardStep times a lone session's guard step (rollout.Guard.Step
-// with one input, as serve and mcp run a session that is alone) on the
-// tiny demo model (configs/tiny.yaml: model.DefaultTinyConfig drawn from
-// seed 1, float32, the Qwen3 tokenizer, structured calls of at most 40
-// and 36 tokens, greedy as serve decodes), over the first steps of the
-// bundled eval split's trajectories, with each role's system prompt kept
-// across steps (kept) and prefilled at every step (whole). It reports the
+// with one input, as serve and mcp run a session that is alone) over the
+// first steps of a held-out file's trajectories, with each role's system
+// prompt kept across steps (kept) and prefilled at every step (whole),
+// greedy as serve decodes. By default the guard is the tiny demo model
+// (configs/tiny.yaml: model.DefaultTinyConfig drawn from seed 1, float32,
+// the Qwen3 tokenizer, structured calls of at most 40 and 36 tokens) on the
+// bundled eval split; with GUARD_BENCH_CONFIG=FILE it is the checkpoint,
+// tokenizer, backend and rollout section of that configuration on its
+// eval.data (make learn's guard: runs/learn/guard.yaml). It reports the
 // p50 and p90 of the step's wall time, the p50 of its prefill
 // (rollout.Timing) and the p50 of its CPU time (user + system, all
 // threads), in milliseconds, and logs the load average; the decisions of
 // both are the same (TestKeptPrefixStepEqualsWithout).
 //
 //	go test ./rollout/localgen -run '^$' -bench '^BenchmarkGuardStep$' -benchtime 40x
+//	GUARD_BENCH_CONFIG=$PWD/runs/learn/guard.yaml go test ./rollout/localgen -run '^$' -bench '^BenchmarkGuardStep$' -benchtime 40x
 func BenchmarkGuardStep(b *testing.B) {
-	be, err := backend.New(backend.Default())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := model.DefaultTinyConfig()
-	m, err := model.New(be, &cfg, 1, dtypes.Float32)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tok := guardtest.Tokenizer(b)
-	rc := rollout.DefaultConfig()
-	rc.Structured = true
-	rc.MaxMemoryTokens, rc.MaxJudgeTokens, rc.MaxObservationTokens = 40, 36, 256
-	trajs, err := dataset.ReadAll(filepath.Join("..", "..", "data", "agentdojo-mini", "eval.jsonl"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	m, tok, rc, trajs := benchGuard(b)
 	greedy := generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}
 
 	// The steps: each trajectory's turns in order, the memory carried from
 	// the step before, as a session sends them.
-	g, err := rollout.NewGuard(rc, tok, &Generator{Model: m})
+	g, err := rollout.NewGuard(rc, tok, &localgen.Generator{Model: m})
 	if err != nil {
 		b.Fatal(err)
 	}
 	var inputs []rollout.StepInput
+	var tokens, prefix int // the steps' guard tokens (prompts and outputs of both calls) and their system prompts' share
 	for _, tr := range trajs {
 		memory := ""
 		for t := range tr.Turns {
@@ -80,16 +72,18 @@ func BenchmarkGuardStep(b *testing.B) {
 			}
 			inputs = append(inputs, in)
 			memory = turns[0].MemoryOut
+			tokens, prefix = tokens+turns[0].GuardTokens(), prefix+turns[0].PrefixTokens()
 		}
 	}
-	b.Logf("%d steps of %d trajectories; GOMAXPROCS %d; load average %s", len(inputs), len(trajs), runtime.GOMAXPROCS(0), loadAverage())
+	b.Logf("%d steps of %d trajectories, %d guard tokens a step, %d of them the system prompts; GOMAXPROCS %d; load average %s",
+		len(inputs), len(trajs), tokens/len(inputs), prefix/len(inputs), runtime.GOMAXPROCS(0), loadAverage())
 
 	for _, mode := range []struct {
 		name   string
 		noKeep bool
 	}{{"kept", false}, {"whole", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			g, err := rollout.NewGuard(rc, tok, &Generator{Model: m, NoKeptPrefix: mode.noKeep})
+			g, err := rollout.NewGuard(rc, tok, &localgen.Generator{Model: m, NoKeptPrefix: mode.noKeep})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -117,6 +111,54 @@ func BenchmarkGuardStep(b *testing.B) {
 			b.Logf("%s: %d steps; load average after %s", mode.name, b.N, loadAverage())
 		})
 	}
+}
+
+// benchGuard returns BenchmarkGuardStep's model, tokenizer, rollout
+// settings and trajectories: the tiny demo model's, or with
+// GUARD_BENCH_CONFIG those of that configuration file.
+func benchGuard(b *testing.B) (*model.Model, *tokenizer.Tokenizer, rollout.Config, []*dataset.Trajectory) {
+	if path := os.Getenv("GUARD_BENCH_CONFIG"); path != "" {
+		cfg, err := config.Load(path, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok, _, err := cfg.Model.LoadTokenizer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Model.BackendConfig.ProcessSettings().Apply()
+		be, err := backend.New(cfg.Model.BackendConfig)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := cfg.Model.LoadModel(be, tok)
+		if err != nil {
+			b.Fatal(err)
+		}
+		trajs, err := dataset.ReadAll(cfg.Eval.Data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%s: checkpoint %s, held-out %s", path, cfg.Model.Path, cfg.Eval.Data)
+		return m, tok, cfg.Rollout, trajs
+	}
+	be, err := backend.New(backend.Default())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := model.DefaultTinyConfig()
+	m, err := model.New(be, &cfg, 1, dtypes.Float32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc := rollout.DefaultConfig()
+	rc.Structured = true
+	rc.MaxMemoryTokens, rc.MaxJudgeTokens, rc.MaxObservationTokens = 40, 36, 256
+	trajs, err := dataset.ReadAll(filepath.Join("..", "..", "data", "agentdojo-mini", "eval.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m, guardtest.Tokenizer(b), rc, trajs
 }
 
 // processCPU is the CPU time (user + system, all threads) the process has
