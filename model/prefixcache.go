@@ -15,7 +15,7 @@ package model
 // same width gives the same keys and values, so a kept prefix's generation
 // equals the one that computed it, bit for bit.
 //
-// The store holds at most maxKeptPrefixes prefixes (least recently used
+// The store holds at most MaxKeptPrefixes prefixes (least recently used
 // dropped first) and drops them all when the weights change: it remembers
 // the tensor that held each variable's value when the prefixes were
 // computed, and every setting of a variable (a training update, a checkpoint
@@ -33,10 +33,10 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// maxKeptPrefixes bounds the prefixes a model keeps: a guard has three
+// MaxKeptPrefixes bounds the prefixes a model keeps: a guard has three
 // static prefixes (memory, judge, judge-only); a Qwen3-4B prefix of 512
 // slots is ~75 MB in bfloat16.
-const maxKeptPrefixes = 4
+const MaxKeptPrefixes = 4
 
 // keptPrefix is one prefix's keys and values, [1, W, nkv, D] per layer
 // (k₀, v₀, k₁, v₁, …).
@@ -147,7 +147,7 @@ func (m *Model) acquirePrefix(prefix []int) (*keptPrefix, error) {
 	res[1].FinalizeAll()
 	ps.misses.Add(1)
 	e := &keptPrefix{tokens: slices.Clone(prefix), kv: res[2:], used: ps.clock, users: 1}
-	if len(ps.entries) >= maxKeptPrefixes {
+	if len(ps.entries) >= MaxKeptPrefixes {
 		lru := 0
 		for i, x := range ps.entries {
 			if x.used < ps.entries[lru].used {

@@ -141,7 +141,7 @@ func TestKeptPrefixNotUsed(t *testing.T) {
 // weight update (a graph that sets a variable, as a training step does) is
 // not reused after it: the next call prefills it again and generates what
 // the whole prompt under the new weights gives; and at most
-// maxKeptPrefixes prefixes are kept, the least recently used dropped.
+// MaxKeptPrefixes prefixes are kept, the least recently used dropped.
 func TestKeptPrefixDroppedWhenWeightsChange(t *testing.T) {
 	m := newTestModel(t, testConfig(), 8)
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -176,18 +176,18 @@ func TestKeptPrefixDroppedWhenWeightsChange(t *testing.T) {
 		t.Fatalf("the update changed the first step's log-probs by %g only: the test does not test an update", changed)
 	}
 
-	// Bounded: maxKeptPrefixes + 1 prefixes, then the first again.
+	// Bounded: MaxKeptPrefixes + 1 prefixes, then the first again.
 	opts.NoPrefixReuse = false
 	m.DropKeptPrefixes()
 	var firsts [][]int
-	for range maxKeptPrefixes + 1 {
+	for range MaxKeptPrefixes + 1 {
 		firsts = append(firsts, randomSeqs(rng, m.cfg.VocabSize, 41)[0])
 		if _, err := m.Generate(firsts[len(firsts)-1:], opts); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := len(m.kept.entries); n != maxKeptPrefixes {
-		t.Fatalf("%d prefixes kept, want %d", n, maxKeptPrefixes)
+	if n := len(m.kept.entries); n != MaxKeptPrefixes {
+		t.Fatalf("%d prefixes kept, want %d", n, MaxKeptPrefixes)
 	}
 	_, misses := m.PrefixCacheStats()
 	if _, err := m.Generate(firsts[:1], opts); err != nil {

@@ -45,7 +45,8 @@ type Config struct {
 // its system prompt, the previous memory and the completion at
 // max_memory_tokens, an observation at max_observation_tokens, an action;
 // judge-only: max_turns steps of observation and action); micro-batches of
-// micro_batch_size such rows and generation batches of rollout.batch_size.
+// micro_batch_size such rows and generation batches of rollout.batch_size;
+// with the local generator, each role's system prompt kept prefilled.
 func FromConfig(c Config) (Inputs, error) {
 	var in Inputs
 	arch := c.Model.Config
@@ -105,6 +106,14 @@ func FromConfig(c Config) (Inputs, error) {
 			memory = judge
 		}
 		own = memory
+	}
+	if r.Generator != rollout.GeneratorOpenAI {
+		switch {
+		case r.Variant == "judge-only" && c.JudgeSystemTokens > 0:
+			in.KeptPrefixes = []int{c.JudgeSystemTokens}
+		case r.Variant != "judge-only" && c.MemorySystemTokens > 0 && c.JudgeSystemTokens > 0:
+			in.KeptPrefixes = []int{c.MemorySystemTokens, c.JudgeSystemTokens}
+		}
 	}
 	in.Train = TrainShape{Rows: in.MicroBatchSize, PrefixTokens: prefix, RowTokens: own, TargetTokens: completion}
 	in.Rollout = RolloutShape{Rows: r.BatchSize, PrefixTokens: prefix, PromptTokens: prefix + own - completion, NewTokens: completion}

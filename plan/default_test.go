@@ -1,6 +1,7 @@
 package plan_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,5 +89,47 @@ func TestDefaultConfigPlan(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("configs/default.yaml, %s, on 80 GB: %s", v.name, p.Summary())
+	}
+}
+
+// The local generator keeps each role's system prompt prefilled: the memory
+// and judge prompts of the MAGE guard, the judge-only prompt alone; a
+// remote generator keeps nothing here.
+func TestFromConfigKeptPrefixes(t *testing.T) {
+	cfg, err := config.Load("../configs/default.yaml", []string{"model.tokenizer=../assets/qwen3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(cfg.Model.Tokenizer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := rollout.NewGuard(cfg.Rollout, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, judge, judgeOnly := g.PrefixTokens()
+	for _, c := range []struct {
+		variant, generator string
+		judgeTokens        int
+		want               []int
+	}{
+		{"mage", "local", judge, []int{mem, judge}},
+		{"judge-only", "local", judgeOnly, []int{judgeOnly}},
+		{"mage", "openai", judge, nil},
+	} {
+		r := cfg.Rollout
+		r.Variant, r.Generator = c.variant, c.generator
+		in, err := plan.FromConfig(plan.Config{Model: cfg.Model, Rollout: r, GRPO: cfg.GRPO,
+			MemorySystemTokens: mem, JudgeSystemTokens: c.judgeTokens})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(in.KeptPrefixes, c.want) {
+			t.Errorf("%s with the %s generator: kept prefixes %v, want %v", c.variant, c.generator, in.KeptPrefixes, c.want)
+		}
+	}
+	if mem < 400 || judge < 100 || judgeOnly < 100 {
+		t.Errorf("system prompts of %d, %d and %d tokens: not the guard's", mem, judge, judgeOnly)
 	}
 }

@@ -40,7 +40,10 @@ func TestLoRAPlanOn4B(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]int64{"weights": 2 * params, "adapter_weights": 2 * adapter, "master_weights": 4 * adapter,
-			"gradient_accumulators": 4 * adapter, "adam_moments": 8 * adapter, "reference": 0}
+			"gradient_accumulators": 4 * adapter, "adam_moments": 8 * adapter, "reference": 0,
+			// the memory and judge system prompts kept prefilled, 512 slots each:
+			// 2 (k, v) × 36 layers × 512 × 8 KV heads × 128 × 2 bytes
+			"kept_prefixes": 2 * 2 * 36 * 512 * 8 * 128 * 2}
 		var resident int64
 		for _, q := range p.Resident {
 			if q.Bytes != want[q.Name] {

@@ -178,8 +178,13 @@ func generation(in Inputs, sh *Shapes) (prefill, decode []Part) {
 		conv = w // the scores' model.dtype copy beside the float32 ones
 	}
 	logits := 2 * b * V * f32 // the LM head's chunks and their concatenation, float32
+	widened := int64(0)       // a kept prefix's keys and values copied to the cache's S slots
+	if len(in.KeptPrefixes) > 0 {
+		widened = 2 * L * s * KV * w
+	}
 	prefill = []Part{
 		{"kv_cache", cache},
+		{"kept_prefix_widened", widened},
 		{"attention", scores*(f32+conv) + b*t*s*f32}, // the scores of the queries at once, and the [t, s] mask
 		{"layer", b * t * (2*H*f32 + 3*I*w)},
 		{"logits", logits},
@@ -199,3 +204,15 @@ func generation(in Inputs, sh *Shapes) (prefill, decode []Part) {
 // trainPhases are the phases of a training step's update (as opposed to
 // its generation).
 var trainPhases = []string{"backward_head", "backward_layer", "gradients", "update"}
+
+// keptPrefixes is the keys and values of the prefixes the generator keeps:
+// 2 · layers · W · KV · w each, W its length rounded up as a prefill rounds
+// prompts (model.PrefillTokens).
+func keptPrefixes(in Inputs) int64 {
+	c := &in.Arch
+	var n int64
+	for _, tokens := range in.KeptPrefixes {
+		n += 2 * int64(c.NumHiddenLayers) * int64(model.PrefillTokens(tokens, 0)) * int64(c.NumKeyValueHeads*c.HeadDim) * int64(in.WeightBytes)
+	}
+	return n
+}

@@ -4,7 +4,7 @@
 // reference), and the transient peak of each phase of a training step — a
 // micro-batch's forward and backward (activations, the LM head's working
 // set), the optimizer update, and a rollout batch's generation (KV cache,
-// prefill) — with the total, whether it fits, and the largest
+// prefill; the kept prefixes' keys and values are resident) — with the total, whether it fits, and the largest
 // grpo.micro_batch_size and rollout.batch_size that fit.
 //
 // Every figure is a formula of the architecture and the graph shapes (the
@@ -88,6 +88,13 @@ type Inputs struct {
 	AttentionBlock int
 
 	Rollout RolloutShape // the largest generation batch
+	// KeptPrefixes are the lengths in tokens of the static prompt prefixes
+	// (each role's system prompt) whose keys and values the local generator
+	// keeps across batches once it has prefilled them (model's kept
+	// prefixes; none with a remote generator): held from the first
+	// generation on, until the weights change and the next generation
+	// prefills them again.
+	KeptPrefixes []int
 
 	// InPlace says the backend writes an update into the donated buffer it
 	// replaces (the pure-Go backend). GoMLX v0.26's XLA path compiles
@@ -122,6 +129,10 @@ func (in *Inputs) Validate() error {
 		return fmt.Errorf("lm_head_chunk must be >= 0, got %d", in.LMHeadChunk)
 	case in.Rollout.Rows < 1 || in.Rollout.PromptTokens < 1 || in.Rollout.NewTokens < 1 || in.Rollout.PrefixTokens < 0:
 		return fmt.Errorf("rollout shape %+v: want rows, prompt tokens and new tokens >= 1", in.Rollout)
+	case len(in.KeptPrefixes) > model.MaxKeptPrefixes:
+		return fmt.Errorf("kept prefixes: %d, a model keeps at most %d", len(in.KeptPrefixes), model.MaxKeptPrefixes)
+	case slices.ContainsFunc(in.KeptPrefixes, func(n int) bool { return n < 1 }):
+		return fmt.Errorf("kept prefixes %v: each must be >= 1 token", in.KeptPrefixes)
 	case in.DeviceBytes < 0:
 		return fmt.Errorf("device bytes must be >= 0, got %d", in.DeviceBytes)
 	case in.UsableFraction < 0 || in.UsableFraction > 1:
@@ -360,11 +371,13 @@ func resident(in Inputs) []Part {
 	}
 	switch {
 	case in.LoRA.Rank > 0:
-		return append(parts, Part{"adapter_weights", trained * w}, Part{"reference", 0})
+		parts = append(parts, Part{"adapter_weights", trained * w}, Part{"reference", 0})
 	case in.Reference:
-		return append(parts, Part{"reference", nParams * w})
+		parts = append(parts, Part{"reference", nParams * w})
+	default:
+		parts = append(parts, Part{"reference", 0})
 	}
-	return append(parts, Part{"reference", 0})
+	return append(parts, Part{"kept_prefixes", keptPrefixes(in)})
 }
 
 func phase(name string, parts []Part) Phase {

@@ -280,3 +280,54 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// The kept prefixes of Qwen3-4B in bfloat16, by hand: a 475-token memory
+// system prompt and a 300-token judge one are prefilled at 512 slots each
+// (prompts round up to a power of two), 2 (k, v) × 36 layers × 512 × 8 KV
+// heads × 128 × 2 bytes = 75,497,472 bytes each, held in every phase; a
+// prefill also copies one to the batch's S cache slots.
+func TestKeptPrefixesByHand(t *testing.T) {
+	in := base()
+	in.Arch, in.WeightBytes = qwen3_4B(), 2
+	in.Rollout = RolloutShape{Rows: 16, PrefixTokens: 475, PromptTokens: 2331 - 256, NewTokens: 256}
+	for _, c := range []struct {
+		kept        []int
+		resident    int64
+		widenedSlot int64 // bytes a cache slot of the widened copy
+	}{
+		{nil, 0, 0},
+		{[]int{475}, 75497472, 2 * 36 * 8 * 128 * 2},
+		{[]int{475, 300}, 2 * 75497472, 2 * 36 * 8 * 128 * 2},
+	} {
+		in.KeptPrefixes = c.kept
+		p, err := Compute(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int64 = -1
+		for _, q := range p.Resident {
+			if q.Name == "kept_prefixes" {
+				got = q.Bytes
+			}
+		}
+		if got != c.resident {
+			t.Errorf("kept %v: resident kept_prefixes %d bytes, want %d", c.kept, got, c.resident)
+		}
+		if p.Shapes.RolloutCapacity != 2368 {
+			t.Fatalf("cache of %d slots, want 2368 (2331 rounded up to a multiple of 64)", p.Shapes.RolloutCapacity)
+		}
+		for _, q := range p.Phase("prefill").Parts {
+			if q.Name == "kept_prefix_widened" && q.Bytes != 2368*c.widenedSlot {
+				t.Errorf("kept %v: prefill's widened copy %d bytes, want %d", c.kept, q.Bytes, 2368*c.widenedSlot)
+			}
+		}
+	}
+	in.KeptPrefixes = []int{1, 2, 3, 4, 5}
+	if _, err := Compute(in); err == nil || !strings.Contains(err.Error(), "at most 4") {
+		t.Errorf("5 kept prefixes: %v, want an error naming the bound", err)
+	}
+	in.KeptPrefixes = []int{0}
+	if _, err := Compute(in); err == nil || !strings.Contains(err.Error(), ">= 1") {
+		t.Errorf("a 0-token kept prefix: %v, want an error", err)
+	}
+}

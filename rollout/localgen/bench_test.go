@@ -36,7 +36,9 @@ const benchSteps = 8
 // the Qwen3 tokenizer, structured calls of at most 40 and 36 tokens) on the
 // bundled eval split; with GUARD_BENCH_CONFIG=FILE it is the checkpoint,
 // tokenizer, backend and rollout section of that configuration on its
-// eval.data (make learn's guard: runs/learn/guard.yaml). It reports the
+// eval.data (make learn's guard: runs/learn/guard.yaml); with
+// MODEL_BENCH_OPS_SEQUENTIAL=1, either runs its graphs' ops one at a time
+// (model.ops_sequential). It reports the
 // p50 and p90 of the step's wall time, the p50 of its prefill
 // (rollout.Timing) and the p50 of its CPU time (user + system, all
 // threads), in milliseconds, and logs the load average; the decisions of
@@ -126,6 +128,9 @@ func benchGuard(b *testing.B) (*model.Model, *tokenizer.Tokenizer, rollout.Confi
 		if err != nil {
 			b.Fatal(err)
 		}
+		if os.Getenv("MODEL_BENCH_OPS_SEQUENTIAL") == "1" {
+			cfg.Model.BackendConfig.OpsSequential = true
+		}
 		cfg.Model.BackendConfig.ProcessSettings().Apply()
 		be, err := backend.New(cfg.Model.BackendConfig)
 		if err != nil {
@@ -142,7 +147,9 @@ func benchGuard(b *testing.B) (*model.Model, *tokenizer.Tokenizer, rollout.Confi
 		b.Logf("%s: checkpoint %s, held-out %s", path, cfg.Model.Path, cfg.Eval.Data)
 		return m, tok, cfg.Rollout, trajs
 	}
-	be, err := backend.New(backend.Default())
+	bc := backend.Default()
+	bc.OpsSequential = os.Getenv("MODEL_BENCH_OPS_SEQUENTIAL") == "1"
+	be, err := backend.New(bc)
 	if err != nil {
 		b.Fatal(err)
 	}
