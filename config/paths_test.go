@@ -22,8 +22,8 @@ func TestPathsRelativeToTheirFile(t *testing.T) {
 		}
 		return p
 	}
-	write("shared/base.yaml", "eval:\n  data: held-out.jsonl\ntrain:\n  data: base-train.jsonl\n")
-	cfgFile := write("configs/run.yaml", "base: ../shared/base.yaml\nmodel:\n  tokenizer: ../assets/tok\n"+
+	write("common/base.yaml", "eval:\n  data: held-out.jsonl\ntrain:\n  data: base-train.jsonl\n")
+	cfgFile := write("configs/run.yaml", "base: ../common/base.yaml\nmodel:\n  tokenizer: ../assets/tok\n"+
 		"train:\n  data: ../data/train.jsonl\n  eval_data: /abs/eval.jsonl\nsft:\n  teacher: synth-leaky:0.7\n")
 	wd, err := os.Getwd()
 	if err != nil {
@@ -37,7 +37,7 @@ func TestPathsRelativeToTheirFile(t *testing.T) {
 		{"model.tokenizer", cfg.Model.Tokenizer, filepath.Join(dir, "assets/tok")},
 		{"train.data", cfg.Train.Data, filepath.Join(dir, "data/train.jsonl")},
 		{"train.eval_data", cfg.Train.EvalData, "/abs/eval.jsonl"},
-		{"eval.data (from the base file)", cfg.Eval.Data, filepath.Join(dir, "shared/held-out.jsonl")},
+		{"eval.data (from the base file)", cfg.Eval.Data, filepath.Join(dir, "common/held-out.jsonl")},
 		{"sft.teacher (a built-in name)", cfg.SFT.Teacher, "synth-leaky:0.7"},
 		{"sweep.eval_data (--set)", cfg.Sweep.EvalData, filepath.Join(wd, "rel/e.jsonl")},
 		{"model.path (empty: none)", cfg.Model.Path, ""},
