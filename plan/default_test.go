@@ -15,6 +15,22 @@ import (
 // device of deviceBytes, as `mageguard plan` builds it.
 func defaultInputs(t *testing.T, deviceBytes int64, sets ...string) plan.Inputs {
 	t.Helper()
+	cfg, mem, judge, _ := defaultConfig(t, sets...)
+	in, err := plan.FromConfig(plan.Config{Model: cfg.Model, Rollout: cfg.Rollout, GRPO: cfg.GRPO, MaxTurns: cfg.Train.MaxTurns,
+		MemorySystemTokens: mem, JudgeSystemTokens: judge, DeviceBytes: deviceBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Checkpointing {
+		t.Fatal("configs/default.yaml does not set grpo.gradient_checkpointing")
+	}
+	return in
+}
+
+// defaultConfig is configs/default.yaml (with sets) and the tokens of its
+// guard's memory, judge and judge-only system prompts.
+func defaultConfig(t *testing.T, sets ...string) (cfg *config.Config, mem, judge, judgeOnly int) {
+	t.Helper()
 	cfg, err := config.Load("../configs/default.yaml", append([]string{"model.tokenizer=../assets/qwen3"}, sets...))
 	if err != nil {
 		t.Fatal(err)
@@ -27,16 +43,8 @@ func defaultInputs(t *testing.T, deviceBytes int64, sets ...string) plan.Inputs 
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, judge, _ := g.PrefixTokens()
-	in, err := plan.FromConfig(plan.Config{Model: cfg.Model, Rollout: cfg.Rollout, GRPO: cfg.GRPO, MaxTurns: cfg.Train.MaxTurns,
-		MemorySystemTokens: mem, JudgeSystemTokens: judge, DeviceBytes: deviceBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !in.Checkpointing {
-		t.Fatal("configs/default.yaml does not set grpo.gradient_checkpointing")
-	}
-	return in
+	mem, judge, judgeOnly = g.PrefixTokens()
+	return cfg, mem, judge, judgeOnly
 }
 
 // configs/default.yaml is Qwen3-4B (its architecture keys, no weights
@@ -96,19 +104,7 @@ func TestDefaultConfigPlan(t *testing.T) {
 // and judge prompts of the MAGE guard, the judge-only prompt alone; a
 // remote generator keeps nothing here.
 func TestFromConfigKeptPrefixes(t *testing.T) {
-	cfg, err := config.Load("../configs/default.yaml", []string{"model.tokenizer=../assets/qwen3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(cfg.Model.Tokenizer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := rollout.NewGuard(cfg.Rollout, tok, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, judge, judgeOnly := g.PrefixTokens()
+	cfg, mem, judge, judgeOnly := defaultConfig(t)
 	for _, c := range []struct {
 		variant, generator string
 		judgeTokens        int
