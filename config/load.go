@@ -447,6 +447,16 @@ func suggest(err error, dst any) error {
 // sections and their keys, in declaration order.
 func knownKeys(t reflect.Type, prefix string) []string {
 	var keys []string
+	eachKey(t, prefix, func(key string, _ reflect.Type) { keys = append(keys, key) })
+	return keys
+}
+
+// eachKey calls visit with every dotted key of a configuration struct
+// type under prefix and the type it holds (a pointer's element): its
+// sections and their keys, in declaration order, a section before its
+// keys. An inline field's keys stand in its parent's place; a struct that
+// decodes itself (a yaml.Unmarshaler) is one key.
+func eachKey(t reflect.Type, prefix string, visit func(key string, t reflect.Type)) {
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
 		name, inline, ok := yamlName(sf)
@@ -458,16 +468,15 @@ func knownKeys(t reflect.Type, prefix string) []string {
 			ft = ft.Elem()
 		}
 		if inline {
-			keys = append(keys, knownKeys(ft, prefix)...)
+			eachKey(ft, prefix, visit)
 			continue
 		}
 		key := join(prefix, name)
-		keys = append(keys, key)
+		visit(key, ft)
 		if ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(unmarshalerType) {
-			keys = append(keys, knownKeys(ft, key)...)
+			eachKey(ft, key, visit)
 		}
 	}
-	return keys
 }
 
 // Closest returns the word of known nearest to word by closestKey's rule
