@@ -289,30 +289,38 @@ func hasUnmarshaler(v reflect.Value) bool {
 	return ok
 }
 
+// yamlName is the key of a struct field in YAML: its yaml tag's name, or
+// its Go name in lower case. inline: the field's own keys stand in its
+// parent's place. ok is false for a field YAML leaves out (unexported, or
+// tagged "-").
+func yamlName(sf reflect.StructField) (name string, inline, ok bool) {
+	if !sf.IsExported() {
+		return "", false, false
+	}
+	name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+	if name == "-" {
+		return "", false, false
+	}
+	if name == "" {
+		name = strings.ToLower(sf.Name)
+	}
+	return name, strings.Contains(opts, "inline"), true
+}
+
 // fieldByTag finds the struct field whose yaml tag (or lower-cased name) is key,
 // descending into inlined structs.
 func fieldByTag(v reflect.Value, key string) (reflect.Value, bool) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
-		sf := t.Field(i)
-		if !sf.IsExported() {
+		name, inline, ok := yamlName(t.Field(i))
+		switch {
+		case !ok:
 			continue
-		}
-		tag := sf.Tag.Get("yaml")
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "-" {
-			continue
-		}
-		if strings.Contains(opts, "inline") {
+		case inline:
 			if f, ok := fieldByTag(v.Field(i), key); ok {
 				return f, true
 			}
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(sf.Name)
-		}
-		if name == key {
+		case name == key:
 			return v.Field(i), true
 		}
 	}
@@ -390,19 +398,12 @@ func checkFloats(v reflect.Value, key string) error {
 	case reflect.Struct:
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
-			sf := t.Field(i)
-			if !sf.IsExported() {
+			name, inline, ok := yamlName(t.Field(i))
+			if !ok {
 				continue
-			}
-			name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
-			if name == "-" {
-				continue
-			}
-			if name == "" {
-				name = strings.ToLower(sf.Name)
 			}
 			fieldKey := join(key, name)
-			if strings.Contains(opts, "inline") {
+			if inline {
 				fieldKey = key
 			}
 			if err := checkFloats(v.Field(i), fieldKey); err != nil {
@@ -446,33 +447,36 @@ func suggest(err error, dst any) error {
 // sections and their keys, in declaration order.
 func knownKeys(t reflect.Type, prefix string) []string {
 	var keys []string
+	eachKey(t, prefix, func(key string, _ reflect.Type) { keys = append(keys, key) })
+	return keys
+}
+
+// eachKey calls visit with every dotted key of a configuration struct
+// type under prefix and the type it holds (a pointer's element): its
+// sections and their keys, in declaration order, a section before its
+// keys. An inline field's keys stand in its parent's place; a struct that
+// decodes itself (a yaml.Unmarshaler) is one key.
+func eachKey(t reflect.Type, prefix string, visit func(key string, t reflect.Type)) {
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
-		if !sf.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
-		if name == "-" {
+		name, inline, ok := yamlName(sf)
+		if !ok {
 			continue
 		}
 		ft := sf.Type
 		if ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
-		if strings.Contains(opts, "inline") {
-			keys = append(keys, knownKeys(ft, prefix)...)
+		if inline {
+			eachKey(ft, prefix, visit)
 			continue
 		}
-		if name == "" {
-			name = strings.ToLower(sf.Name)
-		}
 		key := join(prefix, name)
-		keys = append(keys, key)
+		visit(key, ft)
 		if ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(unmarshalerType) {
-			keys = append(keys, knownKeys(ft, key)...)
+			eachKey(ft, key, visit)
 		}
 	}
-	return keys
 }
 
 // Closest returns the word of known nearest to word by closestKey's rule

@@ -11,38 +11,15 @@ import (
 )
 
 // numericKeys lists the dotted keys of every integer and float field of a
-// configuration struct type, walked like knownKeys: a key added later is
-// listed without a line of its own.
-func numericKeys(t reflect.Type, prefix string) []string {
+// configuration struct type, walked by eachKey as knownKeys is: a key added
+// later is listed without a line of its own.
+func numericKeys(t reflect.Type) []string {
 	var keys []string
-	for i := 0; i < t.NumField(); i++ {
-		sf := t.Field(i)
-		if !sf.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
-		if name == "-" {
-			continue
-		}
-		ft := sf.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if strings.Contains(opts, "inline") {
-			keys = append(keys, numericKeys(ft, prefix)...)
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(sf.Name)
-		}
-		key := join(prefix, name)
-		switch {
-		case ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(unmarshalerType):
-			keys = append(keys, numericKeys(ft, key)...)
-		case isInt(ft.Kind()) || ft.Kind() == reflect.Float32 || ft.Kind() == reflect.Float64:
+	eachKey(t, "", func(key string, ft reflect.Type) {
+		if k := ft.Kind(); isInt(k) || k == reflect.Float32 || k == reflect.Float64 {
 			keys = append(keys, key)
 		}
-	}
+	})
 	return keys
 }
 
@@ -65,7 +42,7 @@ func valueAt(t *testing.T, v reflect.Value, key string) reflect.Value {
 // float32's, a duration that cannot overflow, a temperature that cannot
 // overflow float32 logits.
 func TestEveryNumericKeyInRange(t *testing.T) {
-	keys := numericKeys(reflect.TypeOf(Config{}), "")
+	keys := numericKeys(reflect.TypeOf(Config{}))
 	for _, want := range []string{"serve.deadline_s", "rollout.temperature", "rollout.top_p", "rollout.remote_timeout_s", "eval.vote_temperature", "model.lora.alpha", "train.steps", "mcp.max_list_bytes"} {
 		found := false
 		for _, k := range keys {

@@ -256,47 +256,17 @@ func (s *Bolt) GetStep(id string, n int) (*Step, error) {
 func (s *Bolt) CommitSteps(cs []Commit) ([]error, error) {
 	errs := make([]error, len(cs))
 	err := s.updateUsage(func(tx *bolt.Tx, u *tally) error {
-		for i := range errs {
-			errs[i] = nil
-		}
-		for i, c := range cs {
-			sess, old, err := getSession(tx, c.ID)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			if sess.StepCount != c.Step.Step {
-				errs[i] = ErrConflict
-				continue
-			}
-			advance(sess, &c.Step)
-			step, err := json.Marshal(&c.Step)
-			if err != nil {
-				return err
-			}
-			entry, err := json.Marshal(sess)
-			if err != nil {
-				return err
-			}
-			key := stepKey(c.Step.Step)
-			grow := int64(len(key) + len(step) + len(c.ID) + len(entry) - old)
-			if err := u.admit(s.limits, sess.Owner, 0, grow); err != nil {
-				errs[i] = err
-				continue
-			}
-			steps := stepsOf(tx, c.ID)
+		get := func(id string) (*Session, int, error) { return getSession(tx, id) }
+		return commitSteps(cs, errs, s.limits, u, get, func(id string, n int, step, entry []byte) error {
+			steps := stepsOf(tx, id)
 			if steps == nil {
-				return fmt.Errorf("session %s has no bucket of steps", c.ID)
+				return fmt.Errorf("session %s has no bucket of steps", id)
 			}
-			if err := steps.Put(key, step); err != nil {
+			if err := steps.Put(stepKey(n), step); err != nil {
 				return err
 			}
-			if err := tx.Bucket(sessionsBucket).Put([]byte(c.ID), entry); err != nil {
-				return err
-			}
-			u.add(sess.Owner, 0, grow)
-		}
-		return nil
+			return tx.Bucket(sessionsBucket).Put([]byte(id), entry)
+		})
 	})
 	return errs, err
 }

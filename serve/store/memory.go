@@ -104,35 +104,11 @@ func (m *Memory) GetStep(id string, n int) (*Step, error) {
 func (m *Memory) CommitSteps(cs []Commit) ([]error, error) {
 	errs := make([]error, len(cs))
 	err := m.write(func(u *tally) error {
-		for i, c := range cs {
-			sess, old, err := m.get(c.ID)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			if sess.StepCount != c.Step.Step {
-				errs[i] = ErrConflict
-				continue
-			}
-			advance(sess, &c.Step)
-			step, err := json.Marshal(&c.Step)
-			if err != nil {
-				return err
-			}
-			entry, err := json.Marshal(sess)
-			if err != nil {
-				return err
-			}
-			grow := int64(stepKeySize + len(step) + len(c.ID) + len(entry) - old)
-			if err := u.admit(m.limits, sess.Owner, 0, grow); err != nil {
-				errs[i] = err
-				continue
-			}
-			m.steps[c.ID] = append(m.steps[c.ID], step)
-			m.sessions[c.ID] = entry
-			u.add(sess.Owner, 0, grow)
-		}
-		return nil
+		return commitSteps(cs, errs, m.limits, u, m.get, func(id string, _ int, step, entry []byte) error {
+			m.steps[id] = append(m.steps[id], step)
+			m.sessions[id] = entry
+			return nil
+		})
 	})
 	return errs, err
 }

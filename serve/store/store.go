@@ -189,6 +189,49 @@ func advance(sess *Session, st *Step) {
 	}
 }
 
+// commitSteps appends the steps of a batch to their sessions inside one
+// write of a store (its transaction, or its lock), as CommitSteps says:
+// get reads a session and the bytes its entry takes; put stores step n of
+// session id and the session's new entry, both as JSON; u counts the
+// bytes they add. A step left out gets its error at its index in errs
+// (ErrNotFound from get, ErrConflict, or a *LimitError under l), a step
+// stored nil. The error returned ends the write: encoding's or put's.
+func commitSteps(cs []Commit, errs []error, l Limits, u *tally,
+	get func(id string) (*Session, int, error),
+	put func(id string, n int, step, entry []byte) error) error {
+	clear(errs)
+	for i, c := range cs {
+		sess, old, err := get(c.ID)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if sess.StepCount != c.Step.Step {
+			errs[i] = ErrConflict
+			continue
+		}
+		advance(sess, &c.Step)
+		step, err := json.Marshal(&c.Step)
+		if err != nil {
+			return err
+		}
+		entry, err := json.Marshal(sess)
+		if err != nil {
+			return err
+		}
+		grow := int64(stepKeySize + len(step) + len(c.ID) + len(entry) - old)
+		if err := u.admit(l, sess.Owner, 0, grow); err != nil {
+			errs[i] = err
+			continue
+		}
+		if err := put(c.ID, c.Step.Step, step, entry); err != nil {
+			return err
+		}
+		u.add(sess.Owner, 0, grow)
+	}
+	return nil
+}
+
 // resume sets a blocked session active again, recording when.
 func resume(sess *Session, at time.Time) error {
 	if sess.Status != StatusBlocked {
