@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/mcpgate"
 	"github.com/mageguard/mageguard/serve"
 	"github.com/mageguard/mageguard/serve/store"
@@ -125,7 +126,7 @@ func TestMCPCommand(t *testing.T) {
 			t.Fatalf("no API address in\n%s", stderr.String())
 		}
 		var list serve.SessionList
-		if code := (&client{t: t, base: api[1]}).call("GET", "/v1/sessions", nil, &list); code != 200 || len(list.Sessions) != 1 ||
+		if code := (&servetest.Client{Base: api[1]}).Call(t, "GET", "/v1/sessions", nil, &list); code != 200 || len(list.Sessions) != 1 ||
 			list.Sessions[0].StepCount != 2 || list.Sessions[0].UserPrompt != "Summarise notes.txt" {
 			t.Errorf("GET /v1/sessions on --api: %d %+v", code, list)
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/eval"
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/serve"
 )
 
@@ -113,64 +114,6 @@ func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 	return base
 }
 
-// client is an agent loop's side of the API.
-type client struct {
-	t     testing.TB
-	base  string
-	token string
-}
-
-func (c *client) call(method, path string, body any, out any) int {
-	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, c.base+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
-			c.t.Fatalf("%s %s: %s: %v", method, path, data, err)
-		}
-	}
-	if resp.StatusCode >= 300 && out != nil {
-		c.t.Logf("%s %s: %d %s", method, path, resp.StatusCode, data)
-	}
-	return resp.StatusCode
-}
-
-// assessTurn is the assess body of turn i of a trajectory: its action, the
-// previous turn's observation and the user message that came before it.
-func assessTurn(tr *dataset.Trajectory, i int) map[string]any {
-	body := map[string]any{"action": tr.Turns[i].Action}
-	if i > 0 {
-		body["observation"] = tr.Turns[i-1].Observation
-	}
-	if u := tr.Turns[i].User; u != nil {
-		body["user_messages"] = []string{*u}
-	}
-	return body
-}
-
 // TestServeMatchesEval serves a tiny checkpoint, drives a session through
 // a trajectory of the bundled eval split (resuming after each block, as the
 // unabridged eval goes on), and gets eval's decisions, scores, memory
@@ -211,15 +154,15 @@ func TestServeMatchesEval(t *testing.T) {
 			}
 
 			base := startServe(t, append([]string{"--state", t.TempDir(), "--insecure-no-auth"}, settings...)...)
-			cl := &client{t: t, base: base}
+			cl := &servetest.Client{Base: base}
 			var created struct{ ID string }
-			if code := cl.call("POST", "/v1/sessions", map[string]any{"user_prompt": tr.UserPrompt}, &created); code != 201 {
+			if code := cl.Call(t, "POST", "/v1/sessions", map[string]any{"user_prompt": tr.UserPrompt}, &created); code != 201 {
 				t.Fatalf("create: %d", code)
 			}
 			blocks, exact := 0, 0
 			for i := range tr.Turns {
 				var a serve.AssessResponse
-				if code := cl.call("POST", "/v1/sessions/"+created.ID+"/assess", assessTurn(tr, i), &a); code != 200 {
+				if code := cl.Call(t, "POST", "/v1/sessions/"+created.ID+"/assess", servetest.AssessTurn(tr, i), &a); code != 200 {
 					t.Fatalf("turn %d: %d", i, code)
 				}
 				want := ds[i]
@@ -232,13 +175,13 @@ func TestServeMatchesEval(t *testing.T) {
 				}
 				if a.Decision == serve.DecisionBlock {
 					blocks++
-					if code := cl.call("POST", "/v1/sessions/"+created.ID+"/resume", nil, nil); code != 200 {
+					if code := cl.Call(t, "POST", "/v1/sessions/"+created.ID+"/resume", nil, nil); code != 200 {
 						t.Fatalf("resume after turn %d: %d", i, code)
 					}
 				}
 			}
 			var view serve.SessionView
-			if code := cl.call("GET", "/v1/sessions/"+created.ID, nil, &view); code != 200 || len(view.Steps) != len(ds) {
+			if code := cl.Call(t, "GET", "/v1/sessions/"+created.ID, nil, &view); code != 200 || len(view.Steps) != len(ds) {
 				t.Fatalf("get: %d, %d steps", code, len(view.Steps))
 			}
 			for i, st := range view.Steps {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,7 +26,7 @@ func serveCrash(t *check.T, bin string, sessions, steps, crashAfter int) {
 		"--set", "serve.batch_size=16", "--set", "serve.max_wait_ms=20"}, loadSettings...)
 
 	first := startProcess(t, bin, args...)
-	c := &loadClient{base: first.base, token: token, http: &http.Client{Timeout: 5 * time.Minute}}
+	c := newLoadClient(first.base, token)
 	trajs := loadTurns(t, sessions, steps)
 	ids := make([]string, sessions)
 	for i := range ids {
