@@ -102,7 +102,7 @@ func TestMCPCommand(t *testing.T) {
 		inR, inW := io.Pipe()
 		outR, outW := io.Pipe()
 		cmd := newRootCmd()
-		var stderr syncBuffer
+		var stderr servetest.SyncBuffer
 		cmd.SetIn(inR)
 		cmd.SetOut(outW)
 		cmd.SetErr(&stderr)
@@ -141,7 +141,7 @@ func TestMCPCommand(t *testing.T) {
 		state := t.TempDir()
 		audit := filepath.Join(t.TempDir(), "audit.jsonl")
 		ctx, cancel := context.WithCancel(context.Background())
-		var stderr syncBuffer
+		var stderr servetest.SyncBuffer
 		cmd := newRootCmd()
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(&stderr)
@@ -151,7 +151,7 @@ func TestMCPCommand(t *testing.T) {
 		go func() { done <- cmd.ExecuteContext(ctx) }()
 		var base string
 		ready := regexp.MustCompile(`mcp: listening on (http://[^ ]+)`)
-		pollUntil(t, time.Minute, "mcp to be ready", func() bool {
+		servetest.PollUntil(t, time.Minute, "mcp to be ready", func() bool {
 			select {
 			case err := <-done:
 				t.Fatalf("mcp exited: %v\n%s", err, stderr.String())

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -31,38 +30,7 @@ import (
 	"github.com/mageguard/mageguard/serve"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listening = regexp.MustCompile(`serve: listening on (https?://[^ ]+)`)
-
-// pollUntil calls cond every few milliseconds until it returns true, and
-// fails after limit.
-func pollUntil(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // startServe runs `mageguard serve args…` in this process on a free
 // loopback port and returns its base URL once /healthz answers 200; the
@@ -77,7 +45,7 @@ func startServe(t *testing.T, args ...string) string {
 func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr servetest.SyncBuffer
 	done := make(chan error, 1)
 	cmd := newRootCmd()
 	cmd.SetOut(io.Discard)
@@ -91,7 +59,7 @@ func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 		}
 	})
 	var base string
-	pollUntil(t, 60*time.Second, "serve to listen", func() bool {
+	servetest.PollUntil(t, 60*time.Second, "serve to listen", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("serve exited: %v\n%s", err, stderr.String())
@@ -103,7 +71,7 @@ func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 		}
 		return false
 	})
-	pollUntil(t, 60*time.Second, "the model to load", func() bool {
+	servetest.PollUntil(t, 60*time.Second, "the model to load", func() bool {
 		resp, err := hc.Get(base + "/healthz")
 		if err != nil {
 			return false

@@ -1,7 +1,10 @@
-// Package servetest is what the code that drives a running `mageguard
-// serve` from outside shares: a JSON client of its API (Client) and the
-// assess request of a recorded turn (AssessTurn). cmd/mageguard's tests,
-// internal/replay and scripts/serve-load use it.
+// Package servetest is what the code that starts `mageguard serve` (or
+// `mcp --listen`) and drives it from outside shares: a buffer for the
+// server's log that a poller reads while the server writes (SyncBuffer),
+// a wait for a condition with a time limit (PollUntil), a JSON client of
+// serve's API (Client) and the assess request of a recorded turn
+// (AssessTurn). cmd/mageguard's tests, internal/replay, scripts/serve-load
+// and scripts/replay-e2e use it.
 package servetest
 
 import (
@@ -11,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/mageguard/mageguard/dataset"
 )
@@ -22,6 +27,38 @@ type TB interface {
 	Logf(format string, args ...any)
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+}
+
+// SyncBuffer is a bytes.Buffer safe for a writer and a poller.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// PollUntil calls cond every few milliseconds until it returns true, and
+// fails t after limit.
+func PollUntil(t TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Client is an agent's or an operator's side of serve's API.

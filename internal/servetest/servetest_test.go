@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestClientDo: the request Do sends (JSON body, content type, a bearer
@@ -81,4 +83,32 @@ func TestClientCall(t *testing.T) {
 			t.Errorf("%s: %d, id %q; want %d, %q", c.path, code, out.ID, c.wantCode, c.wantID)
 		}
 	}
+}
+
+// TestPollUntil: PollUntil returns once cond holds, and fails with what it
+// waited for after the limit.
+func TestPollUntil(t *testing.T) {
+	var buf SyncBuffer
+	go fmt.Fprint(&buf, "serve: listening on http://127.0.0.1:1234")
+	PollUntil(t, 10*time.Second, "the log line", func() bool { return strings.Contains(buf.String(), "listening") })
+
+	ft := &fatalTB{TB: t}
+	func() {
+		defer func() { recover() }()
+		PollUntil(ft, 20*time.Millisecond, "nothing", func() bool { return false })
+	}()
+	if want := "timed out after 20ms waiting for nothing"; ft.msg != want {
+		t.Errorf("failure %q, want %q", ft.msg, want)
+	}
+}
+
+// fatalTB records Fatalf's message and stops the caller with a panic.
+type fatalTB struct {
+	TB
+	msg string
+}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	panic(f.msg)
 }

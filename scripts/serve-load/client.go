@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,37 +56,7 @@ func tinyCheckpoint(t *check.T) string {
 	return dir
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listening = regexp.MustCompile(`serve: listening on (https?://[^ ]+)`)
-
-// pollUntil calls cond every few milliseconds until it returns true, and
-// fails after limit.
-func pollUntil(t *check.T, limit time.Duration, what string, cond func() bool) {
-	end := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // tokenFile writes token to a file for serve's --token-file.
 func tokenFile(t *check.T, token string) string {
@@ -284,13 +253,13 @@ func metricsText(t *check.T, c *loadClient) string {
 // can be killed with SIGKILL).
 type servedProcess struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *servetest.SyncBuffer
 	base   string
 	exited chan struct{} // closed when the process has exited
 }
 
 func startProcess(t *check.T, bin string, args ...string) *servedProcess {
-	p := &servedProcess{log: &syncBuffer{}, exited: make(chan struct{})}
+	p := &servedProcess{log: &servetest.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -298,7 +267,7 @@ func startProcess(t *check.T, bin string, args ...string) *servedProcess {
 	}
 	go func() { p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.exited })
-	pollUntil(t, 2*time.Minute, "serve to listen and load", func() bool {
+	servetest.PollUntil(t, 2*time.Minute, "serve to listen and load", func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("serve exited:\n%s", p.log.String())

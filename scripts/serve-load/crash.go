@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/scripts/internal/check"
 )
 
@@ -70,7 +71,7 @@ func serveCrash(t *check.T, bin string, sessions, steps, crashAfter int) {
 			})
 		}()
 	}
-	pollUntil(t, 10*time.Minute, fmt.Sprintf("%d answered steps", crashAfter), func() bool { return nAnswered.Load() >= int64(crashAfter) })
+	servetest.PollUntil(t, 10*time.Minute, fmt.Sprintf("%d answered steps", crashAfter), func() bool { return nAnswered.Load() >= int64(crashAfter) })
 	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown, no flush
 		t.Fatal(err)
 	}
