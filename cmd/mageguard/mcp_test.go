@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/mcpgate"
 	"github.com/mageguard/mageguard/serve"
 	"github.com/mageguard/mageguard/serve/store"
@@ -101,7 +102,7 @@ func TestMCPCommand(t *testing.T) {
 		inR, inW := io.Pipe()
 		outR, outW := io.Pipe()
 		cmd := newRootCmd()
-		var stderr syncBuffer
+		var stderr servetest.SyncBuffer
 		cmd.SetIn(inR)
 		cmd.SetOut(outW)
 		cmd.SetErr(&stderr)
@@ -125,7 +126,7 @@ func TestMCPCommand(t *testing.T) {
 			t.Fatalf("no API address in\n%s", stderr.String())
 		}
 		var list serve.SessionList
-		if code := (&client{t: t, base: api[1]}).call("GET", "/v1/sessions", nil, &list); code != 200 || len(list.Sessions) != 1 ||
+		if code := (&servetest.Client{Base: api[1]}).Call(t, "GET", "/v1/sessions", nil, &list); code != 200 || len(list.Sessions) != 1 ||
 			list.Sessions[0].StepCount != 2 || list.Sessions[0].UserPrompt != "Summarise notes.txt" {
 			t.Errorf("GET /v1/sessions on --api: %d %+v", code, list)
 		}
@@ -140,7 +141,7 @@ func TestMCPCommand(t *testing.T) {
 		state := t.TempDir()
 		audit := filepath.Join(t.TempDir(), "audit.jsonl")
 		ctx, cancel := context.WithCancel(context.Background())
-		var stderr syncBuffer
+		var stderr servetest.SyncBuffer
 		cmd := newRootCmd()
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(&stderr)
@@ -150,7 +151,7 @@ func TestMCPCommand(t *testing.T) {
 		go func() { done <- cmd.ExecuteContext(ctx) }()
 		var base string
 		ready := regexp.MustCompile(`mcp: listening on (http://[^ ]+)`)
-		pollUntil(t, time.Minute, "mcp to be ready", func() bool {
+		servetest.PollUntil(t, time.Minute, "mcp to be ready", func() bool {
 			select {
 			case err := <-done:
 				t.Fatalf("mcp exited: %v\n%s", err, stderr.String())

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -27,41 +26,11 @@ import (
 
 	"github.com/mageguard/mageguard/dataset"
 	"github.com/mageguard/mageguard/eval"
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/serve"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listening = regexp.MustCompile(`serve: listening on (https?://[^ ]+)`)
-
-// pollUntil calls cond every few milliseconds until it returns true, and
-// fails after limit.
-func pollUntil(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // startServe runs `mageguard serve args…` in this process on a free
 // loopback port and returns its base URL once /healthz answers 200; the
@@ -76,7 +45,7 @@ func startServe(t *testing.T, args ...string) string {
 func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr servetest.SyncBuffer
 	done := make(chan error, 1)
 	cmd := newRootCmd()
 	cmd.SetOut(io.Discard)
@@ -90,7 +59,7 @@ func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 		}
 	})
 	var base string
-	pollUntil(t, 60*time.Second, "serve to listen", func() bool {
+	servetest.PollUntil(t, 60*time.Second, "serve to listen", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("serve exited: %v\n%s", err, stderr.String())
@@ -102,7 +71,7 @@ func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 		}
 		return false
 	})
-	pollUntil(t, 60*time.Second, "the model to load", func() bool {
+	servetest.PollUntil(t, 60*time.Second, "the model to load", func() bool {
 		resp, err := hc.Get(base + "/healthz")
 		if err != nil {
 			return false
@@ -111,64 +80,6 @@ func startServeWith(t *testing.T, hc *http.Client, args ...string) string {
 		return resp.StatusCode == 200
 	})
 	return base
-}
-
-// client is an agent loop's side of the API.
-type client struct {
-	t     testing.TB
-	base  string
-	token string
-}
-
-func (c *client) call(method, path string, body any, out any) int {
-	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, c.base+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
-			c.t.Fatalf("%s %s: %s: %v", method, path, data, err)
-		}
-	}
-	if resp.StatusCode >= 300 && out != nil {
-		c.t.Logf("%s %s: %d %s", method, path, resp.StatusCode, data)
-	}
-	return resp.StatusCode
-}
-
-// assessTurn is the assess body of turn i of a trajectory: its action, the
-// previous turn's observation and the user message that came before it.
-func assessTurn(tr *dataset.Trajectory, i int) map[string]any {
-	body := map[string]any{"action": tr.Turns[i].Action}
-	if i > 0 {
-		body["observation"] = tr.Turns[i-1].Observation
-	}
-	if u := tr.Turns[i].User; u != nil {
-		body["user_messages"] = []string{*u}
-	}
-	return body
 }
 
 // TestServeMatchesEval serves a tiny checkpoint, drives a session through
@@ -211,15 +122,15 @@ func TestServeMatchesEval(t *testing.T) {
 			}
 
 			base := startServe(t, append([]string{"--state", t.TempDir(), "--insecure-no-auth"}, settings...)...)
-			cl := &client{t: t, base: base}
+			cl := &servetest.Client{Base: base}
 			var created struct{ ID string }
-			if code := cl.call("POST", "/v1/sessions", map[string]any{"user_prompt": tr.UserPrompt}, &created); code != 201 {
+			if code := cl.Call(t, "POST", "/v1/sessions", map[string]any{"user_prompt": tr.UserPrompt}, &created); code != 201 {
 				t.Fatalf("create: %d", code)
 			}
 			blocks, exact := 0, 0
 			for i := range tr.Turns {
 				var a serve.AssessResponse
-				if code := cl.call("POST", "/v1/sessions/"+created.ID+"/assess", assessTurn(tr, i), &a); code != 200 {
+				if code := cl.Call(t, "POST", "/v1/sessions/"+created.ID+"/assess", servetest.AssessTurn(tr, i), &a); code != 200 {
 					t.Fatalf("turn %d: %d", i, code)
 				}
 				want := ds[i]
@@ -232,13 +143,13 @@ func TestServeMatchesEval(t *testing.T) {
 				}
 				if a.Decision == serve.DecisionBlock {
 					blocks++
-					if code := cl.call("POST", "/v1/sessions/"+created.ID+"/resume", nil, nil); code != 200 {
+					if code := cl.Call(t, "POST", "/v1/sessions/"+created.ID+"/resume", nil, nil); code != 200 {
 						t.Fatalf("resume after turn %d: %d", i, code)
 					}
 				}
 			}
 			var view serve.SessionView
-			if code := cl.call("GET", "/v1/sessions/"+created.ID, nil, &view); code != 200 || len(view.Steps) != len(ds) {
+			if code := cl.Call(t, "GET", "/v1/sessions/"+created.ID, nil, &view); code != 200 || len(view.Steps) != len(ds) {
 				t.Fatalf("get: %d, %d steps", code, len(view.Steps))
 			}
 			for i, st := range view.Steps {

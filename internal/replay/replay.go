@@ -8,19 +8,18 @@
 package replay
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/mcpgate"
 	"github.com/mageguard/mageguard/serve"
 )
@@ -126,63 +125,6 @@ func (r *RecordedTools) answer(_ context.Context, req *mcp.CallToolRequest) (*mc
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: tu.Observation}}}, nil
 }
 
-// client is an agent's or an operator's side of serve's API.
-type client struct {
-	t     TB
-	base  string
-	token string
-}
-
-// call sends body (JSON, when not nil) and decodes a 2xx answer into out
-// (when not nil); it returns the status.
-func (c *client) call(method, path string, body any, out any) int {
-	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, c.base+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if resp.StatusCode >= 300 {
-		c.t.Logf("%s %s: %d %s", method, path, resp.StatusCode, data)
-	} else if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			c.t.Fatalf("%s %s: %s: %v", method, path, data, err)
-		}
-	}
-	return resp.StatusCode
-}
-
-// assessTurn is the assess body of turn i of tr: its action, the previous
-// turn's observation and the user message that came before it.
-func assessTurn(tr *dataset.Trajectory, i int) map[string]any {
-	body := map[string]any{"action": tr.Turns[i].Action, "step": i}
-	if i > 0 {
-		body["observation"] = tr.Turns[i-1].Observation
-	}
-	if u := tr.Turns[i].User; u != nil {
-		body["user_messages"] = []string{*u}
-	}
-	return body
-}
-
 // Serve plays each trajectory as an agent of serve's API (base): one
 // session each, one assess a turn with the previous turn's observation,
 // an operator's resume after a block, the last turn's result; then the
@@ -190,16 +132,18 @@ func assessTurn(tr *dataset.Trajectory, i int) map[string]any {
 // sessions' ids.
 func Serve(t TB, base string, trs []*dataset.Trajectory) []string {
 	t.Helper()
-	agent := &client{t: t, base: base, token: AgentToken}
+	agent := &servetest.Client{Base: base, Token: AgentToken}
 	var ids []string
 	for _, tr := range trs {
 		var created struct{ ID string }
-		if code := agent.call("POST", "/v1/sessions", map[string]any{"user_prompt": tr.UserPrompt}, &created); code != 201 {
+		if code := agent.Call(t, "POST", "/v1/sessions", map[string]any{"user_prompt": tr.UserPrompt}, &created); code != 201 {
 			t.Fatalf("create: %d", code)
 		}
 		for i := range tr.Turns {
+			body := servetest.AssessTurn(tr, i)
+			body["step"] = i
 			var ans serve.AssessResponse
-			if code := agent.call("POST", "/v1/sessions/"+created.ID+"/assess", assessTurn(tr, i), &ans); code != 200 {
+			if code := agent.Call(t, "POST", "/v1/sessions/"+created.ID+"/assess", body, &ans); code != 200 {
 				t.Fatalf("%s turn %d: assess %d", tr.ID, i, code)
 			}
 			if ans.Decision == serve.DecisionBlock {
@@ -208,7 +152,7 @@ func Serve(t TB, base string, trs []*dataset.Trajectory) []string {
 		}
 		last := len(tr.Turns) - 1
 		path := fmt.Sprintf("/v1/sessions/%s/steps/%d/result", created.ID, last)
-		if code := agent.call("POST", path, map[string]any{"observation": tr.Turns[last].Observation}, nil); code != 200 {
+		if code := agent.Call(t, "POST", path, map[string]any{"observation": tr.Turns[last].Observation}, nil); code != 200 {
 			t.Fatalf("%s: result %d", tr.ID, code)
 		}
 		ids = append(ids, created.ID)
@@ -220,8 +164,8 @@ func Serve(t TB, base string, trs []*dataset.Trajectory) []string {
 // resumeSession resumes a blocked session as the operator.
 func resumeSession(t TB, base, id string) {
 	t.Helper()
-	op := &client{t: t, base: base, token: OperatorToken}
-	if code := op.call("POST", "/v1/sessions/"+id+"/resume", nil, nil); code != 200 {
+	op := &servetest.Client{Base: base, Token: OperatorToken}
+	if code := op.Call(t, "POST", "/v1/sessions/"+id+"/resume", nil, nil); code != 200 {
 		t.Fatalf("resume %s: %d", id, code)
 	}
 }
@@ -230,11 +174,11 @@ func resumeSession(t TB, base, id string) {
 // its step.
 func labelSteps(t TB, base string, trs []*dataset.Trajectory, ids []string) {
 	t.Helper()
-	op := &client{t: t, base: base, token: OperatorToken}
+	op := &servetest.Client{Base: base, Token: OperatorToken}
 	for k, tr := range trs {
 		for i, tu := range tr.Turns {
 			path := fmt.Sprintf("/v1/sessions/%s/steps/%d/label", ids[k], i)
-			if code := op.call("POST", path, map[string]any{"label": tu.Label, "note": "replayed " + tr.ID}, nil); code != 200 {
+			if code := op.Call(t, "POST", path, map[string]any{"label": tu.Label, "note": "replayed " + tr.ID}, nil); code != 200 {
 				t.Fatalf("label %s step %d: %d", ids[k], i, code)
 			}
 		}

@@ -30,30 +30,9 @@ func main() {
 }
 
 func fullAgreement(t *check.T, dir string) {
-	var got []*dataset.Trajectory
-	sum, err := agentdojo.Import(context.Background(), filepath.Join(dir, "runs"), agentdojo.Options{Emit: func(tr *dataset.Trajectory) error {
-		got = append(got, tr)
-		return nil
-	}})
+	got, c, _, err := agentdojo.CompareWithReference(context.Background(), t, dir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	ref, err := dataset.ReadAll(filepath.Join(dir, "labeled.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := dataset.CompareTrajectories(ref, got)
-	t.Logf("%d files, %d sanity runs skipped; %d trajectories; labels agree on %d of %d actions (%.4f%%); %d label diffs; field diffs %v",
-		sum.Files, sum.Sanity, len(got), c.LabelAgree, c.Actions, 100*c.LabelAgreement, len(c.LabelDiffs), c.FieldDiffs)
-	if len(c.OnlyInA) > 0 || len(c.OnlyInB) > 0 {
-		t.Errorf("ids differ: %d only in labeled.jsonl (e.g. %v), %d only in the import (e.g. %v)",
-			len(c.OnlyInA), head(c.OnlyInA), len(c.OnlyInB), head(c.OnlyInB))
-	}
-	for _, d := range c.LabelDiffs {
-		t.Logf("label diff: %s turn %d %s: reference %d, import %d", d.ID, d.Turn, d.Action, d.LabelA, d.LabelB)
-	}
-	for _, d := range c.FieldDiffSample {
-		t.Errorf("field %s of %s differs:\n reference %q\n import    %q", d.Field, d.ID, d.A, d.B)
 	}
 	if c.LabelAgreement < 0.999 {
 		t.Errorf("label agreement %.4f < 0.999", c.LabelAgreement)
@@ -82,11 +61,4 @@ func fullAgreement(t *check.T, dir string) {
 			t.Errorf("data/agentdojo-mini/%s is not what scripts/make-mini.sh makes (%d records, want %d): rerun it", name, len(have), len(want))
 		}
 	}
-}
-
-func head(s []string) []string {
-	if len(s) > 5 {
-		return s[:5]
-	}
-	return s
 }

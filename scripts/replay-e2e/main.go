@@ -13,7 +13,6 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"net/http"
@@ -23,12 +22,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mageguard/mageguard/internal/replay"
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/scripts/internal/check"
 )
 
@@ -120,7 +119,7 @@ func replayE2E(t *check.T, bin, out, data string, n int) {
 // (when given) and its /healthz answers 200; stop interrupts it and waits
 // for it to exit (it also runs when the check ends).
 func startBinary(t *check.T, bin, listening, ready string, args ...string) (string, func()) {
-	var stderr syncBuffer
+	var stderr servetest.SyncBuffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -142,7 +141,7 @@ func startBinary(t *check.T, bin, listening, ready string, args ...string) (stri
 	t.Cleanup(stop)
 	re := regexp.MustCompile(listening)
 	var base string
-	pollUntil(t, 120*time.Second, args[0]+" to listen", func() bool {
+	servetest.PollUntil(t, 120*time.Second, args[0]+" to listen", func() bool {
 		select {
 		case err := <-done:
 			stopped = true
@@ -155,7 +154,7 @@ func startBinary(t *check.T, bin, listening, ready string, args ...string) (stri
 		}
 		return false
 	})
-	pollUntil(t, 120*time.Second, args[0]+"'s model to load", func() bool {
+	servetest.PollUntil(t, 120*time.Second, args[0]+"'s model to load", func() bool {
 		resp, err := http.Get(base + "/healthz")
 		if err != nil {
 			return false
@@ -164,34 +163,4 @@ func startBinary(t *check.T, bin, listening, ready string, args ...string) (stri
 		return resp.StatusCode == 200
 	})
 	return base, stop
-}
-
-// pollUntil calls cond every few milliseconds until it returns true, and
-// fails after limit.
-func pollUntil(t *check.T, limit time.Duration, what string, cond func() bool) {
-	end := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"math"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -46,7 +45,7 @@ func serveAbuse(t *check.T, bin, out string, steps int) {
 	const token = "abuse-test-token-0123456789"
 	p := startProcess(t, bin, append([]string{"--state", t.TempDir(), "--model", ckpt, "--token-file", tokenFile(t, token),
 		"--set", "serve.batch_size=8", "--set", "serve.max_wait_ms=20"}, loadSettings...)...)
-	c := &loadClient{base: p.base, token: token, http: &http.Client{Timeout: 5 * time.Minute}}
+	c := newLoadClient(p.base, token)
 	tr := loadTurns(t, 1, steps)[0]
 
 	type phase struct {

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +19,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/mageguard/mageguard/dataset"
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/model"
 	"github.com/mageguard/mageguard/model/backend"
 	"github.com/mageguard/mageguard/scripts/internal/check"
@@ -57,50 +56,7 @@ func tinyCheckpoint(t *check.T) string {
 	return dir
 }
 
-// assessTurn is the assess request of turn i of tr: its action, the
-// previous turn's observation and the turn's user message.
-func assessTurn(tr *dataset.Trajectory, i int) map[string]any {
-	body := map[string]any{"action": tr.Turns[i].Action}
-	if i > 0 {
-		body["observation"] = tr.Turns[i-1].Observation
-	}
-	if u := tr.Turns[i].User; u != nil {
-		body["user_messages"] = []string{*u}
-	}
-	return body
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listening = regexp.MustCompile(`serve: listening on (https?://[^ ]+)`)
-
-// pollUntil calls cond every few milliseconds until it returns true, and
-// fails after limit.
-func pollUntil(t *check.T, limit time.Duration, what string, cond func() bool) {
-	end := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // tokenFile writes token to a file for serve's --token-file.
 func tokenFile(t *check.T, token string) string {
@@ -138,55 +94,31 @@ func loadTurns(t *check.T, n, steps int) []*dataset.Trajectory {
 	return out
 }
 
-// loadClient sends an agent's requests and tells transport failures
-// (the server is gone) from answers.
+// loadClient sends an agent's requests to the server's current URL: a
+// restarted server has another port. errors.Is(err, servetest.ErrNoAnswer)
+// tells a transport failure (the server is gone) from an answer.
 type loadClient struct {
-	token string
-	http  *http.Client
+	mu  sync.Mutex
+	api servetest.Client
+}
 
-	mu   sync.Mutex
-	base string // the server's URL; a restarted server has another port
+// newLoadClient is a client of the server at base with token, waiting up
+// to 5 minutes for an answer.
+func newLoadClient(base, token string) *loadClient {
+	return &loadClient{api: servetest.Client{Base: base, Token: token, HTTP: &http.Client{Timeout: 5 * time.Minute}}}
 }
 
 func (c *loadClient) setBase(base string) {
 	c.mu.Lock()
-	c.base = base
+	c.api.Base = base
 	c.mu.Unlock()
 }
 
-func (c *loadClient) url(path string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.base + path
-}
-
-var errGone = errors.New("the server did not answer")
-
 func (c *loadClient) do(method, path string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, c.url(path), rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errGone, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errGone, err)
-	}
-	return resp.StatusCode, data, nil
+	c.mu.Lock()
+	api := c.api
+	c.mu.Unlock()
+	return api.Do(method, path, body)
 }
 
 // answered is one step's answer as an agent received it.
@@ -203,12 +135,12 @@ type answered struct {
 func driveSession(c *loadClient, id string, tr *dataset.Trajectory, from int, got map[int]answered, gone func() bool, onAnswer func(int, answered)) error {
 	retried := false
 	for i := from; i < len(tr.Turns); {
-		body := assessTurn(tr, i)
+		body := servetest.AssessTurn(tr, i)
 		body["step"] = i
 		start := time.Now()
 		code, data, err := c.do("POST", "/v1/sessions/"+id+"/assess", body)
 		switch {
-		case errors.Is(err, errGone):
+		case errors.Is(err, servetest.ErrNoAnswer):
 			if !gone() {
 				return nil
 			}
@@ -224,7 +156,7 @@ func driveSession(c *loadClient, id string, tr *dataset.Trajectory, from int, go
 			// The answer to the previous step was a block: resume and go on,
 			// as the unabridged eval does.
 			if code, data, err := c.do("POST", "/v1/sessions/"+id+"/resume", nil); err != nil || code != 200 {
-				if errors.Is(err, errGone) && gone() {
+				if errors.Is(err, servetest.ErrNoAnswer) && gone() {
 					continue
 				}
 				return fmt.Errorf("resume %s: %d %s %v", id, code, data, err)
@@ -321,13 +253,13 @@ func metricsText(t *check.T, c *loadClient) string {
 // can be killed with SIGKILL).
 type servedProcess struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *servetest.SyncBuffer
 	base   string
 	exited chan struct{} // closed when the process has exited
 }
 
 func startProcess(t *check.T, bin string, args ...string) *servedProcess {
-	p := &servedProcess{log: &syncBuffer{}, exited: make(chan struct{})}
+	p := &servedProcess{log: &servetest.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -335,7 +267,7 @@ func startProcess(t *check.T, bin string, args ...string) *servedProcess {
 	}
 	go func() { p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.exited })
-	pollUntil(t, 2*time.Minute, "serve to listen and load", func() bool {
+	servetest.PollUntil(t, 2*time.Minute, "serve to listen and load", func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("serve exited:\n%s", p.log.String())

@@ -3,13 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mageguard/mageguard/internal/servetest"
 	"github.com/mageguard/mageguard/scripts/internal/check"
 )
 
@@ -27,7 +27,7 @@ func serveCrash(t *check.T, bin string, sessions, steps, crashAfter int) {
 		"--set", "serve.batch_size=16", "--set", "serve.max_wait_ms=20"}, loadSettings...)
 
 	first := startProcess(t, bin, args...)
-	c := &loadClient{base: first.base, token: token, http: &http.Client{Timeout: 5 * time.Minute}}
+	c := newLoadClient(first.base, token)
 	trajs := loadTurns(t, sessions, steps)
 	ids := make([]string, sessions)
 	for i := range ids {
@@ -71,7 +71,7 @@ func serveCrash(t *check.T, bin string, sessions, steps, crashAfter int) {
 			})
 		}()
 	}
-	pollUntil(t, 10*time.Minute, fmt.Sprintf("%d answered steps", crashAfter), func() bool { return nAnswered.Load() >= int64(crashAfter) })
+	servetest.PollUntil(t, 10*time.Minute, fmt.Sprintf("%d answered steps", crashAfter), func() bool { return nAnswered.Load() >= int64(crashAfter) })
 	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown, no flush
 		t.Fatal(err)
 	}

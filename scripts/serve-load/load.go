@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -20,7 +19,7 @@ func serveLoad(t *check.T, bin, out string, sessions, steps int) {
 	ckpt := tinyCheckpoint(t)
 	p := startProcess(t, bin, append([]string{"--state", t.TempDir(), "--model", ckpt, "--token-file", tokenFile(t, "load-test-token-0123456789"),
 		"--set", fmt.Sprintf("serve.batch_size=%d", sessions), "--set", "serve.max_wait_ms=20"}, loadSettings...)...)
-	c := &loadClient{base: p.base, token: "load-test-token-0123456789", http: &http.Client{Timeout: 5 * time.Minute}}
+	c := newLoadClient(p.base, "load-test-token-0123456789")
 	trajs := loadTurns(t, sessions, steps)
 
 	type phase struct {
