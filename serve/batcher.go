@@ -338,14 +338,38 @@ func (b *batcher) take(batch []*job) []*job {
 	return jobs
 }
 
-// run runs one batch: the steps still wanted go through the guard
-// together; each is stored (one transaction for the batch) before its
-// answer is sent.
+// run runs one gathered batch: the steps still wanted go through the
+// guard, those of like cost together (byCost), the cheapest first; each is
+// stored (one transaction a group) before its answer is sent.
 func (b *batcher) run(batch []*job) {
-	jobs := b.take(batch)
-	if len(jobs) == 0 {
-		return
+	for _, jobs := range byCost(b.take(batch), func(j *job) int { return j.in.PromptTokens() }) {
+		b.runGroup(jobs)
 	}
+}
+
+// byCost splits jobs into groups whose longest prompt is at most twice
+// their shortest (tokens: StepInput.PromptTokens), shortest first, each
+// group in the order of jobs among equals. A generation
+// batch pads every row to its longest prompt: a short step batched with a
+// long one costs the long one's prefill and waits for it, so a session
+// sending long actions would slow each step batched beside it.
+func byCost(jobs []*job, tokens func(*job) int) [][]*job {
+	sorted := slices.Clone(jobs)
+	slices.SortStableFunc(sorted, func(a, b *job) int { return tokens(a) - tokens(b) })
+	var groups [][]*job
+	for len(sorted) > 0 {
+		n := 1
+		for n < len(sorted) && tokens(sorted[n]) <= 2*tokens(sorted[0]) {
+			n++
+		}
+		groups, sorted = append(groups, sorted[:n]), sorted[n:]
+	}
+	return groups
+}
+
+// runGroup runs jobs through the guard together and stores and answers
+// each.
+func (b *batcher) runGroup(jobs []*job) {
 	b.batchNo++
 	sampling := generate.Sampling{Greedy: true, Temperature: 1, TopP: 1}
 	if !b.cfg.Greedy {

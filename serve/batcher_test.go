@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -194,5 +195,42 @@ func TestRetriedHalvesCountEachStepOnce(t *testing.T) {
 	}
 	if want := (rollout.Stats{Calls: 8, PromptTokens: 80, ElidedObs: 8}); stats != want {
 		t.Errorf("stats %+v, want %+v", stats, want)
+	}
+}
+
+// byCost groups steps whose prompts are within 2× of the group's shortest,
+// shortest group first, keeping the arrival order among equals.
+func TestByCost(t *testing.T) {
+	cases := []struct {
+		tokens []int   // each job's prompt tokens, in arrival order
+		want   [][]int // the groups, as indices into tokens
+	}{
+		{nil, nil},
+		{[]int{500}, [][]int{{0}}},
+		{[]int{500, 900, 1000}, [][]int{{0, 1, 2}}},            // 1000 = 2 × 500: together
+		{[]int{500, 1001}, [][]int{{0}, {1}}},                  // just over 2×
+		{[]int{2600, 450, 460, 2700}, [][]int{{1, 2}, {0, 3}}}, // the long ones after the short
+		{[]int{100, 300, 700, 200}, [][]int{{0, 3}, {1}, {2}}}, // 300 > 2 × 100; 700 > 2 × 300
+		{[]int{400, 400, 400}, [][]int{{0, 1, 2}}},             // equals keep their order
+		{[]int{0, 0, 1}, [][]int{{0, 1}, {2}}},                 // an unprepared input costs 0
+	}
+	for _, c := range cases {
+		jobs := make([]*job, len(c.tokens))
+		index := map[*job]int{}
+		for i := range jobs {
+			jobs[i] = &job{}
+			index[jobs[i]] = i
+		}
+		var got [][]int
+		for _, g := range byCost(jobs, func(j *job) int { return c.tokens[index[j]] }) {
+			var ids []int
+			for _, j := range g {
+				ids = append(ids, index[j])
+			}
+			got = append(got, ids)
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("tokens %v: groups %v, want %v", c.tokens, got, c.want)
+		}
 	}
 }

@@ -7,7 +7,7 @@
 //
 //	go run ./scripts/serve-load load  --bin bin/mageguard --out FILE [--sessions 32] [--steps 8]
 //	go run ./scripts/serve-load crash --bin bin/mageguard [--sessions 16] [--steps 8] [--after 40]
-//	go run ./scripts/serve-load abuse --bin bin/mageguard --out FILE [--steps 24]
+//	go run ./scripts/serve-load abuse --bin bin/mageguard --out FILE [--steps 72]
 package main
 
 import (
@@ -28,7 +28,7 @@ func main() {
 	bin := fs.String("bin", "bin/mageguard", "the mageguard binary")
 	out := fs.String("out", "", "the JSON file of figures (load, abuse)")
 	sessions := fs.Int("sessions", 0, "sessions at once (load: 32, crash: 16)")
-	steps := fs.Int("steps", 0, "steps a session (load, crash: 8; abuse: 24)")
+	steps := fs.Int("steps", 0, "steps a session (load, crash: 8; abuse: 72)")
 	after := fs.Int("after", 40, "crash: answered steps before the kill")
 	fs.Parse(os.Args[2:])
 	def := func(v *int, d int) {
@@ -50,7 +50,7 @@ func main() {
 		def(steps, 8)
 		check.Main("serve-crash", func(t *check.T) { serveCrash(t, *bin, *sessions, *steps, *after) })
 	case "abuse":
-		def(steps, 24)
+		def(steps, 72)
 		check.Main("serve-abuse", func(t *check.T) { serveAbuse(t, *bin, *out, *steps) })
 	default:
 		fmt.Fprintf(os.Stderr, "serve-load: unknown mode %q (load, crash or abuse)\n", mode)
