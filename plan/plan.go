@@ -4,8 +4,9 @@
 // reference), and the transient peak of each phase of a training step — a
 // micro-batch's forward and backward (activations, the LM head's working
 // set), the optimizer update, and a rollout batch's generation (KV cache,
-// prefill; the kept prefixes' keys and values are resident) — with the total, whether it fits, and the largest
-// grpo.micro_batch_size and rollout.batch_size that fit.
+// prefill; the kept prefixes' keys and values are resident) — with the
+// total, whether it fits, and the largest grpo.micro_batch_size and
+// rollout.batch_size that fit.
 //
 // Every figure is a formula of the architecture and the graph shapes (the
 // trainer's and the generator's padding included), counting the tensors the

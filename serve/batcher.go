@@ -349,10 +349,10 @@ func (b *batcher) run(batch []*job) {
 
 // byCost splits jobs into groups whose longest prompt is at most twice
 // their shortest (tokens: StepInput.PromptTokens), shortest first, each
-// group in the order of jobs among equals. A generation
-// batch pads every row to its longest prompt: a short step batched with a
-// long one costs the long one's prefill and waits for it, so a session
-// sending long actions would slow each step batched beside it.
+// group in the order of jobs among equals. A generation batch pads every
+// row to its longest prompt: a short step batched with a long one costs
+// the long one's prefill and waits for it, so a session sending long
+// actions would slow each step batched beside it.
 func byCost(jobs []*job, tokens func(*job) int) [][]*job {
 	sorted := slices.Clone(jobs)
 	slices.SortStableFunc(sorted, func(a, b *job) int { return tokens(a) - tokens(b) })
