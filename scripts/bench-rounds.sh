@@ -18,6 +18,11 @@
 # two commits to compare) default to one built from this checkout into
 # bin/model.test. Outputs in bin/rounds/.
 set -eu
+case ${BENCH_OPS_SEQUENTIAL:-} in
+"") variants=0 ;;
+both) variants="0 1" ;;
+*) echo "bench-rounds: BENCH_OPS_SEQUENTIAL is '$BENCH_OPS_SEQUENTIAL'; it takes 'both' or nothing" >&2; exit 2 ;;
+esac
 rounds=${1:-3}
 [ $# -gt 0 ] && shift
 mkdir -p bin/rounds
@@ -25,11 +30,6 @@ if [ $# -eq 0 ]; then
 	go test -c -o bin/model.test ./model
 	set -- bin/model.test
 fi
-case ${BENCH_OPS_SEQUENTIAL:-} in
-"") variants=0 ;;
-both) variants="0 1" ;;
-*) echo "bench-rounds: BENCH_OPS_SEQUENTIAL is '$BENCH_OPS_SEQUENTIAL'; it takes 'both' or nothing" >&2; exit 2 ;;
-esac
 i=1
 while [ "$i" -le "$rounds" ]; do
 	for bin in "$@"; do
